@@ -1,0 +1,313 @@
+"""Evaluation metrics for context-mixing scores: cue alignment, rank correlations, special-token ranks.
+
+Everything here is plain numpy / scipy / scikit-learn and works on 1-D score vectors (one row of a
+context-mixing map, e.g. the ``[MASK]`` row at one layer) or on stacks of them. No model is needed.
+
+Conventions pinned here (the papers leave them open; see ``reference-code-conventions.md`` §2):
+
+Normalisation
+    :func:`normalize_scores` clips negative values to 0 and divides by the sum, so a row is a
+    distribution over tokens ("all positive values that sum to one", Value Zeroing §4.3). A row whose
+    clipped sum is 0 becomes uniform. Every method in :mod:`cmixlib.core` already returns
+    non-negative rows, so clipping only matters for signed gradient aggregations.
+
+Excluded positions
+    :func:`cue_alignment` can drop positions (special tokens, the target itself) before scoring; the
+    remaining scores are re-normalised to sum to one (as in the authors' ContextMixingASR code with
+    ``SKIP_SPECIAL_TOKENS``). **Default: nothing is excluded**, matching the Value Zeroing paper,
+    which normalises "the scores for all tokens in a sentence" and keeps the diagonal.
+
+Ties
+    * dot product is unaffected by ties;
+    * average precision uses :func:`sklearn.metrics.average_precision_score`, which groups tied
+      scores into one threshold (tied tokens enter precision/recall together);
+    * probes-needed counts the tokens with a score **strictly higher** than the best-scored cue
+      (optimistic: a non-cue token tied with the best cue is not counted). ``ties="pessimistic"``
+      counts non-cue tokens with score ``>=`` the best cue score instead. This differs from the
+      logit-explanations code, which uses ``n - rank`` with dense ranks and is off under ties.
+
+Spearman
+    :func:`spearman` wraps :func:`scipy.stats.spearmanr` (average ranks for ties). If either vector is
+    constant (or shorter than 2) the correlation is undefined and **NaN** is returned, without a
+    warning. :func:`mean_std` then averages over the finite values only and reports how many were
+    dropped. Standard deviations are population std (``ddof=0``), as ``numpy.std`` in the ALTI and
+    GlobEnc scripts.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
+    "cue_alignment", "alignment_rows", "aggregate_alignment", "random_scores", "spearman",
+    "per_example_spearman", "mean_std", "correlation_table", "normalized_ranks",
+    "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
+]
+
+ALIGNMENT_METRICS = ("dot", "ap", "probes_needed")
+
+# ALTI Figure 6: [CLS], [SEP], "," and "." (RoBERTa: <s>, </s>, "Ġ,", "Ġ.").
+DEFAULT_SPECIAL_TOKENS = ("[CLS]", "[SEP]", ",", ".", "<s>", "</s>", "\u0120,", "\u0120.")
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation and cue vectors
+# --------------------------------------------------------------------------------------------
+
+def normalize_scores(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Clip negatives to 0 and divide by the sum along ``axis``; all-zero rows become uniform."""
+    s = np.clip(np.asarray(scores, dtype=float), 0.0, None)
+    total = s.sum(axis=axis, keepdims=True)
+    n = s.shape[axis]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(total > 0, s / np.where(total > 0, total, 1.0), 1.0 / n)
+    return out
+
+
+def cue_vector(n: int, cue_indices: Iterable[int]) -> np.ndarray:
+    """Binary vector xi of length ``n`` with ones at ``cue_indices`` (VZ Eq. 11)."""
+    xi = np.zeros(int(n), dtype=float)
+    idx = list(cue_indices)
+    if idx:
+        xi[np.asarray(idx, dtype=int)] = 1.0
+    return xi
+
+
+def _keep_mask(n: int, exclude: Iterable[int] | None) -> np.ndarray:
+    keep = np.ones(n, dtype=bool)
+    if exclude is not None:
+        ex = [int(i) % n for i in exclude]
+        keep[ex] = False
+    return keep
+
+
+# --------------------------------------------------------------------------------------------
+# Cue alignment metrics (Value Zeroing §5, Appendix A.2)
+# --------------------------------------------------------------------------------------------
+
+def dot_product(scores: np.ndarray, cue: np.ndarray, normalize: bool = True) -> float:
+    """Score mass on the cue tokens: ``normalize(S) . xi``."""
+    s = normalize_scores(scores) if normalize else np.asarray(scores, dtype=float)
+    return float(np.dot(s, np.asarray(cue, dtype=float)))
+
+
+def average_precision(scores: np.ndarray, cue: np.ndarray) -> float:
+    """Average precision of ranking the cue tokens first (sklearn). NaN if no cue or all cues."""
+    cue = np.asarray(cue, dtype=int)
+    if cue.sum() == 0 or cue.sum() == cue.size:
+        return float("nan")
+    from sklearn.metrics import average_precision_score
+
+    return float(average_precision_score(cue, np.asarray(scores, dtype=float)))
+
+
+def probes_needed(scores: np.ndarray, cue: np.ndarray, ties: str = "optimistic") -> float:
+    """Number of non-cue tokens ranked above the best-ranked cue (0 = a cue is ranked first).
+
+    ``ties="optimistic"`` (default) counts tokens with a score strictly higher than the best cue
+    score; ``ties="pessimistic"`` counts non-cue tokens with a score ``>=`` it. NaN if no cue.
+    """
+    s = np.asarray(scores, dtype=float)
+    cue = np.asarray(cue).astype(bool)
+    if not cue.any():
+        return float("nan")
+    best = s[cue].max()
+    if ties == "optimistic":
+        return float(np.sum(s > best))
+    if ties == "pessimistic":
+        return float(np.sum((s >= best) & ~cue))
+    raise ValueError("ties must be 'optimistic' or 'pessimistic'")
+
+
+def cue_alignment(scores: np.ndarray, cue_indices: Iterable[int], *,
+                  exclude: Iterable[int] | None = None, ties: str = "optimistic") -> dict[str, float]:
+    """Dot product, average precision and probes-needed of one score vector against a cue set.
+
+    Parameters
+    ----------
+    scores:
+        1-D scores over the n tokens (a row of a context-mixing map). Normalised here with
+        :func:`normalize_scores`, after the excluded positions have been removed.
+    cue_indices:
+        Positions of the cue tokens.
+    exclude:
+        Positions to drop before scoring (e.g. ``[0, n-1]`` for ``[CLS]``/``[SEP]``, or the target
+        position). The rest is re-normalised. Cues inside ``exclude`` are dropped too. Default: none.
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    n = s.size
+    cue = cue_vector(n, cue_indices)
+    keep = _keep_mask(n, exclude)
+    s, cue = normalize_scores(s[keep]), cue[keep]
+    return {
+        "dot": dot_product(s, cue, normalize=False),
+        "ap": average_precision(s, cue),
+        "probes_needed": probes_needed(s, cue, ties=ties),
+    }
+
+
+def random_scores(n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
+    """Uniform(0, 1) scores, normalised: the paper's "Rand" baseline (one draw per sentence)."""
+    rng = np.random.default_rng(rng)
+    return normalize_scores(rng.uniform(0.0, 1.0, size=int(n)))
+
+
+def alignment_rows(maps: Mapping[str, np.ndarray], cue_indices: Sequence[int], *,
+                   example_id: Any = None, exclude: Iterable[int] | None = None,
+                   ties: str = "optimistic", row: int | None = None) -> list[dict]:
+    """Tidy rows (example, method, layer, dot, ap, probes_needed) for one example.
+
+    ``maps[method]`` is either a stack of target rows with shape ``(L, n)`` or full maps with shape
+    ``(L, n, n)``; in the latter case ``row`` (the target position) selects the row. A 1-D array is
+    treated as a single layer 0.
+    """
+    out = []
+    exclude = None if exclude is None else list(exclude)
+    for method, arr in maps.items():
+        a = np.asarray(arr, dtype=float)
+        if a.ndim == 3:
+            if row is None:
+                raise ValueError("full (L, n, n) maps need `row` (the target position)")
+            a = a[:, row, :]
+        elif a.ndim == 1:
+            a = a[None, :]
+        for layer in range(a.shape[0]):
+            rec = {"example": example_id, "method": method, "layer": layer}
+            rec.update(cue_alignment(a[layer], cue_indices, exclude=exclude, ties=ties))
+            out.append(rec)
+    return out
+
+
+def aggregate_alignment(rows: Iterable[Mapping] | pd.DataFrame,
+                        metrics: Sequence[str] = ALIGNMENT_METRICS,
+                        by: Sequence[str] = ("method", "layer")) -> pd.DataFrame:
+    """Mean, std (ddof=0) and count of each metric per (method, layer): one tidy row per group and metric.
+
+    NaN values (e.g. AP of an example whose cues were all excluded) are skipped; ``n`` counts the
+    finite values used.
+    """
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    long = df.melt(id_vars=[c for c in df.columns if c not in metrics],
+                   value_vars=[m for m in metrics if m in df.columns],
+                   var_name="metric", value_name="value")
+    g = long.groupby(list(by) + ["metric"], sort=False)["value"]
+    return g.agg(mean="mean", std=_pop_std, n="count").reset_index()
+
+
+def _pop_std(v: pd.Series) -> float:
+    x = v.to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
+    return float(x.std()) if x.size else float("nan")
+
+
+# --------------------------------------------------------------------------------------------
+# Rank correlations (ALTI Table 2, GlobEnc Tables 1-2, VZ Tables 2-3)
+# --------------------------------------------------------------------------------------------
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rho (scipy, average ranks). NaN if lengths < 2, a vector is constant, or has NaN."""
+    x = np.asarray(a, dtype=float).ravel()
+    y = np.asarray(b, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"length mismatch: {x.shape} vs {y.shape}")
+    if x.size < 2 or not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        return float("nan")
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    from scipy.stats import spearmanr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rho = spearmanr(x, y).statistic
+    return float(rho)
+
+
+def per_example_spearman(xs: Iterable[Sequence[float]], ys: Iterable[Sequence[float]],
+                         exclude: Iterable[int] | None = None) -> np.ndarray:
+    """Spearman per pair of vectors (e.g. method relevance vs blank-out per sentence).
+
+    ``exclude`` drops positions (e.g. ``[0, -1]`` for ``[CLS]``/``[SEP]``) from both vectors first.
+    """
+    out = []
+    for x, y in zip(xs, ys):
+        x = np.asarray(x, dtype=float).ravel()
+        y = np.asarray(y, dtype=float).ravel()
+        if exclude is not None:
+            keep = _keep_mask(x.size, exclude)
+            x, y = x[keep], y[keep]
+        out.append(spearman(x, y))
+    return np.asarray(out, dtype=float)
+
+
+def mean_std(values: Iterable[float]) -> dict[str, float]:
+    """Mean and population std over the finite values; also the number used and dropped (NaN)."""
+    v = np.asarray(list(values), dtype=float)
+    fin = v[np.isfinite(v)]
+    return {
+        "mean": float(fin.mean()) if fin.size else float("nan"),
+        "std": float(fin.std()) if fin.size else float("nan"),
+        "n": int(fin.size),
+        "n_nan": int(v.size - fin.size),
+    }
+
+
+def correlation_table(per_method: Mapping[str, Iterable[float]], **columns: Any) -> pd.DataFrame:
+    """Tidy table ``method, mean, std, n, n_nan`` (+ constant ``columns``) from per-example rhos."""
+    rows = []
+    for method, vals in per_method.items():
+        rec = {"method": method, **columns}
+        rec.update(mean_std(vals))
+        rows.append(rec)
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Normalised ranks of special tokens (ALTI Figure 6)
+# --------------------------------------------------------------------------------------------
+
+def normalized_ranks(scores: Sequence[float], scheme: str = "dense") -> np.ndarray:
+    """Normalised relevance rank of each token: close to 1 = most relevant, small = least.
+
+    ``scheme="dense"`` (default, as the ALTI code): dense rank (1 = lowest score) divided by the
+    number of tokens n; the top token gets ``n_distinct / n`` (1 when scores are distinct).
+    ``scheme="minmax"``: average rank mapped linearly to [0, 1], ``(r - 1) / (n - 1)``, the range the
+    ALTI paper's footnote describes.
+    """
+    from scipy.stats import rankdata
+
+    s = np.asarray(scores, dtype=float).ravel()
+    n = s.size
+    if n == 0:
+        return s
+    if scheme == "dense":
+        return rankdata(s, method="dense") / n
+    if scheme == "minmax":
+        if n == 1:
+            return np.ones(1)
+        return (rankdata(s, method="average") - 1.0) / (n - 1.0)
+    raise ValueError("scheme must be 'dense' or 'minmax'")
+
+
+def special_token_mask(tokens: Sequence[str], special: Iterable[str] = DEFAULT_SPECIAL_TOKENS) -> np.ndarray:
+    """Boolean mask of the positions whose token string is in ``special``."""
+    sp = set(special)
+    return np.array([t in sp for t in tokens], dtype=bool)
+
+
+def special_token_rank(scores: Sequence[float], tokens: Sequence[str],
+                       special: Iterable[str] = DEFAULT_SPECIAL_TOKENS, scheme: str = "dense") -> float:
+    """Mean normalised rank of the special / punctuation positions of one sentence (NaN if none).
+
+    Average over sentences with :func:`mean_std` to get the ALTI Figure 6 quantity (our choice:
+    first mean over a sentence's special positions, then mean over sentences).
+    """
+    mask = special_token_mask(tokens, special)
+    if not mask.any():
+        return float("nan")
+    return float(normalized_ranks(scores, scheme=scheme)[mask].mean())
+

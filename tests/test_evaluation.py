@@ -1,0 +1,115 @@
+"""Hand-computed cases for cmixlib.evaluation."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cmixlib import evaluation as ev
+
+
+def test_normalize_scores_clips_and_handles_zero_rows():
+    out = ev.normalize_scores(np.array([[1.0, -1.0, 3.0], [0.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(out[0], [0.25, 0.0, 0.75])
+    np.testing.assert_allclose(out[1], [1 / 3] * 3)
+
+
+def test_dot_product_is_cue_mass_after_normalisation():
+    r = ev.cue_alignment([2.0, 1.0, 1.0, 0.0], [1, 3])
+    assert r["dot"] == pytest.approx(0.25)
+
+
+def test_ap_perfect_and_worst():
+    # cues ranked first: AP = 1
+    assert ev.cue_alignment([0.1, 0.5, 0.4, 0.0], [1, 2])["ap"] == pytest.approx(1.0)
+    # single cue ranked last of 4: precision at its recall level = 1/4
+    assert ev.cue_alignment([0.4, 0.3, 0.2, 0.1], [3])["ap"] == pytest.approx(0.25)
+    # two cues ranked last of 4: (1/3 + 2/4) / 2
+    assert ev.cue_alignment([0.4, 0.3, 0.2, 0.1], [2, 3])["ap"] == pytest.approx((1 / 3 + 0.5) / 2)
+
+
+def test_ap_undefined_without_cues():
+    assert math.isnan(ev.average_precision([0.2, 0.8], [0, 0]))
+
+
+def test_probes_needed_basic_and_ties():
+    s = [0.5, 0.2, 0.2, 0.1]
+    assert ev.cue_alignment(s, [0])["probes_needed"] == 0
+    assert ev.cue_alignment(s, [3])["probes_needed"] == 3
+    # cue at index 2 tied with non-cue index 1: one token strictly higher (index 0)
+    assert ev.cue_alignment(s, [2])["probes_needed"] == 1
+    assert ev.probes_needed(ev.normalize_scores(s), ev.cue_vector(4, [2]), ties="pessimistic") == 2
+    # best of several cues counts
+    assert ev.cue_alignment(s, [1, 3])["probes_needed"] == 1
+
+
+def test_ap_with_ties_groups_tied_scores():
+    # cue tied with one non-cue at the top: one threshold with precision 1/2, recall 1
+    assert ev.cue_alignment([0.4, 0.4, 0.2], [1])["ap"] == pytest.approx(0.5)
+
+
+def test_exclusion_renormalises():
+    # exclude position 0 (e.g. [CLS]); remaining [1, 1, 2] -> cue index 3 has mass 0.5
+    r = ev.cue_alignment([6.0, 1.0, 1.0, 2.0], [3], exclude=[0])
+    assert r["dot"] == pytest.approx(0.5)
+    assert r["probes_needed"] == 0
+    # negative index works (last token)
+    r = ev.cue_alignment([1.0, 1.0, 2.0, 6.0], [2], exclude=[-1])
+    assert r["dot"] == pytest.approx(0.5)
+
+
+def test_alignment_rows_and_aggregate():
+    maps = {"m": np.array([[[0.0, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]],
+                           [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]])}
+    rows = ev.alignment_rows(maps, [0], example_id=7, row=1)
+    assert [r["layer"] for r in rows] == [0, 1]
+    assert rows[0]["dot"] == pytest.approx(0.5) and rows[1]["dot"] == pytest.approx(0.0)
+    rows += ev.alignment_rows({"m": np.array([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])}, [0], example_id=8)
+    agg = ev.aggregate_alignment(rows)
+    dot = agg[(agg.metric == "dot")].set_index("layer")
+    assert dot.loc[0, "mean"] == pytest.approx(0.75)
+    assert dot.loc[1, "mean"] == pytest.approx(0.5)
+    assert dot.loc[1, "std"] == pytest.approx(0.5)
+    assert set(agg.columns) >= {"method", "layer", "metric", "mean", "std", "n"}
+
+
+def test_random_scores_seeded():
+    a, b = ev.random_scores(5, 3), ev.random_scores(5, 3)
+    np.testing.assert_array_equal(a, b)
+    assert a.sum() == pytest.approx(1.0)
+
+
+def test_spearman_constant_vector_is_nan_and_mean_std_skips_it():
+    assert math.isnan(ev.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(ev.spearman([1], [1]))
+    assert ev.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert ev.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    rhos = ev.per_example_spearman([[1, 2, 3], [1, 1, 1], [1, 2, 3]], [[1, 2, 3], [1, 2, 3], [3, 2, 1]])
+    stats = ev.mean_std(rhos)
+    assert stats == {"mean": 0.0, "std": 1.0, "n": 2, "n_nan": 1}
+
+
+def test_per_example_spearman_exclude_special():
+    # with [CLS]/[SEP] the ranks disagree, without them they agree perfectly
+    x = [9.0, 1.0, 2.0, 3.0, 0.0]
+    y = [0.0, 1.0, 2.0, 3.0, 9.0]
+    assert ev.per_example_spearman([x], [y])[0] < 0
+    assert ev.per_example_spearman([x], [y], exclude=[0, -1])[0] == pytest.approx(1.0)
+
+
+def test_correlation_table():
+    t = ev.correlation_table({"a": [0.5, 0.5], "b": [np.nan, 1.0]}, task="x")
+    assert isinstance(t, pd.DataFrame)
+    assert t.set_index("method").loc["b", "n_nan"] == 1
+    assert (t.task == "x").all()
+
+
+def test_normalized_ranks_and_special_tokens():
+    np.testing.assert_allclose(ev.normalized_ranks([0.1, 0.3, 0.2, 0.4]), [0.25, 0.75, 0.5, 1.0])
+    np.testing.assert_allclose(ev.normalized_ranks([0.1, 0.3, 0.2, 0.4], "minmax"), [0, 2 / 3, 1 / 3, 1])
+    np.testing.assert_allclose(ev.normalized_ranks([0.2, 0.2, 0.5]), [1 / 3, 1 / 3, 2 / 3])
+    toks = ["[CLS]", "good", "film", ".", "[SEP]"]
+    s = [0.5, 0.2, 0.1, 0.05, 0.15]
+    # dense ranks: [5, 4, 2, 1, 3] / 5 -> specials [CLS]=1.0, .=0.2, [SEP]=0.6
+    assert ev.special_token_rank(s, toks) == pytest.approx((1.0 + 0.2 + 0.6) / 3)
+    assert math.isnan(ev.special_token_rank(s, ["a"] * 5))
