@@ -1,0 +1,358 @@
+"""Tests for cmixlib.gradients on tiny random models (float64, so tolerances can be tight)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cmixlib
+from cmixlib import gradients as G
+
+ARCHS = ("bert", "roberta", "electra", "distilbert")
+# Ids 5..20 are ordinary tokens in every tiny config; 2 / 3 play [CLS] / [SEP] (first/last position).
+IDS = torch.tensor([[2, 11, 5, 17, 8, 9, 14, 3]])
+POS = 3
+TGT, FOIL = 10, 12
+BASE_ID = 4  # stands in for [MASK] in IG / DeepLift baselines
+UNK_ID = 6   # stands in for [UNK] in blank-out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+_cache: dict = {}
+
+
+def model(arch: str, task: str = "mlm"):
+    key = (arch, task)
+    if key not in _cache:
+        _cache[key] = cmixlib.random_model(arch, task=task, dtype=torch.float64, seed=1)
+    return _cache[key]
+
+
+def mlm_target(score="auto"):
+    return G.MLMTarget(POS, TGT, FOIL, score=score)
+
+
+def layer_blocks(m):
+    base = m.base_model
+    return list(base.encoder.layer) if hasattr(base, "encoder") else list(base.transformer.layer)
+
+
+def hand_input_grad(m, ids, target, mask=None):
+    """Gradient of f w.r.t. the word embeddings via inputs_embeds (no captum, no hooks)."""
+    x = m.get_input_embeddings()(ids).detach().requires_grad_(True)
+    out = m(inputs_embeds=x, attention_mask=mask)
+    f = G.target_score(out.logits, target)[0]
+    (g,) = torch.autograd.grad(f, x)
+    return x.detach()[0], g[0]
+
+
+def plain_score(m, ids, target, mask=None):
+    with torch.no_grad():
+        return float(G.target_score(m(input_ids=ids, attention_mask=mask).logits, target)[0])
+
+
+def baseline_ids(ids):
+    b = ids.clone()
+    b[0, 1:-1] = BASE_ID
+    return b
+
+
+# ---------------------------------------------------------------------------------------------
+# The hooks leave the forward unchanged
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("task", ["mlm", "sequence-classification"])
+def test_word_embedding_hook_keeps_forward(arch, task):
+    m = model(arch, task)
+    with torch.no_grad():
+        plain = m(input_ids=IDS).logits
+        own = m.get_input_embeddings()(IDS)
+        with G.substitute_word_embeddings(m, own.clone()):
+            hooked = m(input_ids=IDS).logits
+        noise = torch.randn(own.shape, generator=torch.Generator().manual_seed(0), dtype=own.dtype)
+        with G.substitute_word_embeddings(m, own + 0.5 * noise):  # (a constant shift would vanish in LayerNorm)
+            moved = m(input_ids=IDS).logits
+    torch.testing.assert_close(hooked, plain, rtol=0, atol=1e-12)
+    assert not torch.allclose(moved, plain), "the substitution hook had no effect"
+    # the hook is removed afterwards
+    with torch.no_grad():
+        torch.testing.assert_close(m(input_ids=IDS).logits, plain, rtol=0, atol=0)
+    # the scored function used by captum is the plain model's score
+    target = mlm_target() if task == "mlm" else G.ClassTarget(1, score="prob")
+    f = G._ScoreModule(m, target)(IDS, torch.ones_like(IDS))
+    assert f.shape == (1,)
+    assert f.item() == pytest.approx(plain_score(m, IDS, target), abs=1e-12)
+
+
+def test_target_scores_match_definitions():
+    m = model("bert")
+    with torch.no_grad():
+        z = m(input_ids=IDS).logits[0, POS]
+    zt, zf = z[TGT].item(), z[FOIL].item()
+    assert plain_score(m, IDS, G.MLMTarget(POS, TGT)) == pytest.approx(zt)
+    assert plain_score(m, IDS, mlm_target()) == pytest.approx(zt - zf)
+    p = np.exp(zt) / (np.exp(zt) + np.exp(zf))
+    assert plain_score(m, IDS, mlm_target("prob")) == pytest.approx(p)
+    assert plain_score(m, IDS, G.MLMTarget(POS, TGT, score="prob")) == pytest.approx(
+        torch.softmax(z, -1)[TGT].item())
+    c = model("bert", "sequence-classification")
+    with torch.no_grad():
+        zc = c(input_ids=IDS).logits[0]
+    assert plain_score(c, IDS, G.ClassTarget(1)) == pytest.approx(zc[1].item())
+    assert plain_score(c, IDS, G.ClassTarget(1, score="prob")) == pytest.approx(torch.softmax(zc, -1)[1].item())
+    resolved = G.resolve_target(c, IDS, G.ClassTarget())
+    assert resolved.class_index == int(zc.argmax())
+
+
+# ---------------------------------------------------------------------------------------------
+# Input-level gradients against a hand autograd computation
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_input_gradients_match_autograd(arch):
+    m = model(arch)
+    t = mlm_target()
+    x, g = hand_input_grad(m, IDS, t)
+    np.testing.assert_allclose(G.grad_l2(m, IDS, t), g.norm(dim=-1).numpy(), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(G.grad_x_input_l2(m, IDS, t), (g * x).norm(dim=-1).numpy(), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(G.grad_x_input_abs(m, IDS, t), (g * x).sum(-1).abs().numpy(), rtol=1e-8, atol=1e-12)
+    # the two G×I aggregations really differ (a swapped implementation would fail above)
+    assert not np.allclose(G.grad_x_input_l2(m, IDS, t), G.grad_x_input_abs(m, IDS, t))
+
+
+def test_classifier_gradients_match_autograd():
+    c = model("bert", "sequence-classification")
+    t = G.ClassTarget(0, score="prob")
+    x, g = hand_input_grad(c, IDS, t)
+    out = G.attribute(c, IDS, t, method="grad_x_input_abs")
+    np.testing.assert_allclose(out, (g * x).sum(-1).abs().numpy(), rtol=1e-8, atol=1e-14)
+    assert out.shape == (IDS.shape[1],) and out.dtype == np.float64
+
+
+def test_attention_mask_padding():
+    m = model("bert")
+    t = mlm_target()
+    padded = torch.cat([IDS, torch.zeros(1, 3, dtype=torch.long)], 1)
+    mask = torch.cat([torch.ones_like(IDS), torch.zeros(1, 3, dtype=torch.long)], 1)
+    ref = G.grad_l2(m, IDS, t)
+    got = G.grad_l2(m, padded, t, attention_mask=mask)
+    np.testing.assert_allclose(got[: IDS.shape[1]], ref, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(got[IDS.shape[1]:], 0.0, atol=1e-12)
+    bo = G.blank_out(m, padded, t, attention_mask=mask, replacement=UNK_ID)
+    np.testing.assert_allclose(bo[: IDS.shape[1]], G.blank_out(m, IDS, t, replacement=UNK_ID), atol=1e-12)
+    assert np.all(bo[IDS.shape[1]:] == 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer-wise gradients against autograd w.r.t. hidden states captured by a hook
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_layerwise_gradients_match_autograd(arch):
+    m = model(arch)
+    t = mlm_target()
+    captured: list[torch.Tensor] = []
+
+    def pre_hook(module, args, kwargs):
+        captured.append(args[0] if args else kwargs["hidden_states"])
+
+    hooks = [blk.register_forward_pre_hook(pre_hook, with_kwargs=True) for blk in layer_blocks(m)]
+    try:
+        out = m(input_ids=IDS, output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    L = len(captured)
+    for ell in range(L):  # captured inputs are hidden_states[0..L-1]
+        torch.testing.assert_close(captured[ell], out.hidden_states[ell])
+    f = G.target_score(out.logits, t)[0]
+    grads = torch.autograd.grad(f, captured)
+    g = torch.stack([gr[0] for gr in grads]).detach()
+    h = torch.stack([c[0] for c in captured]).detach()
+
+    gl2 = G.attribute(m, IDS, t, method="grad_l2", level="layers")
+    assert gl2.shape == (L, IDS.shape[1])
+    np.testing.assert_allclose(gl2, g.norm(dim=-1).numpy(), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(G.grad_x_input_l2(m, IDS, t, level="layers"), (g * h).norm(dim=-1).numpy(),
+                               rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(G.grad_x_input_abs(m, IDS, t, level="layers"), (g * h).sum(-1).abs().numpy(),
+                               rtol=1e-8, atol=1e-12)
+    # rows differ between layers (a method returning one row L times would fail)
+    assert not np.allclose(gl2[0], gl2[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Integrated gradients: completeness; DeepLift: documented behaviour
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_integrated_gradients_completeness(arch):
+    m = model(arch)
+    t = mlm_target()
+    expected = plain_score(m, IDS, t) - plain_score(m, baseline_ids(IDS), t)
+    assert abs(expected) > 1e-3
+    attr, delta = G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=64, return_delta=True)
+    assert attr.shape == (IDS.shape[1],)
+    assert attr.sum() == pytest.approx(expected, abs=1e-5 * max(1, abs(expected)))
+    assert abs(delta[0]) < 1e-5
+    # special tokens keep their ids in the baseline, so their attribution is exactly 0
+    assert attr[0] == 0 and attr[-1] == 0
+    layers, ldelta = G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=64, level="layers",
+                                            return_delta=True)
+    assert layers.shape == (len(layer_blocks(m)), IDS.shape[1])
+    np.testing.assert_allclose(layers.sum(-1), expected, atol=1e-5 * max(1, abs(expected)))
+    assert np.all(np.abs(ldelta) < 1e-5)
+
+
+def test_integrated_gradients_options():
+    m = model("bert")
+    t = mlm_target()
+    signed = G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=16)
+    np.testing.assert_allclose(G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=16, aggregate="abs"),
+                               np.abs(signed), rtol=1e-10)
+    l2 = G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=16, aggregate="l2")
+    assert np.all(l2 >= np.abs(signed) / np.sqrt(32) - 1e-12) and np.all(l2 >= 0)
+    # a full baseline id tensor equals the token form
+    np.testing.assert_allclose(G.integrated_gradients(m, IDS, t, baseline=baseline_ids(IDS), n_steps=16), signed)
+    # a two-step Riemann sum is not complete: the completeness test could fail
+    coarse, d = G.integrated_gradients(m, IDS, t, baseline=BASE_ID, n_steps=2, method="riemann_right",
+                                       return_delta=True)
+    assert abs(d[0]) > 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deeplift_equals_gradient_times_delta_without_captum_nonlinearities(arch):
+    """MLM heads use GELUActivation / functional softmax, which captum's DeepLift does not
+    override, so DeepLift reduces to sum_d (x - x') * df/dx at the input (as documented)."""
+    m = model(arch)
+    t = mlm_target()
+    x, g = hand_input_grad(m, IDS, t)
+    xb = m.get_input_embeddings()(baseline_ids(IDS)).detach()[0]
+    dl = G.deeplift(m, IDS, t, baseline=BASE_ID)
+    np.testing.assert_allclose(dl, ((x - xb) * g).sum(-1).numpy(), rtol=1e-7, atol=1e-12)
+    layers = G.deeplift(m, IDS, t, baseline=BASE_ID, level="layers")
+    assert layers.shape == (len(layer_blocks(m)), IDS.shape[1]) and np.all(np.isfinite(layers))
+
+
+def test_deeplift_classifier_uses_rescale_rule():
+    c = model("bert", "sequence-classification")  # the pooler's nn.Tanh gets the rescale rule
+    t = G.ClassTarget(0)
+    x, g = hand_input_grad(c, IDS, t)
+    xb = c.get_input_embeddings()(baseline_ids(IDS)).detach()[0]
+    dl, delta = G.deeplift(c, IDS, t, baseline=BASE_ID, return_delta=True)
+    assert not np.allclose(dl, ((x - xb) * g).sum(-1).numpy(), rtol=1e-6, atol=0)
+    assert delta.shape == (1,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blank-out against a manual re-run
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+def test_blank_out_matches_manual_rerun(arch):
+    m = model(arch)
+    t = mlm_target()
+    n = IDS.shape[1]
+
+    def p(ids):
+        with torch.no_grad():
+            z = m(input_ids=ids).logits[0, POS]
+        return torch.softmax(z[[TGT, FOIL]], -1)[0].item()
+
+    manual = []
+    for j in range(n):
+        ids = IDS.clone()
+        ids[0, j] = UNK_ID
+        manual.append(p(IDS) - p(ids))
+    manual = np.array(manual)
+    full = G.blank_out(m, IDS, t, replacement=UNK_ID, skip_special=False)
+    np.testing.assert_allclose(full, manual, rtol=1e-8, atol=1e-12)
+    assert np.any(np.abs(full) > 1e-6)
+    skipped = G.blank_out(m, IDS, t, replacement=UNK_ID)
+    zero = [0, POS, n - 1]
+    assert np.all(skipped[zero] == 0)
+    keep = [j for j in range(n) if j not in zero]
+    np.testing.assert_allclose(skipped[keep], manual[keep], rtol=1e-8, atol=1e-12)
+    chunked = G.blank_out(m, IDS, t, replacement=UNK_ID, skip_special=False, batch_size=3)
+    np.testing.assert_allclose(chunked, full, rtol=1e-8, atol=1e-12)
+    # blank-out ignores the gradient score choice: always the probability
+    np.testing.assert_allclose(G.blank_out(m, IDS, mlm_target("logit"), replacement=UNK_ID, skip_special=False),
+                               full, rtol=1e-10)
+
+
+def test_blank_out_classifier_and_tokenizer():
+    c = model("bert", "sequence-classification")
+    t = G.ClassTarget(1)
+
+    class Tok:  # minimal stand-in for a Hugging Face tokenizer
+        cls_token_id, sep_token_id, pad_token_id, unk_token_id, mask_token_id = 2, 3, 0, UNK_ID, BASE_ID
+        bos_token_id = eos_token_id = None
+
+    with torch.no_grad():
+        p0 = torch.softmax(c(input_ids=IDS).logits[0], -1)[1].item()
+        ids = IDS.clone()
+        ids[0, 4] = UNK_ID
+        p4 = torch.softmax(c(input_ids=ids).logits[0], -1)[1].item()
+    bo = G.attribute(c, IDS, t, method="blank_out", tokenizer=Tok())
+    assert bo[4] == pytest.approx(p0 - p4, abs=1e-12)
+    assert bo[0] == 0 and bo[-1] == 0
+    np.testing.assert_array_equal(G.special_positions(IDS, None, Tok()), [1, 0, 0, 0, 0, 0, 0, 1])
+    # [MASK] baseline resolved through the tokenizer
+    np.testing.assert_allclose(G.integrated_gradients(c, IDS, t, tokenizer=Tok(), n_steps=8),
+                               G.integrated_gradients(c, IDS, t, baseline=BASE_ID, n_steps=8))
+
+
+# ---------------------------------------------------------------------------------------------
+# Random baseline, dispatch, errors
+# ---------------------------------------------------------------------------------------------
+def test_random_scores():
+    a = G.random_scores(8, seed=3)
+    assert a.shape == (8,) and np.all((a >= 0) & (a < 1))
+    np.testing.assert_array_equal(a, G.random_scores(8, seed=3))
+    assert not np.array_equal(a, G.random_scores(8, seed=4))
+    m = model("bert")
+    r = G.attribute(m, IDS, mlm_target(), method="random", level="layers", seed=3)
+    assert r.shape == (2, IDS.shape[1])
+
+
+def test_dispatch_matches_functions():
+    m = model("distilbert")
+    t = mlm_target()
+    np.testing.assert_array_equal(G.attribute(m, IDS, t, method="grad_l2"), G.grad_l2(m, IDS, t))
+    np.testing.assert_array_equal(G.attribute(m, IDS[0], t, method="grad_l2"), G.grad_l2(m, IDS, t))
+    assert set(G.METHODS) == {"grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients",
+                              "deeplift", "blank_out", "random"}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, c, b: G.attribute(m, IDS, mlm_target(), method="saliency"), "Unknown method"),
+    (lambda m, c, b: G.attribute(m, IDS, mlm_target(), level="heads"), "Unknown level"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.MLMTarget(8, TGT)), "out of range"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.MLMTarget(-1, TGT)), "out of range"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.MLMTarget(POS, 10_000)), "outside the vocabulary"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.MLMTarget(POS, TGT, score="logit_diff")), "foil"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.MLMTarget(POS, TGT, score="loss")), "Unknown MLM score"),
+    (lambda m, c, b: G.grad_l2(b, IDS, mlm_target()), "no head"),
+    (lambda m, c, b: G.grad_l2(c, IDS, mlm_target()), "masked-LM"),
+    (lambda m, c, b: G.grad_l2(m, IDS, G.ClassTarget(0)), "sequence classifier"),
+    (lambda m, c, b: G.grad_l2(c, IDS, G.ClassTarget(5)), "out of range"),
+    (lambda m, c, b: G.grad_l2(m, IDS, 3), "MLMTarget or a ClassTarget"),
+    (lambda m, c, b: G.grad_l2(m, IDS.float(), mlm_target()), "integer"),
+    (lambda m, c, b: G.grad_l2(m, torch.cat([IDS, IDS]), mlm_target()), "shape"),
+    (lambda m, c, b: G.blank_out(m, IDS, mlm_target()), "pass tokenizer"),
+    (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target()), "pass tokenizer"),
+    (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target(), baseline="cls"), "Unknown baseline token"),
+    (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target(), baseline=BASE_ID, aggregate="max"),
+     "Unknown aggregate"),
+    (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target(), baseline=BASE_ID, n_steps=1), "n_steps"),
+    (lambda m, c, b: G.attribute(m, IDS, mlm_target(), method="blank_out", level="layers", replacement=UNK_ID),
+     "only defined at level='input'"),
+])
+def test_errors(call, message):
+    m, c = model("bert"), model("bert", "sequence-classification")
+    b = model("bert", "base")
+    with pytest.raises(G.GradientAttributionError, match=message):
+        call(m, c, b)
