@@ -1,4 +1,11 @@
-"""cmixlib: context mixing in Transformer encoders."""
-from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path
+"""cmixlib: context mixing in Transformer encoders.
+
+Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists every method.
+"""
+from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path, default_model_name
+from .encoder import UnsupportedModelError
+from .attention import rollout, attention_flow, normalize_rows
+from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
+                   describe_methods, tokens)
 
 __version__ = "0.1.0"

@@ -1,0 +1,271 @@
+"""The public entry point :func:`context_mixing` and the registry of method names."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from . import norms
+from .attention import attention_flow, normalize_rows, rollout
+from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
+                      run_and_capture)
+from .value_zeroing import DISTANCES, value_zeroing_layer
+
+
+class InputError(ValueError):
+    """Bad input text or ids; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered context-mixing method."""
+
+    name: str
+    label: str
+    kind: str                 # "layer" (one map per layer) or "aggregated" (across layers)
+    reference: str
+    description: str
+    base: str | None = None   # for aggregated methods: the layer-wise method they roll out
+
+
+_REGISTRY: list[Method] = [
+    Method("attention", "W (attention)", "layer", "Vaswani et al. 2017",
+           "Raw attention weights averaged over heads."),
+    Method("attention_rollout", "Attention rollout", "aggregated", "Abnar & Zuidema 2020",
+           "Rollout of 0.5 A + 0.5 I.", base="attention"),
+    Method("attention_flow", "Attention flow", "aggregated", "Abnar & Zuidema 2020",
+           "Max-flow from each input token to each output token in the graph of 0.5 A + 0.5 I; rows normalised.",
+           base="attention"),
+    Method("attn_norm", "N", "layer", "Kobayashi et al. 2020",
+           "||sum_h alpha^h_ij f^h(x_j)||, f^h including the value bias."),
+    Method("attn_norm_res", "N-Res", "layer", "Kobayashi et al. 2021",
+           "N with the residual x_i added on the diagonal."),
+    Method("attn_norm_res_ln", "N-ResLN", "layer", "Kobayashi et al. 2021",
+           "N-Res vectors through the exact LN1 decomposition."),
+    Method("globenc_layer", "N-Enc", "layer", "Modarressi et al. 2022",
+           "N-ResLN vectors through the LN2 decomposition (FFN only via the LN2 scale)."),
+    Method("globenc", "GlobEnc", "aggregated", "Modarressi et al. 2022",
+           "Rollout of row-normalised N-Enc.", base="globenc_layer"),
+    Method("w_fixedres", "W-FixedRes", "layer", "Modarressi et al. 2022", "0.5 A + 0.5 I."),
+    Method("n_fixedres", "N-FixedRes", "layer", "Modarressi et al. 2022", "0.5 rownorm(N) + 0.5 I."),
+    Method("w_res", "W-Res", "layer", "Modarressi et al. 2022",
+           "Attention without its diagonal, mixed with I by N-Enc's context-mixing ratio."),
+    Method("alti_layer", "ALTI (layer)", "layer", "Ferrando et al. 2022",
+           "max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), y_i the LN1 output."),
+    Method("alti", "ALTI", "aggregated", "Ferrando et al. 2022",
+           "Rollout of row-normalised ALTI contributions.", base="alti_layer"),
+    Method("value_zeroing", "Value Zeroing", "layer", "Mohebbi et al. 2023",
+           "Distance between the layer output with token j's value zeroed and the original."),
+    Method("value_zeroing_rollout", "Value Zeroing rollout", "aggregated", "Mohebbi et al. 2023",
+           "Rollout of row-normalised Value Zeroing maps.", base="value_zeroing"),
+]
+METHODS: dict[str, Method] = {m.name: m for m in _REGISTRY}
+
+_LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "attention": norms.attention_mean,
+    "attn_norm": norms.attn_norm,
+    "attn_norm_res": norms.attn_norm_res,
+    "attn_norm_res_ln": norms.attn_norm_res_ln,
+    "globenc_layer": norms.globenc_layer,
+    "w_fixedres": norms.w_fixedres,
+    "n_fixedres": norms.n_fixedres,
+    "w_res": norms.w_res,
+    "alti_layer": norms.alti_layer,
+}
+
+
+def check_methods(methods: Sequence[str] | str | None) -> list[str]:
+    """Validate method names (None = all); unknown names raise with the list of valid ones."""
+    if methods is None:
+        return list(METHODS)
+    if isinstance(methods, str):
+        methods = [methods]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"Unknown method(s) {unknown}. Valid names: {', '.join(METHODS)}.")
+    return list(methods)
+
+
+def _unpack_model(model, tokenizer):
+    if hasattr(model, "model") and hasattr(model, "tokenizer") and not isinstance(model, torch.nn.Module):
+        return model.model, tokenizer or model.tokenizer
+    return model, tokenizer
+
+
+def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into padded ids and mask.
+
+    Returns (input_ids (B, n), attention_mask (B, n), is_batch).
+    """
+    limit = max_positions(model)
+    if isinstance(text, Mapping):
+        if "input_ids" not in text:
+            raise InputError("A mapping input must hold 'input_ids' (shape 1 x n or B x n).")
+        ids = torch.as_tensor(text["input_ids"])
+        if ids.ndim == 1:
+            ids = ids[None]
+        mask = torch.as_tensor(text["attention_mask"]) if text.get("attention_mask") is not None \
+            else torch.ones_like(ids)
+        if mask.ndim == 1:
+            mask = mask[None]
+        is_batch = ids.shape[0] > 1
+    else:
+        is_batch = not isinstance(text, str)
+        texts = [text] if isinstance(text, str) else list(text)
+        if not texts:
+            raise InputError("No text given: pass a non-empty string or a list of strings.")
+        for t in texts:
+            if not isinstance(t, str) or not t.strip():
+                raise InputError(f"Empty text {t!r}: context mixing needs at least one word.")
+        if tokenizer is None:
+            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
+        enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+    if ids.numel() == 0 or ids.shape[1] == 0:
+        raise InputError("Empty input_ids: nothing to analyse.")
+    lengths = mask.sum(dim=1)
+    if int(lengths.max()) > limit:
+        raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
+                         "shorten the text or split it into sentences.")
+    return ids.long(), mask.long(), is_batch
+
+
+def tokens(tokenizer, input_ids) -> list[str]:
+    """Token strings of one sequence of ids (for plot labels)."""
+    ids = torch.as_tensor(input_ids).flatten().tolist()
+    return tokenizer.convert_ids_to_tokens(ids)
+
+
+def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
+    if name == "value_zeroing":
+        return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"])
+                            for st in states])
+    fn = _LAYER_FUNCTIONS[name]
+    return torch.stack([fn(st) for st in states])
+
+
+def _place_rows(maps: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
+    if rows is None:
+        return maps
+    full = np.full((maps.shape[0], n, n), np.nan, dtype=maps.dtype)
+    full[:, rows] = maps
+    return full
+
+
+def _check_rows(rows, n: int) -> np.ndarray | None:
+    if rows is None:
+        return None
+    arr = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+    if arr.size == 0 or arr.min() < -n or arr.max() >= n:
+        raise InputError(f"rows={list(arr)} out of range for a sequence of {n} tokens.")
+    return np.unique(arr % n)
+
+
+def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, np.ndarray]:
+    n = len(keep)
+    rows = _check_rows(rows, n)
+    row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
+    full_states = layer_states(capture, mods, b, keep)
+    row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
+    specs = [METHODS[m] for m in methods]
+    need_full = {s.base for s in specs if s.kind == "aggregated"}
+    raw: dict[str, np.ndarray] = {}          # un-normalised maps over the selected rows
+    full: dict[str, np.ndarray] = {}         # un-normalised maps over all rows
+    for name in need_full:
+        full[name] = _layer_maps(full_states, name, options).cpu().numpy()
+    for s in specs:
+        if s.kind != "layer":
+            continue
+        if s.name in full:
+            raw[s.name] = full[s.name] if rows is None else full[s.name][:, rows]
+        else:
+            raw[s.name] = _layer_maps(row_states, s.name, options).cpu().numpy()
+    result: dict[str, np.ndarray] = {}
+    for s in specs:
+        if s.kind == "layer":
+            maps = normalize_rows(raw[s.name]) if options["normalize"] else raw[s.name]
+            result[s.name] = _place_rows(maps, rows, n)
+        elif s.name == "attention_rollout":
+            result[s.name] = rollout(full["attention"], add_identity=True)
+        elif s.name == "attention_flow":
+            flow = attention_flow(full["attention"], add_identity=True, rows=rows)
+            result[s.name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
+                _place_rows(normalize_rows(flow[:, rows]), rows, n)
+        else:
+            result[s.name] = rollout(full[s.base], add_identity=False, normalize=options["rollout_normalize"])
+            if not options["rollout_normalize"]:
+                result[s.name] = normalize_rows(result[s.name])
+    return result
+
+
+def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
+                   normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
+                   rollout_normalize: bool = True) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+    """Context-mixing maps of every requested method for one text (or a batch of texts).
+
+    Parameters
+    ----------
+    model, tokenizer:
+        A Hugging Face BERT / RoBERTa / ELECTRA / DistilBERT model (base or with a head) loaded with
+        eager attention, and its tokenizer; or a :class:`~cmixlib.models.ModelBundle` and None.
+    text:
+        A string, a list of strings (padded batch; returns a list of dicts, one per text), or a
+        mapping holding ``input_ids`` of shape (1, n) (optionally ``attention_mask``).
+    methods:
+        Names from :data:`METHODS` (None = all of them).
+    normalize:
+        Row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always rollouts of
+        row-normalised layer maps, without identity except ``attention_rollout``/``attention_flow``.
+    rows:
+        Only these query rows (e.g. the [MASK] position). Layer-wise maps get NaN in the other rows;
+        aggregated maps still need (and compute) every row of their layer maps.
+    vz_distance, vz_standardize:
+        Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
+        standardisation of representations (True, or a (mean, std) pair; Appendix A.1).
+    rollout_normalize:
+        False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ rollouts, as
+        GlobEnc's original code does; the final rows are then normalised.
+
+    Returns
+    -------
+    dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor.
+    """
+    model, tokenizer = _unpack_model(model, tokenizer)
+    methods = check_methods(methods)
+    if vz_distance not in DISTANCES:
+        raise ValueError(f"Unknown Value Zeroing distance {vz_distance!r}; choose one of {DISTANCES}.")
+    mods = encoder_layers(model)
+    ids, mask, is_batch = encode(model, tokenizer, text)
+    capture = run_and_capture(model, ids, mask)
+    options = dict(normalize=normalize, vz_distance=vz_distance, vz_standardize=vz_standardize,
+                   rollout_normalize=rollout_normalize)
+    with torch.no_grad():
+        results = [_one_sentence(mods, capture, b, keep, methods, rows, options)
+                   for b, keep in enumerate(iter_sentences(capture))]
+    return results if is_batch else results[0]
+
+
+def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
+    """Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
+    r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
+    (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``)."""
+    model, tokenizer = _unpack_model(model, tokenizer)
+    mods = encoder_layers(model)
+    ids, mask, is_batch = encode(model, tokenizer, text)
+    capture = run_and_capture(model, ids, mask)
+    out = []
+    with torch.no_grad():
+        for b, keep in enumerate(iter_sentences(capture)):
+            states = layer_states(capture, mods, b, keep)
+            out.append(torch.stack([norms.mixing_ratio(st, kind) for st in states]).cpu().numpy())
+    return out if is_batch else out[0]
+
+
+def describe_methods() -> Any:
+    """The registry as a pandas DataFrame (name, label, kind, reference, description)."""
+    import pandas as pd
+
+    return pd.DataFrame([m.__dict__ for m in _REGISTRY])

@@ -1,0 +1,282 @@
+"""Reading a post-LN encoder layer from outside: module adapters, one captured forward pass, and
+the per-token decomposition every norm-, ALTI- and Value-Zeroing-style method is built on.
+
+Notation for one layer (post-LN BERT family), token i receiving from token j, H heads::
+
+    v^h_j   = x_j W_V^h + b_V^h                      value vector of head h (value bias included)
+    f^h(x_j) = v^h_j W_O^h                           value vector mapped by head h's slice of W_O
+    F_ij    = sum_h alpha^h_ij f^h(x_j)               what j sends to i through attention
+    a_i     = sum_j F_ij + b_O                        attention-block output
+    p_i     = a_i + x_i                               LN1 input (residual added)
+    y_i     = LN1(p_i)                                LN1 output
+    q_i     = FFN(y_i) + y_i                          LN2 input
+    o_i     = LN2(q_i)                                layer output (= next layer's input)
+
+The model is never forked: weights are read from the modules, the layer input x and the attention
+probabilities alpha are captured from one ordinary forward pass (eager attention), and
+:meth:`LayerState.recompute_output` checks against the model's real output in the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+
+class UnsupportedModelError(TypeError):
+    """The model is not a post-LN BERT-family encoder that cmixlib can read."""
+
+
+SUPPORTED_FAMILIES = "BERT, RoBERTa (also XLM-R/CamemBERT), ELECTRA and DistilBERT encoders"
+
+
+@dataclass
+class LayerModules:
+    """The sub-modules of one encoder layer that the decomposition reads."""
+
+    layer: torch.nn.Module
+    query: torch.nn.Linear
+    key: torch.nn.Linear
+    value: torch.nn.Linear
+    out: torch.nn.Linear          # attention output projection W_O, b_O
+    ln1: torch.nn.LayerNorm       # post-attention LayerNorm
+    ffn_in: torch.nn.Linear
+    act: Callable[[torch.Tensor], torch.Tensor]
+    ffn_out: torch.nn.Linear
+    ln2: torch.nn.LayerNorm       # post-FFN LayerNorm
+    num_heads: int
+
+
+def _bert_like(layer: torch.nn.Module, num_heads: int) -> LayerModules:
+    att = layer.attention
+    return LayerModules(layer=layer, query=att.self.query, key=att.self.key, value=att.self.value,
+                        out=att.output.dense, ln1=att.output.LayerNorm, ffn_in=layer.intermediate.dense,
+                        act=layer.intermediate.intermediate_act_fn, ffn_out=layer.output.dense,
+                        ln2=layer.output.LayerNorm, num_heads=num_heads)
+
+
+def _distilbert(layer: torch.nn.Module, num_heads: int) -> LayerModules:
+    att = layer.attention
+    return LayerModules(layer=layer, query=att.q_lin, key=att.k_lin, value=att.v_lin, out=att.out_lin,
+                        ln1=layer.sa_layer_norm, ffn_in=layer.ffn.lin1, act=layer.ffn.activation,
+                        ffn_out=layer.ffn.lin2, ln2=layer.output_layer_norm, num_heads=num_heads)
+
+
+def encoder_layers(model: torch.nn.Module) -> list[LayerModules]:
+    """Adapters for every layer of a supported encoder (base model or any model with a head).
+
+    Raises :class:`UnsupportedModelError` with an explanation for anything else (decoders,
+    pre-LN models, unknown layouts).
+    """
+    base = getattr(model, "base_model", model)
+    cfg = getattr(model, "config", None)
+    if cfg is not None and (getattr(cfg, "is_decoder", False) or getattr(cfg, "is_encoder_decoder", False)):
+        raise UnsupportedModelError(
+            f"{type(model).__name__} is configured as a decoder; cmixlib supports {SUPPORTED_FAMILIES} "
+            "(bidirectional, post-LayerNorm). Load the encoder without is_decoder=True.")
+    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_heads", None)
+    enc = getattr(base, "encoder", None)
+    if enc is not None and hasattr(enc, "layer"):
+        layers = list(enc.layer)
+        if layers and hasattr(layers[0], "attention") and hasattr(getattr(layers[0].attention, "self", None), "value") \
+                and hasattr(layers[0], "intermediate"):
+            return [_bert_like(layer, heads) for layer in layers]
+    tr = getattr(base, "transformer", None)
+    if tr is not None and hasattr(tr, "layer"):
+        layers = list(tr.layer)
+        if layers and hasattr(layers[0], "sa_layer_norm"):
+            return [_distilbert(layer, heads) for layer in layers]
+    raise UnsupportedModelError(
+        f"cmixlib cannot read {type(model).__name__} (model_type={getattr(cfg, 'model_type', '?')!r}). "
+        f"Supported: {SUPPORTED_FAMILIES} loaded with transformers (e.g. AutoModel / AutoModelForMaskedLM "
+        "/ AutoModelForSequenceClassification). Other architectures (pre-LN, decoders, ALBERT's shared "
+        "layers, DeBERTa's relative attention) are not covered.")
+
+
+def max_positions(model: torch.nn.Module) -> int:
+    cfg = model.config
+    n = getattr(cfg, "max_position_embeddings", 512)
+    if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        n -= 2  # positions start after the padding index
+    return int(n)
+
+
+@dataclass
+class Capture:
+    """Everything one forward pass leaves behind: per-layer inputs, outputs and attentions."""
+
+    inputs: list[torch.Tensor]        # x of each layer, (B, n, d)
+    outputs: list[torch.Tensor]       # o of each layer, (B, n, d)
+    attentions: list[torch.Tensor]    # alpha of each layer, (B, H, n, n)
+    attention_mask: torch.Tensor      # (B, n) of 0/1
+    logits: Any = None
+
+
+@torch.no_grad()
+def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor | None = None, **forward_kwargs) -> Capture:
+    """One ordinary forward pass with hooks that keep each layer's input and output.
+
+    Attention probabilities come from ``output_attentions=True``; this needs eager attention
+    (``attn_implementation="eager"``), which :func:`cmixlib.load_model` and
+    :func:`cmixlib.random_model` request.
+    """
+    layers = encoder_layers(model)
+    if getattr(model.config, "_attn_implementation", "eager") != "eager":
+        try:
+            model.set_attn_implementation("eager")
+        except Exception as exc:  # pragma: no cover - depends on transformers internals
+            raise UnsupportedModelError(
+                "Attention weights need eager attention: load the model with "
+                "attn_implementation='eager'.") from exc
+    device = next(model.parameters()).device
+    input_ids = input_ids.to(device)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(device)
+    ins: list[torch.Tensor | None] = [None] * len(layers)
+    outs: list[torch.Tensor | None] = [None] * len(layers)
+    handles = []
+    for k, lm in enumerate(layers):
+        def pre_hook(mod, args, kwargs, k=k):
+            ins[k] = args[0] if args else kwargs["hidden_states"]
+        def post_hook(mod, args, kwargs, output, k=k):
+            outs[k] = output[0] if isinstance(output, tuple) else output
+        handles.append(lm.layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        handles.append(lm.layer.register_forward_hook(post_hook, with_kwargs=True))
+    try:
+        result = model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
+                       **forward_kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    attentions = list(result.attentions)
+    if len(attentions) != len(layers) or any(a is None for a in attentions):
+        raise UnsupportedModelError("The model did not return attention weights; load it with attn_implementation='eager'.")
+    return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask,
+                   logits=getattr(result, "logits", None))
+
+
+def layer_norm_scale(module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
+    """sqrt(Var_d(h) + eps) over the last dimension (biased variance, as LayerNorm uses)."""
+    return torch.sqrt(h.var(dim=-1, unbiased=False, keepdim=True) + module.eps)
+
+
+def layer_norm_linear(module: torch.nn.LayerNorm, v: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The linear part of a LayerNorm whose scale is frozen: gamma * (v - mean_d(v)) / scale.
+
+    For any split h = sum_k v_k, LN(h) = sum_k layer_norm_linear(v_k, s) + beta with
+    s = layer_norm_scale(h): this is the exact LayerNorm decomposition used by N-ResLN, ALTI and
+    GlobEnc (each summand centred by its own mean, all divided by the real scale of h).
+    """
+    return module.weight * (v - v.mean(dim=-1, keepdim=True)) / scale
+
+
+@dataclass
+class LayerState:
+    """One layer of one sentence (no padding), with the decomposition computed lazily.
+
+    Shapes: x, o (n, d); alpha (H, n, n). ``rows`` restricts the query rows i for which the
+    n x n x d tensors are built (default: all).
+    """
+
+    mods: LayerModules
+    x: torch.Tensor
+    alpha: torch.Tensor
+    o: torch.Tensor
+    rows: torch.Tensor | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def row_index(self) -> torch.Tensor:
+        return self.rows if self.rows is not None else torch.arange(self.n, device=self.x.device)
+
+    @cached_property
+    def head_vectors(self) -> torch.Tensor:
+        """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, shape (H, n, d)."""
+        m = self.mods
+        H = m.num_heads
+        v = m.value(self.x)                                   # (n, H*dh), value bias included
+        n, hd = v.shape
+        dh = hd // H
+        v = v.view(n, H, dh).transpose(0, 1)                  # (H, n, dh)
+        w_o = m.out.weight.view(m.out.weight.shape[0], H, dh)  # (d, H, dh)
+        return torch.einsum("hnk,dhk->hnd", v, w_o)
+
+    @cached_property
+    def attn_vectors(self) -> torch.Tensor:
+        """F_ij = sum_h alpha^h_ij f^h(x_j) for the selected rows i, shape (r, n, d)."""
+        a = self.alpha[:, self.row_index, :]                  # (H, r, n)
+        # batched over j: (n, r, H) @ (n, H, d) -> (n, r, d)
+        out = torch.bmm(a.permute(2, 1, 0), self.head_vectors.transpose(0, 1))
+        return out.transpose(0, 1)                            # (r, n, d)
+
+    @cached_property
+    def ln1_input(self) -> torch.Tensor:
+        """p_i = sum_j F_ij + b_O + x_i for all rows (n, d)."""
+        full = torch.einsum("hij,hjd->id", self.alpha, self.head_vectors)
+        return full + self.mods.out.bias + self.x
+
+    @cached_property
+    def ln1_output(self) -> torch.Tensor:
+        return self.mods.ln1(self.ln1_input)
+
+    @cached_property
+    def ln2_input(self) -> torch.Tensor:
+        y = self.ln1_output
+        m = self.mods
+        return m.ffn_out(m.act(m.ffn_in(y))) + y
+
+    def recompute_output(self) -> torch.Tensor:
+        """o_i = LN2(FFN(y_i) + y_i) from the decomposition (tests compare it to the model)."""
+        return self.mods.ln2(self.ln2_input)
+
+    @cached_property
+    def res_vectors(self) -> torch.Tensor:
+        """z_ij = F_ij + delta_ij x_i (the residual placed on the diagonal), (r, n, d)."""
+        z = self.attn_vectors.clone()
+        r = self.row_index
+        z[torch.arange(len(r), device=z.device), r] += self.x[r]
+        return z
+
+    @cached_property
+    def ln1_vectors(self) -> torch.Tensor:
+        """T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / s1_i, s1_i = sqrt(Var(p_i) + eps1), (r, n, d).
+
+        sum_j T_i(x_j) + gamma1 * (b_O - mean(b_O)) / s1_i + beta1 = LN1(p_i) exactly.
+        """
+        s = layer_norm_scale(self.mods.ln1, self.ln1_input[self.row_index])   # (r, 1)
+        return layer_norm_linear(self.mods.ln1, self.res_vectors, s[:, None, :])
+
+    @cached_property
+    def ln2_vectors(self) -> torch.Tensor:
+        """w_ij = gamma2 * (T_ij - mean(T_ij)) / s2_i, s2_i = sqrt(Var(q_i) + eps2) (GlobEnc's N-Enc).
+
+        The FFN is not decomposed: it only enters through the real scale s2_i of the LN2 input.
+        """
+        s = layer_norm_scale(self.mods.ln2, self.ln2_input[self.row_index])
+        return layer_norm_linear(self.mods.ln2, self.ln1_vectors, s[:, None, :])
+
+
+def iter_sentences(capture: Capture) -> list[torch.Tensor]:
+    """Positions of the real (unpadded) tokens of each sentence in a padded batch."""
+    return [torch.nonzero(m, as_tuple=False).flatten() for m in capture.attention_mask.bool()]
+
+
+def layer_states(capture: Capture, mods: list[LayerModules], b: int, keep: torch.Tensor,
+                 rows: torch.Tensor | None = None) -> list[LayerState]:
+    """The :class:`LayerState` of every layer for sentence ``b`` cropped to positions ``keep``.
+
+    Cropping is exact: padded keys receive attention weight exactly 0 (the additive mask is the
+    dtype's minimum), so the real tokens' computations never see padding.
+    """
+    return [LayerState(mods=m, x=capture.inputs[k][b, keep], o=capture.outputs[k][b, keep],
+                       alpha=capture.attentions[k][b][:, keep][:, :, keep], rows=rows)
+            for k, m in enumerate(mods)]
