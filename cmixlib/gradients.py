@@ -506,22 +506,62 @@ def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Targ
     return (out, _np(torch.stack(deltas))) if return_delta else out
 
 
+_ACTIVATION_NAMES = ("GELUActivation", "NewGELUActivation", "FastGELUActivation", "QuickGELUActivation",
+                     "AccurateGELUActivation", "GELUTanh", "SiLUActivation", "MishActivation")
+
+
+def _elementwise_activation_types() -> list[type]:
+    import transformers.activations as act
+
+    types: list[type] = [nn.GELU, nn.SiLU, nn.Mish]
+    types += [getattr(act, name) for name in _ACTIVATION_NAMES if isinstance(getattr(act, name, None), type)]
+    return types
+
+
+@contextlib.contextmanager
+def _deeplift_activations(enabled: bool) -> Iterator[None]:
+    """Temporarily give element-wise activation modules captum's DeepLift rescale rule."""
+    if not enabled:
+        yield
+        return
+    from captum.attr._core import deep_lift as dl
+
+    added = [t for t in _elementwise_activation_types() if t not in dl.SUPPORTED_NON_LINEAR]
+    for t in added:
+        dl.SUPPORTED_NON_LINEAR[t] = dl.nonlinear
+    try:
+        yield
+    finally:
+        for t in added:
+            dl.SUPPORTED_NON_LINEAR.pop(t, None)
+
+
 def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
              attention_mask: torch.Tensor | None = None, level: Level = "input",
              baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
-             aggregate: str = "sum", return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+             aggregate: str = "sum", rescale_activations: bool = True,
+             return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""DeepLift, rescale rule (captum ``LayerDeepLift``): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
 
     The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
-    that captum recognises **as an ``nn.Module``** (``nn.ReLU``, ``nn.Tanh``, ``nn.Sigmoid``,
-    ``nn.Softmax``, ...) is replaced by :math:`\Delta y / \Delta x` between input and baseline.
-    In Hugging Face encoders most non-linearities are *not* such modules: GELU is
-    ``transformers.activations.GELUActivation`` (a plain gradient), the attention softmax is
-    functional, LayerNorm is not a non-linearity for captum. Those are back-propagated with their
-    ordinary gradient at the input, so DeepLift is then close to gradient × (x − x') and the
-    summation-to-delta property holds only approximately: check ``return_delta``. Only the
-    ``nn.Tanh`` of the BERT/ELECTRA pooler and the ``nn.ReLU`` of DistilBERT's classifier get the
-    rescale rule. Captum's warning about setting hooks on non-linear modules is silenced.
+    that captum recognises **as an ``nn.Module`` of a known type** (``nn.ReLU``, ``nn.Tanh``,
+    ``nn.Sigmoid``, ``nn.Softmax``, ...) is replaced by the rescale multiplier
+    :math:`\Delta y / \Delta x` between input and baseline. Out of the box, most non-linearities
+    of a Hugging Face encoder are *not* such modules: the FFN's GELU is
+    ``transformers.activations.GELUActivation``, the attention softmax and RoBERTa's LM-head GELU
+    are functional calls, and LayerNorm is not treated as a non-linearity at all. Captum back-
+    propagates those with their ordinary gradient at the input, so plain captum DeepLift on BERT is
+    nearly gradient × (x − x') (exactly so for the MLM models here).
+
+    ``rescale_activations=True`` (default) registers, for this call only, the element-wise
+    activation modules of ``transformers.activations`` (GELU variants, SiLU, Mish) and ``nn.GELU``/
+    ``nn.SiLU`` with captum's rescale rule (by adding them to captum's module table and removing
+    them afterwards), so the FFN GELUs are handled as DeepLift prescribes.
+    ``rescale_activations=False`` gives captum's out-of-the-box behaviour. Either way the attention
+    softmax, the attention product and LayerNorm use plain gradients, so summation-to-delta
+    (:math:`\sum A = f(x) - f(x')`) holds only approximately: check ``return_delta``. The
+    ``nn.Tanh`` of the BERT/ELECTRA pooler and the ``nn.ReLU`` of DistilBERT's classifier always get
+    the rescale rule. Captum's warnings about hooks on non-linear modules are silenced.
 
     Baseline and ``aggregate`` as in :func:`integrated_gradients`. Returns ``(n,)``/``(L, n)``,
     with ``return_delta`` also :math:`\sum A - (f(x)-f(x'))` per row.
@@ -535,7 +575,7 @@ def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     rows, deltas = [], []
     for layer in attribution_layers(model, level):
         ldl = LayerDeepLift(fwd, layer, multiply_by_inputs=True)
-        with torch.enable_grad(), warnings.catch_warnings():
+        with torch.enable_grad(), warnings.catch_warnings(), _deeplift_activations(rescale_activations):
             warnings.filterwarnings("ignore", message=".*(hooks|non-linear|dtype of|Gradients cannot).*")
             attr, delta = ldl.attribute(ids, baselines=base_ids, additional_forward_args=(mask,),
                                         return_convergence_delta=True)

@@ -225,17 +225,41 @@ def test_integrated_gradients_options():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_deeplift_equals_gradient_times_delta_without_captum_nonlinearities(arch):
-    """MLM heads use GELUActivation / functional softmax, which captum's DeepLift does not
-    override, so DeepLift reduces to sum_d (x - x') * df/dx at the input (as documented)."""
+def test_deeplift_plain_captum_equals_gradient_times_delta(arch):
+    """Out of the box, captum's DeepLift does not override HF's GELUActivation or the functional
+    softmax, so on these MLMs it reduces to sum_d (x - x') * df/dx at the input (as documented).
+    With the activation rule (default) the FFN GELUs get the rescale rule and the result differs."""
     m = model(arch)
     t = mlm_target()
     x, g = hand_input_grad(m, IDS, t)
     xb = m.get_input_embeddings()(baseline_ids(IDS)).detach()[0]
-    dl = G.deeplift(m, IDS, t, baseline=BASE_ID)
-    np.testing.assert_allclose(dl, ((x - xb) * g).sum(-1).numpy(), rtol=1e-7, atol=1e-12)
+    plain = G.deeplift(m, IDS, t, baseline=BASE_ID, rescale_activations=False)
+    np.testing.assert_allclose(plain, ((x - xb) * g).sum(-1).numpy(), rtol=1e-7, atol=1e-12)
+    rescaled = G.deeplift(m, IDS, t, baseline=BASE_ID)
+    assert not np.allclose(rescaled, plain, rtol=1e-6, atol=0)
     layers = G.deeplift(m, IDS, t, baseline=BASE_ID, level="layers")
     assert layers.shape == (len(layer_blocks(m)), IDS.shape[1]) and np.all(np.isfinite(layers))
+
+
+@pytest.mark.filterwarnings("ignore:.*(require gradients|non-linear).*:UserWarning")
+def test_deeplift_activation_rule_is_exact_on_a_one_nonlinearity_net():
+    """For Linear -> GELUActivation -> Linear, DeepLift's rescale rule sums exactly to
+    f(x) - f(x'); with plain gradients through the GELU it does not. Also checks that captum's
+    module table is restored afterwards."""
+    from captum.attr import DeepLift
+    from captum.attr._core import deep_lift as dl
+    from transformers.activations import GELUActivation
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 7), GELUActivation(), torch.nn.Linear(7, 1)).double()
+    x, xb = torch.randn(1, 5, dtype=torch.float64), torch.zeros(1, 5, dtype=torch.float64)
+    before = dict(dl.SUPPORTED_NON_LINEAR)
+    with G._deeplift_activations(True):
+        _, d_rule = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
+    assert dl.SUPPORTED_NON_LINEAR == before
+    _, d_plain = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
+    assert abs(d_rule.item()) < 1e-10
+    assert abs(d_plain.item()) > 1e-4
 
 
 def test_deeplift_classifier_uses_rescale_rule():
