@@ -337,46 +337,78 @@ def encode_words(tokenizer: Any, words: Sequence[str], spaces: Sequence[bool] | 
     character span contains the first character of ``k``'s offset span. A word split into several
     sub-tokens owns all of them; a word that produces no sub-token (e.g. only whitespace) gets an
     empty list. Slow tokenizers (no offsets) fall back to encoding each word on its own and
-    concatenating; that is exact for WordPiece vocabularies only.
+    concatenating and wrapping in the special tokens (``build_inputs_with_special_tokens`` when the
+    tokenizer has it, else ``[CLS]``/``[SEP]`` or BOS/EOS); that is exact for WordPiece
+    vocabularies only.
     """
-    words = list(words)
+    return encode_words_batch(tokenizer, [words], None if spaces is None else [spaces])[0]
+
+
+def _join_words(words: Sequence[str], spaces: Sequence[bool] | None) -> tuple[str, list[tuple[int, int]]]:
     if spaces is None:
         spaces = [True] * (len(words) - 1) + [False]
-    starts, pieces, pos = [], [], 0
+    pieces, spans, pos = [], [], 0
     for word, space in zip(words, spaces):
-        starts.append(pos)
+        spans.append((pos, pos + len(word)))
         pieces.append(word + (" " if space else ""))
         pos += len(pieces[-1])
-    text = "".join(pieces)
-    spans = [(s, s + len(w)) for s, w in zip(starts, words)]
-    if getattr(tokenizer, "is_fast", False):
-        enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True,
-                        add_special_tokens=True)
-        ids = list(enc["input_ids"])
-        special = [k for k, m in enumerate(enc["special_tokens_mask"]) if m]
-        word_to_tokens: list[list[int]] = [[] for _ in words]
+    return "".join(pieces), spans
+
+
+def encode_words_batch(tokenizer: Any, batch_words: Sequence[Sequence[str]],
+                       batch_spaces: Sequence[Sequence[bool]] | None = None) -> list[EncodedWords]:
+    """:func:`encode_words` for many word sequences at once (one batched tokenizer call when the
+    tokenizer is fast). Returns one :class:`EncodedWords` per sequence, in order."""
+    joined = [_join_words(list(w), None if batch_spaces is None else batch_spaces[i])
+              for i, w in enumerate(batch_words)]
+    if not getattr(tokenizer, "is_fast", False):
+        return [_encode_words_slow(tokenizer, list(w), text) for w, (text, _) in zip(batch_words, joined)]
+    if not joined:
+        return []
+    enc = tokenizer([text for text, _ in joined], return_offsets_mapping=True,
+                    return_special_tokens_mask=True, add_special_tokens=True)
+    out = []
+    for b, (text, spans) in enumerate(joined):
+        ids = list(enc["input_ids"][b])
+        smask = enc["special_tokens_mask"][b]
+        special = [k for k, m in enumerate(smask) if m]
+        word_to_tokens: list[list[int]] = [[] for _ in spans]
         w = 0
-        for k, (a, b) in enumerate(enc["offset_mapping"]):
-            if enc["special_tokens_mask"][k] or b <= a:
+        for k, (a, e) in enumerate(enc["offset_mapping"][b]):
+            if smask[k] or e <= a:
                 continue
             # skip leading whitespace some tokenizers include in the offset span
-            while a < b and text[a].isspace():
+            while a < e and text[a].isspace():
                 a += 1
             while w < len(spans) and spans[w][1] <= a:
                 w += 1
             if w < len(spans) and spans[w][0] <= a < spans[w][1]:
                 word_to_tokens[w].append(k)
-        return EncodedWords(ids, word_to_tokens, special, text)
+        out.append(EncodedWords(ids, word_to_tokens, special, text))
+    return out
+
+
+def _encode_words_slow(tokenizer: Any, words: list[str], text: str) -> EncodedWords:
     # slow tokenizer: word-by-word
     body, word_to_tokens = [], []
     for word in words:
         piece = tokenizer.encode(word, add_special_tokens=False)
         word_to_tokens.append(list(range(len(body), len(body) + len(piece))))
         body.extend(piece)
-    ids = tokenizer.build_inputs_with_special_tokens(body)
-    mask = tokenizer.get_special_tokens_mask(body, already_has_special_tokens=False)
+    if hasattr(tokenizer, "build_inputs_with_special_tokens"):
+        ids = list(tokenizer.build_inputs_with_special_tokens(body))
+        mask = tokenizer.get_special_tokens_mask(body, already_has_special_tokens=False)
+        offset = next((k for k, m in enumerate(mask) if not m), 0)
+    else:  # wrap with [CLS]/[SEP] (or BOS/EOS) by hand
+        first = getattr(tokenizer, "cls_token_id", None)
+        first = first if first is not None else getattr(tokenizer, "bos_token_id", None)
+        last = getattr(tokenizer, "sep_token_id", None)
+        last = last if last is not None else getattr(tokenizer, "eos_token_id", None)
+        head, tail = ([first] if first is not None else []), ([last] if last is not None else [])
+        ids = head + body + tail
+        mask = [1] * len(head) + [0] * len(body) + [1] * len(tail)
+        offset = len(head)
     special = [k for k, m in enumerate(mask) if m]
-    offset = next(k for k, m in enumerate(mask) if not m) if body else 0
     word_to_tokens = [[k + offset for k in ks] for ks in word_to_tokens]
     return EncodedWords(list(ids), word_to_tokens, special, text)
 
@@ -676,16 +708,19 @@ def _check_subsets(subsets: Iterable[str] | None) -> list[str]:
     return [u for u in BLIMP_AGREEMENT_SUBSETS if u in uids]  # canonical order
 
 
-def _tokenize_blimp_record(tokenizer: Any, rec: dict) -> tuple[dict | None, str | None]:
+def _bad_words(rec: dict) -> list[str]:
+    words = list(rec["words"])
+    words[rec["target_word_index"]] = rec["foil_word"]
+    return words
+
+
+def _tokenize_blimp_record(tokenizer: Any, rec: dict, enc: EncodedWords,
+                           enc_bad: EncodedWords) -> tuple[dict | None, str | None]:
     """Tokenizer-level part of the BLiMP set; returns (example, None) or (None, drop_reason)."""
-    words, spaces, ti = rec["words"], rec["spaces"], rec["target_word_index"]
-    enc = encode_words(tokenizer, words, spaces)
+    words, ti = rec["words"], rec["target_word_index"]
     target_id = _single_token_id(tokenizer, enc, ti)
     if target_id is None:
         return None, "target_not_single_token"
-    bad_words = list(words)
-    bad_words[ti] = rec["foil_word"]
-    enc_bad = encode_words(tokenizer, bad_words, spaces)
     foil_id = _single_token_id(tokenizer, enc_bad, ti)
     if foil_id is None:
         return None, "foil_not_single_token"
@@ -729,11 +764,12 @@ def _split_half(examples: list[dict], seed: int) -> tuple[list[dict], list[dict]
 def _build_blimp_agreement(tokenizer, seed, subsets, progress):
     records = annotate_blimp(subsets, progress=progress)
     kept, drops = [], []
-    for rec in records:
-        if rec["drop_reason"] is not None:
-            drops.append((rec["uid"], rec["drop_reason"]))
-            continue
-        ex, reason = _tokenize_blimp_record(tokenizer, rec)
+    usable = [r for r in records if r["drop_reason"] is None]
+    drops = [(r["uid"], r["drop_reason"]) for r in records if r["drop_reason"] is not None]
+    encs = encode_words_batch(tokenizer, [r["words"] for r in usable], [r["spaces"] for r in usable])
+    encs_bad = encode_words_batch(tokenizer, [_bad_words(r) for r in usable], [r["spaces"] for r in usable])
+    for rec, enc, enc_bad in zip(usable, encs, encs_bad):
+        ex, reason = _tokenize_blimp_record(tokenizer, rec, enc, enc_bad)
         if ex is None:
             drops.append((rec["uid"], reason))
         else:
@@ -797,9 +833,8 @@ def blimp_agreement_counts(tokenizer: Any, seed: int = 42, subsets: Iterable[str
                    cue_fallback=sum(e["cue_rule"] != "dep" for e in kept))
         rows.append(row)
     df = pd.DataFrame(rows).set_index("uid")
-    total = df.drop(columns="paradigm").sum()
-    total["paradigm"] = "all"
-    df.loc["total"] = total
+    total = {"paradigm": "all", **df.drop(columns="paradigm").sum().to_dict()}
+    df.loc["total"] = pd.Series(total)
     return df
 
 
@@ -855,27 +890,27 @@ def load_sva(tokenizer: Any, limit: int | None = None, seed: int = 0, drop_is_ar
     order; None keeps all. ``max_length`` drops sentences with more sub-tokens than that.
     """
     df = load_linzen()
-    out = []
+    cands = []
     for idx, row in enumerate(df.itertuples(index=False)):
         good, bad = row.correct_form, row.wrong_form
-        if good == bad:
-            continue
-        if drop_is_are and {good, bad} == {"is", "are"}:
+        if good == bad or (drop_is_are and {good, bad} == {"is", "are"}):
             continue
         label = _verb_number(good, bad)
         if label is None:
             continue
         words = list(row.words)
-        vi = row.verb_index
-        words[vi] = good
-        enc = encode_words(tokenizer, words)
-        target_id = _single_token_id(tokenizer, enc, vi)
-        if target_id is None:
-            continue
+        words[row.verb_index] = good
         bad_words = list(words)
-        bad_words[vi] = bad
-        foil_id = _single_token_id(tokenizer, encode_words(tokenizer, bad_words), vi)
-        if foil_id is None:
+        bad_words[row.verb_index] = bad
+        cands.append((idx, row, words, bad_words, label))
+    encs = encode_words_batch(tokenizer, [c[2] for c in cands])
+    encs_bad = encode_words_batch(tokenizer, [c[3] for c in cands])
+    out = []
+    for (idx, row, words, _, label), enc, enc_bad in zip(cands, encs, encs_bad):
+        vi = row.verb_index
+        target_id = _single_token_id(tokenizer, enc, vi)
+        foil_id = _single_token_id(tokenizer, enc_bad, vi)
+        if target_id is None or foil_id is None:
             continue
         if max_length is not None and len(enc.input_ids) > max_length:
             continue
@@ -884,9 +919,9 @@ def load_sva(tokenizer: Any, limit: int | None = None, seed: int = 0, drop_is_ar
         input_ids[target_index] = tokenizer.mask_token_id
         out.append({"idx": idx, "sentence": row.sentence, "words": words, "verb_index": vi,
                     "input_ids": input_ids, "tokens": tokenizer.convert_ids_to_tokens(input_ids),
-                    "target_index": target_index, "target_word": good, "foil_word": bad,
-                    "target_id": target_id, "foil_id": foil_id, "label": label,
-                    "n_attractors": int(row.n_attractors)})
+                    "target_index": target_index, "target_word": row.correct_form,
+                    "foil_word": row.wrong_form, "target_id": target_id, "foil_id": foil_id,
+                    "label": label, "n_attractors": int(row.n_attractors)})
     if limit is not None and limit < len(out):
         rng = np.random.default_rng(seed)
         keep = sorted(rng.choice(len(out), size=limit, replace=False).tolist())
@@ -896,7 +931,7 @@ def load_sva(tokenizer: Any, limit: int | None = None, seed: int = 0, drop_is_ar
 
 __all__ = [
     "ANNOTATION_VERSION", "BLIMP_AGREEMENT_SUBSETS", "DataError", "DataFileNotFoundError",
-    "EncodedWords", "HATEXPLAIN_LABELS", "MNLI_LABEL2ID", "MalformedDataError",
+    "EncodedWords", "encode_words_batch", "HATEXPLAIN_LABELS", "MNLI_LABEL2ID", "MalformedDataError",
     "PAPER_BLIMP_AGREEMENT_TOTAL", "annotate_blimp", "blimp_agreement_counts", "cache_dir",
     "data_dir", "encode_words", "expand_contractions", "load_blimp", "load_blimp_agreement",
     "load_hatexplain", "load_linzen", "load_mnli", "load_sst2", "load_sst2_inputs", "load_sva",
