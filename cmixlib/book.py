@@ -80,6 +80,13 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*resume_download.*")
+    try:  # no "Loading weights" progress bars in the book's outputs
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except Exception:  # noqa: BLE001 - cosmetic only
+        pass
     import random
 
     import numpy as np
