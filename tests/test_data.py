@@ -303,13 +303,13 @@ def test_sva_filters_on_a_tiny_file(tokenizer, tmp_path, monkeypatch):
     lz = tmp_path / "linzen_agreement"
     lz.mkdir()
     (lz / "subj_agr_filtered.text").write_text(
-        "the dogs near the house bark loudly . <eos>\n"
+        "the dogs near the house run fast . <eos>\n"
         "the key to the cabinets is here . <eos>\n"
         "the boy who likes dogs lie here . <eos>\n"
         "the dog Does bark . <eos>\n"
         "the boy carries books . <eos>\n")
     (lz / "subj_agr_filtered.gold").write_text(
-        "5\tbark\tbarks\t1\n4\tis\tare\t1\n5\tlie\tlie\t1\n2\tDoes\tDo\t0\n2\tcarries\tcarry\t0\n")
+        "5\trun\truns\t1\n5\tis\tare\t1\n5\tlie\tlie\t1\n2\tDoes\tDo\t0\n2\tcarries\tcarry\t0\n")
     got = {it["idx"]: it for it in D.load_sva(tokenizer)}
     assert sorted(got) == [0, 3, 4]  # is/are and identical forms dropped
     assert [got[i]["label"] for i in (0, 3, 4)] == [D.PLURAL, D.SINGULAR, D.SINGULAR]
