@@ -66,7 +66,9 @@ completeness :math:`\sum_j A_j \approx f(x)-f(x')` holds for IG; ``aggregate="l2
 ``baseline`` ([MASK] by default, as in the ALTI code; also ``"pad"``, ``"unk"``, an id, or a full
 ``(1, n)`` id tensor) with the special tokens ([CLS]/[SEP]/<s>/</s>, padding) kept. Captum runs
 the model on it, so at layer :math:`\ell` the baseline is the layer-:math:`\ell` representation of
-that sequence.
+that sequence. (RoBERTa derives position ids from the pad id, so a ``"pad"`` baseline also moves
+the positions of the baseline; prefer ``"mask"`` there.) DeepLift's treatment of GELU, softmax and
+LayerNorm is described in :func:`deeplift`.
 
 **Special tokens.** With a ``tokenizer``, special positions are those holding its CLS/SEP/BOS/EOS/
 PAD ids; without one, the first and last attended positions. Padding (``attention_mask == 0``)
@@ -75,6 +77,7 @@ always counts as special.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Literal, Sequence, Union
@@ -430,7 +433,8 @@ def _stack(rows: list[torch.Tensor], level: Level) -> np.ndarray:
 
 
 def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-            attention_mask: torch.Tensor | None = None, level: Level = "input") -> np.ndarray:
+            attention_mask: torch.Tensor | None = None, level: Level = "input",
+            tokenizer: Any = None) -> np.ndarray:
     r"""Gradient norm :math:`s_j = \lVert \partial f / \partial x_j \rVert_2`.
 
     ``x_j``: word embedding of token j (``level="input"``) or ``hidden_states[ℓ][j]``
@@ -441,7 +445,8 @@ def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
 
 
 def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-                    attention_mask: torch.Tensor | None = None, level: Level = "input") -> np.ndarray:
+                    attention_mask: torch.Tensor | None = None, level: Level = "input",
+                    tokenizer: Any = None) -> np.ndarray:
     r"""Gradient × input, L2 over dims: :math:`s_j = \lVert (\partial f / \partial x_j) \odot x_j \rVert_2`.
 
     GlobEnc's saliency aggregation. Returns ``(n,)`` or ``(L, n)``.
@@ -451,7 +456,8 @@ def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *
 
 
 def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-                     attention_mask: torch.Tensor | None = None, level: Level = "input") -> np.ndarray:
+                     attention_mask: torch.Tensor | None = None, level: Level = "input",
+                     tokenizer: Any = None) -> np.ndarray:
     r"""Gradient × input, summed then absolute: :math:`s_j = \lvert (\partial f/\partial x_j)\cdot x_j \rvert`.
 
     Returns ``(n,)`` or ``(L, n)``.
@@ -641,7 +647,7 @@ def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np
 # --------------------------------------------------------------------------------------------
 def _random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                    attention_mask: torch.Tensor | None = None, level: Level = "input",
-                   seed: int = 0) -> np.ndarray:
+                   seed: int = 0, tokenizer: Any = None) -> np.ndarray:
     _check_level(level)
     ids, _, _ = _prepare(model, input_ids, attention_mask, target)
     return random_scores(ids.shape[1], num_layers=None if level == "input" else _num_layers(model), seed=seed)
@@ -672,8 +678,17 @@ def attribute(model: nn.Module, input_ids: torch.Tensor, target: Target, method:
 
     ``level="input"`` gives ``(n,)``, ``level="layers"`` ``(L, n)`` (blank-out: input only).
     ``options`` (e.g. ``attention_mask``, ``tokenizer``, ``baseline``, ``n_steps``, ``seed``)
-    go to the method.
+    go to the method; every method accepts ``attention_mask`` and ``tokenizer`` (the gradient
+    methods ignore the latter), an option a method does not take is an error.
     """
     if method not in METHODS:
         raise GradientAttributionError(f"Unknown method {method!r}; choose one of {sorted(METHODS)}.")
-    return METHODS[method](model, input_ids, target, level=level, **options)
+    func = METHODS[method]
+    allowed = set(inspect.signature(func).parameters) | (
+        set(inspect.signature(blank_out).parameters) if method == "blank_out" else set())
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise GradientAttributionError(
+            f"Method {method!r} does not take option(s) {unknown}; it takes "
+            f"{sorted(allowed - {'model', 'input_ids', 'target', 'options'})}.")
+    return func(model, input_ids, target, level=level, **options)

@@ -372,6 +372,7 @@ def test_dispatch_matches_functions():
     (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target(), baseline=BASE_ID, aggregate="max"),
      "Unknown aggregate"),
     (lambda m, c, b: G.integrated_gradients(m, IDS, mlm_target(), baseline=BASE_ID, n_steps=1), "n_steps"),
+    (lambda m, c, b: G.attribute(m, IDS, mlm_target(), method="grad_l2", n_steps=5), "does not take"),
     (lambda m, c, b: G.attribute(m, IDS, mlm_target(), method="blank_out", level="layers", replacement=UNK_ID),
      "only defined at level='input'"),
 ])
