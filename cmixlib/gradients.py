@@ -80,7 +80,7 @@ import contextlib
 import inspect
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Literal, Sequence, Union
+from typing import Any, Callable, Iterator, Literal, Union
 
 import numpy as np
 import torch
