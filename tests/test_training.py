@@ -1,0 +1,229 @@
+"""Tests for cmixlib.training: cache keys and reuse, tied/frozen MLM head, prompt loss, schedule.
+
+Everything runs on tiny random models with a 40-word tokenizer and a handful of steps.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cmixlib import random_model
+from cmixlib import training as T
+
+WORDS = ("the a dog dogs cat cats is are was were runs run good bad movie film very not "
+         "this that these those man men woman women sees see likes like boring great story plot "
+         "actor actors funny sad").split()
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(T.CACHE_ENV_VAR, str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import BertTokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
+
+
+def _mlm(tok, seed=0):
+    return random_model("bert", task="mlm", vocab=len(tok), hidden=16, layers=1, heads=2, seed=seed)
+
+
+TEXTS = ["the dog runs", "the dogs run very good", "this movie is not good", "the film was boring",
+         "these actors are funny", "that man sees the cat", "the women like the story",
+         "those cats were sad", "a great plot", "the actor likes this film"] * 3
+
+
+def _examples(tok, n=24):
+    pairs = [("the dog [MASK] good", "is", "are"), ("the dogs [MASK] good", "are", "is"),
+             ("the cat [MASK] sad", "was", "were"), ("the cats [MASK] sad", "were", "was")]
+    out = []
+    for i in range(n):
+        text, good, bad = pairs[i % 4]
+        ids = tok(text)["input_ids"]
+        out.append({"uid": "x", "input_ids": ids, "target_index": ids.index(tok.mask_token_id),
+                    "cue_indices": [2], "target_id": tok.convert_tokens_to_ids(good),
+                    "foil_id": tok.convert_tokens_to_ids(bad), "label": "singular"})
+    return out
+
+
+def _head(model):
+    names = T.mlm_head_param_names(model)
+    return {n: p.detach().clone() for n, p in model.named_parameters() if n in names}
+
+
+# ------------------------------------------------------------------------------- cache keys
+def test_cache_key_stable_and_sensitive():
+    a = T.cache_key("x", model="m", lr=1e-3, steps=10)
+    assert a == T.cache_key("x", steps=10, lr=1e-3, model="m")  # order does not matter
+    assert a != T.cache_key("x", model="m", lr=2e-3, steps=10)
+    assert a != T.cache_key("x", model="m2", lr=1e-3, steps=10)
+    assert a != T.cache_key("y", model="m", lr=1e-3, steps=10)
+    assert T.fingerprint_texts(["a", "b"]) != T.fingerprint_texts(["b", "a"])
+
+
+def test_cache_root_env(tmp_path, monkeypatch):
+    monkeypatch.setenv(T.CACHE_ENV_VAR, str(tmp_path / "elsewhere"))
+    assert T.model_cache_dir() == tmp_path / "elsewhere" / "models"
+    monkeypatch.delenv(T.CACHE_ENV_VAR)
+    assert T.model_cache_dir().parts[-2:] == (".cmix_cache", "models")
+
+
+def test_model_fingerprint_tracks_weights(tok):
+    m = _mlm(tok)
+    f = T.fingerprint_model(m)
+    assert f == T.fingerprint_model(_mlm(tok))
+    with torch.no_grad():
+        m.bert.encoder.layer[0].output.dense.bias[0] += 1e-3
+    assert f != T.fingerprint_model(m)
+
+
+# ------------------------------------------------------------------------------- MLM head
+def test_mlm_head_key_changes_and_cache_reused(tok, monkeypatch):
+    kw = dict(steps=5, batch_size=8, lr=1e-2, seed=1, progress=False)
+    m1, i1 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    assert not i1["from_cache"] and i1["data"]["n_texts"] == len(TEXTS)
+    head1 = _head(m1)
+    # same inputs: loaded from disk, no training (the training loop would fail)
+    monkeypatch.setattr(T, "make_linear_scheduler", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    m2, i2 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    assert i2["from_cache"] and i2["cache_key"] == i1["cache_key"]
+    for n, p in _head(m2).items():
+        assert torch.equal(p, head1[n])
+    # a changed setting or changed data retrains
+    with pytest.raises(AssertionError, match="trained"):
+        T.train_mlm_head((_mlm(tok), tok), TEXTS, **{**kw, "lr": 2e-2})
+    with pytest.raises(AssertionError, match="trained"):
+        T.train_mlm_head((_mlm(tok), tok), TEXTS[:-1], **kw)
+    with pytest.raises(AssertionError, match="trained"):
+        T.train_mlm_head((_mlm(tok, seed=5), tok), TEXTS, **kw)  # another base model
+    # only the head is stored
+    blob = torch.load(i1["cache_file"], weights_only=True)
+    assert set(blob["state_dict"]) == set(T.mlm_head_param_names(m1))
+
+
+def test_decoder_tied_to_word_embeddings(tok):
+    m, _ = T.train_mlm_head((_mlm(tok), tok), TEXTS, steps=3, batch_size=8, progress=False)
+    assert T.decoder_is_tied(m)
+    dec, emb = m.get_output_embeddings().weight, m.get_input_embeddings().weight
+    assert dec.data_ptr() == emb.data_ptr()
+    assert "cls.predictions.decoder.weight" not in T.mlm_head_param_names(m)
+    with torch.no_grad():
+        emb[7, 0] += 1.0
+    assert dec[7, 0] == emb[7, 0]
+
+
+def test_encoder_frozen_head_trained(tok):
+    m0 = _mlm(tok)
+    enc_before = {k: v.clone() for k, v in m0.bert.state_dict().items()}
+    head_before = _head(m0)
+    m, info = T.train_mlm_head((m0, tok), TEXTS, steps=10, batch_size=8, lr=1e-2, progress=False,
+                               use_cache=False)
+    for k, v in m.bert.state_dict().items():
+        assert torch.equal(v, enc_before[k]), k
+    changed = [n for n, p in _head(m).items() if not torch.equal(p, head_before[n])]
+    assert set(changed) == set(T.mlm_head_param_names(m))
+    assert info["settings"]["encoder"] == "frozen"
+    assert all(p.requires_grad for p in m.parameters())  # flags restored afterwards
+    acc = T.masked_word_accuracy(m, tok, TEXTS[:5])
+    assert 0.0 <= acc["accuracy"] <= 1.0 and acc["n_masked"] >= 5
+
+
+def test_head_training_deterministic(tok):
+    kw = dict(steps=4, batch_size=8, seed=3, progress=False, use_cache=False)
+    a, _ = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    b, _ = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    for n, p in _head(a).items():
+        assert torch.equal(p, _head(b)[n])
+
+
+def test_static_masking_only_non_special():
+    out = T.static_masking([[2, 10, 11, 12, 13, 14, 15, 3]], mask_prob=0.15, mask_id=4,
+                           special_ids={0, 2, 3}, seed=0)
+    masked, pos, orig = out[0]
+    assert len(pos) == 1 and pos[0] not in (0, 7) and masked[pos[0]] == 4 and orig == [10 + pos[0] - 1]
+
+
+# ------------------------------------------------------------------------------- prompt fine-tuning
+def test_prompt_loss_only_target_and_foil():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 20, requires_grad=True)
+    t, f = torch.tensor([1, 5, 7]), torch.tensor([2, 6, 1])
+    loss = T.prompt_loss(logits, t, f)
+    loss.backward()
+    g = logits.grad
+    keep = torch.zeros_like(g, dtype=torch.bool)
+    keep[torch.arange(3), t] = True
+    keep[torch.arange(3), f] = True
+    assert torch.all(g[~keep] == 0)
+    assert torch.all(g[torch.arange(3), t] < 0) and torch.all(g[torch.arange(3), f] > 0)
+    two = torch.stack([logits[torch.arange(3), t], logits[torch.arange(3), f]], -1)
+    assert torch.isclose(loss, -torch.log_softmax(two, -1)[:, 0].mean())
+
+
+def test_finetune_prompt_trains_copy_and_caches(tok, monkeypatch):
+    base = _mlm(tok)
+    before = T.fingerprint_model(base)
+    ex = _examples(tok)
+    kw = dict(epochs=10, batch_size=8, lr=1e-2, progress=False, test_examples=ex)
+    acc0 = T.mlm_agreement_accuracy(base, ex)
+    m, info = T.finetune_prompt(base, ex, **kw)
+    assert T.fingerprint_model(base) == before  # the input model is untouched
+    assert info["settings"]["total_steps"] == 30 and info["settings"]["warmup_steps"] == 3
+    assert info["accuracy"] == pytest.approx(T.mlm_agreement_accuracy(m, ex))
+    assert info["accuracy"] > max(acc0, 0.5)
+    monkeypatch.setattr(T, "prompt_loss", lambda *a: (_ for _ in ()).throw(AssertionError("trained")))
+    m2, info2 = T.finetune_prompt(base, ex, **kw)
+    assert info2["from_cache"] and T.fingerprint_model(m2) == T.fingerprint_model(m)
+    with pytest.raises(AssertionError, match="trained"):
+        T.finetune_prompt(base, ex, **{**kw, "warmup": 0.2})
+
+
+# ------------------------------------------------------------------------------- schedule
+def test_linear_schedule_values():
+    f = T.linear_schedule_factor
+    assert [f(s, 100, 10) for s in (0, 5, 10, 55, 100, 120)] == [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
+    assert f(0, 10, 0) == 1.0 and f(5, 10, 0) == 0.5
+    assert T.warmup_steps_for(95, 0.1) == 10 and T.warmup_steps_for(100, 0.1) == 10
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([p], lr=3e-5)
+    sched = T.make_linear_scheduler(opt, 20, 0.1)
+    lrs = []
+    for _ in range(20):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 0.0 and math.isclose(lrs[1], 1.5e-5) and math.isclose(lrs[2], 3e-5)
+    assert math.isclose(lrs[11], 3e-5 * 9 / 18) and lrs == sorted(lrs[:3]) + lrs[3:]
+    assert all(a >= b for a, b in zip(lrs[2:], lrs[3:]))
+
+
+# ------------------------------------------------------------------------------- classifier
+def test_train_classifier_tiny(tok, monkeypatch):
+    model = random_model("bert", task="sequence-classification", vocab=len(tok), hidden=16, layers=1,
+                         heads=2, num_labels=2)
+    xs = ["this movie is good", "a great story", "the film was bad", "a boring plot"] * 4
+    ys = [1, 1, 0, 0] * 4
+    data = {"train": (xs, ys), "dev": (xs[:4], ys[:4]), "train_pool": 16, "description": "toy"}
+    kw = dict(epochs=2, batch_size=4, lr=1e-3, progress=False, task_data=data)
+    b, info = T.train_classifier("sst2", bundle=(model, tok), **kw)
+    assert info["data"]["n_train"] == 16 and info["settings"]["total_steps"] == 8
+    assert 0.0 <= info["accuracy"] <= 1.0 and info["train_wall_s"] > 0
+    assert "dev_accuracy" in T.format_info(info)
+    fresh = random_model("bert", task="sequence-classification", vocab=len(tok), hidden=16, layers=1,
+                         heads=2, num_labels=2)
+    monkeypatch.setattr(T, "make_linear_scheduler", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    _, info2 = T.train_classifier("sst2", bundle=(fresh, tok), **kw)
+    assert info2["from_cache"]
+    assert T.fingerprint_model(fresh) == T.fingerprint_model(b[0])
+
+
+def test_label_ids():
+    assert T._label_ids(["entailment", "contradiction", "neutral"], "mnli") == [0, 2, 1]
+    assert T._label_ids(["normal", "hatespeech", "offensive"], "hatexplain") == [1, 0, 2]
+    assert T._label_ids([0, 1], "sst2") == [0, 1]
