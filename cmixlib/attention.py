@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
+from tqdm.auto import tqdm
 
 
 def _as_numpy(maps) -> np.ndarray:
@@ -62,6 +63,10 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     Solved with scipy's max-flow on integer capacities (scaled by 1e9; error below 1e-8 per edge).
     Flows to one sink from different sources are not additive, so rows are returned
     un-normalised; :func:`cmixlib.context_mixing` row-normalises them. ``rows`` restricts the sinks.
+
+    Cost: L * n^2 separate max-flow problems (one per layer, sink and source; flows from different
+    sources cannot share one solve), about a minute for n = 32 and 12 layers on 2 CPU cores. A
+    progress bar appears for large inputs; pass ``rows`` when only some rows are needed.
     """
     arr = _as_numpy(maps).astype(np.float64)
     if add_identity:
@@ -69,6 +74,8 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     num_layers, n, _ = arr.shape
     sinks = range(n) if rows is None else list(rows)
     out = np.full((num_layers, n, n), np.nan)
+    bar = tqdm(total=num_layers * len(sinks) * n, desc="attention flow (max-flow problems)",
+               disable=num_layers * len(sinks) * n < 5000, leave=False)
     for top in range(num_layers):
         # nodes: layer k token t -> k * n + t for k = 0..top+1
         size = (top + 2) * n
@@ -86,4 +93,6 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
             sink = (top + 1) * n + i
             for j in range(n):
                 out[top, i, j] = maximum_flow(graph, j, sink).flow_value / FLOW_SCALE
+            bar.update(n)
+    bar.close()
     return out
