@@ -1,0 +1,765 @@
+"""A registry of the papers' experiments, run by name, with results cached on disk.
+
+Each experiment is a function ``f(ctx) -> {frame_name: DataFrame}`` (the frame ``"result"`` is
+required) registered with :func:`register`. :func:`run_experiment` runs it (or loads it from the
+cache), writes every frame as CSV next to a JSON metadata sidecar and returns a :class:`RunResult`.
+
+**What every output states.** ``meta.json`` holds the experiment, the model asked for and the model
+actually used (:meth:`cmixlib.ModelBundle.describe`, which names an offline fallback), the data
+size, ``limit``, every setting (defaults merged with overrides), the wall time, the code version,
+the creation time, free-text notes (e.g. what could not be computed) and the published numbers the
+result is compared with (``paper.csv``; quotes from :mod:`cmixlib.paper_numbers`, never used in any
+computation).
+
+**Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
+``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version).
+The code version (:func:`code_version`) hashes the source of every ``cmixlib/*.py`` file, so any
+code change, a different model or any changed setting recomputes.
+
+Registered experiments (``cmix list``): see :data:`REGISTRY` and the ``describe`` text of each.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from . import evaluation as ev
+from . import paper_numbers as pn
+
+__all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
+           "list_experiments", "code_version", "results_root", "cache_key", "comparison_table"]
+
+CACHE_ENV_VAR = "CMIX_CACHE"
+
+
+# ============================================================================================
+# Registry, cache, runner
+# ============================================================================================
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    paper: str
+    func: Callable[["Context"], Mapping[str, pd.DataFrame]]
+    defaults: dict = field(default_factory=dict)
+    paper_numbers: Callable[[], pd.DataFrame] | None = None
+    compare: Callable[[Mapping[str, pd.DataFrame], pd.DataFrame], pd.DataFrame] | None = None
+    description: str = ""
+
+
+REGISTRY: dict[str, Experiment] = {}
+
+
+def register(name: str, *, title: str, paper: str, defaults: dict | None = None,
+             paper_numbers: Callable[[], pd.DataFrame] | None = None,
+             compare: Callable | None = None):
+    """Decorator adding ``func(ctx)`` to :data:`REGISTRY` under ``name``."""
+    def deco(func):
+        REGISTRY[name] = Experiment(name=name, title=title, paper=paper, func=func,
+                                    defaults=dict(defaults or {}), paper_numbers=paper_numbers,
+                                    compare=compare, description=(func.__doc__ or "").strip())
+        return func
+    return deco
+
+
+@dataclass
+class Context:
+    """What an experiment function receives."""
+
+    experiment: str
+    model: str
+    limit: int | None
+    settings: dict
+    progress: bool = True
+    notes: list[str] = field(default_factory=list)
+    info: dict = field(default_factory=dict)   # model_description, data_size, ... (goes to meta.json)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def tqdm(self, iterable, **kw):
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, disable=not self.progress, leave=False, **kw)
+
+
+@dataclass
+class RunResult:
+    frames: dict[str, pd.DataFrame]
+    meta: dict
+    directory: Path
+    from_cache: bool
+    paper: pd.DataFrame | None = None
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def result(self) -> pd.DataFrame:
+        return self.frames["result"]
+
+    def comparison(self) -> pd.DataFrame | None:
+        exp = REGISTRY.get(self.meta["experiment"])
+        if exp is None or exp.compare is None or self.paper is None:
+            return None
+        return exp.compare(self.frames, self.paper)
+
+
+def results_root() -> Path:
+    """``$CMIX_CACHE/results`` if set, else ``<repo>/.cmix_cache/results``."""
+    env = os.environ.get(CACHE_ENV_VAR, "").strip()
+    root = Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / ".cmix_cache"
+    return root / "results"
+
+
+def code_version() -> str:
+    """Hash (12 hex) of the source of every ``cmixlib/*.py`` file, in name order."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple, set)):
+        return [_jsonable(v) for v in (sorted(obj) if isinstance(obj, set) else obj)]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return repr(obj)
+
+
+def cache_key(experiment: str, model: str, limit: int | None, settings: Mapping, version: str) -> str:
+    blob = json.dumps(_jsonable({"experiment": experiment, "model": model, "limit": limit,
+                                 "settings": settings, "code_version": version}), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _resolve_model(model: str | None) -> str:
+    if model:
+        return model
+    from .models import default_model_name
+
+    return default_model_name()
+
+
+def _load_cached(directory: Path) -> tuple[dict[str, pd.DataFrame], dict, pd.DataFrame | None] | None:
+    meta_path = directory / "meta.json"
+    if not meta_path.exists():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        frames = {name: pd.read_csv(directory / f"{name}.csv") for name in meta["frames"]}
+        paper = pd.read_csv(directory / "paper.csv") if (directory / "paper.csv").exists() else None
+    except (OSError, ValueError, KeyError):
+        return None
+    return frames, meta, paper
+
+
+def run_experiment(name: str, model: str | None = None, limit: int | None = None,
+                   settings: Mapping[str, Any] | None = None, *, out: str | Path | None = None,
+                   use_cache: bool = True, progress: bool = True) -> RunResult:
+    """Run (or load from the cache) experiment ``name`` and write its files.
+
+    ``settings`` override the experiment's defaults (unknown keys are an error). ``out``: also copy
+    the files to this folder as ``<name>.<frame>.csv``, ``<name>.meta.json``, ``<name>.paper.csv``.
+    """
+    if name not in REGISTRY:
+        raise KeyError(f"Unknown experiment {name!r}. Known: {', '.join(sorted(REGISTRY))}")
+    exp = REGISTRY[name]
+    unknown = sorted(set(settings or {}) - set(exp.defaults))
+    if unknown:
+        raise ValueError(f"Experiment {name!r} has no setting(s) {unknown}; settings: {sorted(exp.defaults)}")
+    merged = {**exp.defaults, **(settings or {})}
+    model_name = _resolve_model(model)
+    version = code_version()
+    key = cache_key(name, model_name, limit, merged, version)
+    directory = results_root() / name / key
+    cached = _load_cached(directory) if use_cache else None
+    if cached is not None:
+        frames, meta, paper = cached
+        res = RunResult(frames=frames, meta=meta, directory=directory, from_cache=True, paper=paper,
+                        files=sorted(directory.iterdir()))
+    else:
+        ctx = Context(experiment=name, model=model_name, limit=limit, settings=merged, progress=progress)
+        t0 = time.perf_counter()
+        frames = dict(exp.func(ctx))
+        wall = time.perf_counter() - t0
+        if "result" not in frames:
+            raise RuntimeError(f"Experiment {name!r} returned no 'result' frame")
+        paper = exp.paper_numbers() if exp.paper_numbers is not None else None
+        from . import __version__
+
+        meta = {
+            "experiment": name, "title": exp.title, "paper": exp.paper,
+            "model_requested": model_name,
+            "model": ctx.info.pop("model_description", model_name),
+            "data_size": ctx.info.pop("data_size", None), "limit": limit, "settings": merged,
+            "wall_time_s": round(wall, 3), "code_version": version, "cmixlib_version": __version__,
+            "cache_key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "frames": list(frames), "notes": list(ctx.notes), "info": ctx.info,
+            "paper_numbers": (sorted(set(paper["source"])) if paper is not None and len(paper) else []),
+        }
+        directory.mkdir(parents=True, exist_ok=True)
+        for fname, df in frames.items():
+            df.to_csv(directory / f"{fname}.csv", index=False)
+        if paper is not None:
+            paper.to_csv(directory / "paper.csv", index=False)
+        (directory / "meta.json").write_text(json.dumps(_jsonable(meta), indent=2))
+        res = RunResult(frames=frames, meta=json.loads(json.dumps(_jsonable(meta))), directory=directory,
+                        from_cache=False, paper=paper, files=sorted(directory.iterdir()))
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        copied = []
+        for f in sorted(directory.iterdir()):
+            dest = out / f"{name}.{f.name}"
+            shutil.copyfile(f, dest)
+            copied.append(dest)
+        res.files = copied
+    return res
+
+
+def list_experiments() -> pd.DataFrame:
+    """Name, paper, title and default settings of every registered experiment."""
+    return pd.DataFrame([{"name": e.name, "paper": e.paper, "title": e.title,
+                          "settings": json.dumps(_jsonable(e.defaults))} for e in REGISTRY.values()])
+
+
+def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,
+                     ours_value: str = "mean", paper_filter: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Outer-merge our numbers with the paper's on ``on`` (e.g. ``["cmix_method", "condition"]``).
+
+    Columns: the keys, ``ours`` (+ ``ours_std`` if present), ``paper``, ``paper_std``,
+    ``paper_model``, ``paper_method`` (the printed label).
+    """
+    p = paper.copy()
+    for k, v in (paper_filter or {}).items():
+        p = p[p[k] == v]
+    p = p.rename(columns={"value": "paper", "std": "paper_std", "model": "paper_model", "method": "paper_method"})
+    keep = [c for c in on + ["paper", "paper_std", "paper_model", "paper_method"] if c in p.columns]
+    o = ours.rename(columns={ours_value: "ours", "std": "ours_std"})
+    okeep = [c for c in on + ["ours", "ours_std", "n"] if c in o.columns]
+    return o[okeep].merge(p[keep], on=on, how="outer")
+
+
+# ============================================================================================
+# Model and data helpers (monkeypatched in tests)
+# ============================================================================================
+def _load_mlm(ctx: Context, condition: str):
+    """``(bundle, info)`` for the pre-trained or prompt-fine-tuned MLM (cmixlib.training)."""
+    from . import training
+
+    if condition == "pretrained":
+        return training.load_mlm_model(ctx.model, evaluate=False, progress=ctx.progress)
+    if condition == "finetuned":
+        kw = {}
+        if ctx.settings.get("ft_epochs") is not None:
+            kw["epochs"] = ctx.settings["ft_epochs"]
+        if ctx.settings.get("ft_max_train_examples") is not None:
+            kw["max_train_examples"] = ctx.settings["ft_max_train_examples"]
+        return training.load_finetuned_mlm(ctx.model, progress=ctx.progress, **kw)
+    raise ValueError(f"condition must be 'pretrained' or 'finetuned', not {condition!r}")
+
+
+def _load_classifier(ctx: Context, task: str):
+    """``(bundle, info)``: a sequence classifier fine-tuned on ``task`` (cmixlib.training)."""
+    from . import training
+
+    return training.train_classifier(task, ctx.model, max_train_examples=ctx.settings.get("cls_max_train_examples"),
+                                     epochs=ctx.settings.get("cls_epochs", 2), progress=ctx.progress)
+
+
+def _load_base(ctx: Context):
+    from .models import load_model
+
+    return load_model(ctx.model)
+
+
+def _blimp(bundle, limit: int | None) -> list[dict]:
+    from . import data
+
+    ex = data.load_blimp_agreement(bundle.tokenizer, split="test")
+    return ex[:limit] if limit is not None else ex
+
+
+def _sst2(bundle, limit: int | None) -> list[dict]:
+    from . import data
+
+    return data.load_sst2_inputs(bundle.tokenizer, split="dev", limit=limit)
+
+
+def _sva(bundle, limit: int | None) -> list[dict]:
+    from . import data
+
+    return data.load_sva(bundle.tokenizer, limit=limit if limit is not None else 500, seed=0)
+
+
+def _describe(bundle, info: dict | None = None) -> str:
+    text = bundle.describe() if hasattr(bundle, "describe") else str(getattr(bundle, "name", bundle))
+    if info and info.get("accuracy") is not None:
+        text += f"; accuracy {info['accuracy']:.3f}"
+    return text
+
+
+def _ids(ex) -> "Any":
+    import torch
+
+    return torch.as_tensor([list(ex["input_ids"])], dtype=torch.long)
+
+
+#: VZ Figure 1-2 / Table 2 methods -> how to compute them.
+GRADIENT_METHODS = {"grad_x_input": "grad_x_input_l2", "integrated_gradients": "integrated_gradients",
+                    "deeplift": "deeplift", "grad_l2": "grad_l2"}
+VZ_LAYER_METHODS = ["random", "attention", "attn_norm", "attn_norm_res", "attn_norm_res_ln", "globenc_layer",
+                    "alti_layer", "value_zeroing", "grad_x_input", "integrated_gradients", "deeplift"]
+VZ_GLOBAL_METHODS = ["random", "attention_rollout", "rollout:attn_norm", "rollout:attn_norm_res",
+                     "rollout:attn_norm_res_ln", "globenc", "alti", "value_zeroing_rollout", "grad_x_input",
+                     "integrated_gradients", "deeplift"]
+
+
+def _grad_options(method: str, settings: Mapping) -> dict:
+    if method in ("integrated_gradients", "deeplift"):
+        opts = {"aggregate": settings.get("grad_aggregate", "l2")}
+        if method == "integrated_gradients":
+            opts["n_steps"] = settings.get("ig_steps", 20)
+        return opts
+    return {}
+
+
+def _mlm_target(ex, settings):
+    from .gradients import MLMTarget
+
+    return MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
+                     None if ex.get("foil_id") is None else int(ex["foil_id"]),
+                     score=settings.get("grad_score", "prob"))
+
+
+def _target_rows(bundle, ex, methods: list[str], settings: Mapping, *, level: str, seed: int) -> dict[str, np.ndarray]:
+    """Scores of the target row for each method: ``(L, n)`` (level="layers") or ``(n,)`` (global)."""
+    from . import core
+    from .attention import rollout
+    from .gradients import attribute
+
+    model, tok = bundle.model, bundle.tokenizer
+    ids = _ids(ex)
+    t = int(ex["target_index"])
+    n = ids.shape[1]
+    out: dict[str, np.ndarray] = {}
+    cm_methods = [m for m in methods if m in core.METHODS]
+    roll_bases = [m.split(":", 1)[1] for m in methods if m.startswith("rollout:")]
+    need = sorted(set(cm_methods) | set(roll_bases))
+    if need:
+        rows = [t] if not roll_bases and level == "layers" else None
+        maps = core.context_mixing(model, tok, {"input_ids": ids}, methods=need, rows=rows)
+        for m in cm_methods:
+            out[m] = maps[m][:, t, :] if level == "layers" else maps[m][-1, t, :]
+        for b in roll_bases:
+            r = rollout(maps[b], add_identity=False, normalize=True)
+            out[f"rollout:{b}"] = r[:, t, :] if level == "layers" else r[-1, t, :]
+    num_layers = None
+    for m in methods:
+        if m in GRADIENT_METHODS:
+            out[m] = np.asarray(attribute(model, ids, _mlm_target(ex, settings), method=GRADIENT_METHODS[m],
+                                          level=level, **_grad_options(m, settings)))
+            num_layers = out[m].shape[0] if level == "layers" else num_layers
+    if "random" in methods:
+        rng = np.random.default_rng(seed)
+        if level == "layers":
+            L = num_layers or len(__import__("cmixlib.encoder", fromlist=["encoder_layers"]).encoder_layers(model))
+            out["random"] = rng.uniform(size=(L, n))
+        else:
+            out["random"] = rng.uniform(size=n)
+    return {m: out[m] for m in methods}
+
+
+def _exclude_positions(ex, mode: str) -> list[int] | None:
+    if mode in (None, "none"):
+        return None
+    n = len(ex["input_ids"])
+    ex_pos: list[int] = []
+    if "special" in mode:
+        ex_pos += [0, n - 1]
+    if "target" in mode:
+        ex_pos.append(int(ex["target_index"]))
+    return sorted(set(ex_pos))
+
+
+# ============================================================================================
+# GlobEnc Figure 5: LN#1 / LN#2 outlier weights
+# ============================================================================================
+@register("globenc-fig5-ln-outliers", title="Correlation of LN#1 and LN#2 outlier weights per layer",
+          paper="GlobEnc (Figure 5)", defaults={"sigma": 3.0, "outliers": "union"})
+def globenc_fig5(ctx: Context) -> dict[str, pd.DataFrame]:
+    """Per layer: Pearson correlation between the LN#1 and LN#2 gains (gamma) on the outlier
+    dimensions (>= ``sigma`` std from the mean gain; ``outliers`` = "ln1", "ln2" or "union" of both
+    layers' outlier sets). Needs only the model weights. The paper prints no numbers (figure only)."""
+    from scipy.stats import pearsonr
+
+    from .encoder import encoder_layers
+
+    bundle = _load_base(ctx)
+    ctx.info["model_description"] = _describe(bundle)
+    layers = encoder_layers(bundle.model)
+    ctx.info["data_size"] = f"{len(layers)} layers (weights only)"
+    sigma, which = float(ctx.settings["sigma"]), ctx.settings["outliers"]
+    rows, weights = [], []
+    for i, mods in enumerate(layers):
+        g1 = mods.ln1.weight.detach().cpu().numpy().astype(float)
+        g2 = mods.ln2.weight.detach().cpu().numpy().astype(float)
+        o1 = np.abs(g1 - g1.mean()) >= sigma * g1.std()
+        o2 = np.abs(g2 - g2.mean()) >= sigma * g2.std()
+        sel = {"ln1": o1, "ln2": o2, "union": o1 | o2}[which]
+        k = int(sel.sum())
+        r = float(pearsonr(g1[sel], g2[sel]).statistic) if k >= 3 and np.ptp(g1[sel]) > 0 and np.ptp(g2[sel]) > 0 else float("nan")
+        rows.append({"layer": i + 1, "pearson": r, "n_outlier_dims": k, "n_ln1_outliers": int(o1.sum()),
+                     "n_ln2_outliers": int(o2.sum()), "corr_all_dims": float(np.corrcoef(g1, g2)[0, 1])})
+        weights += [{"layer": i + 1, "dim": d, "ln1": g1[d], "ln2": g2[d], "outlier": bool(sel[d])}
+                    for d in range(g1.size)]
+    return {"result": pd.DataFrame(rows), "weights": pd.DataFrame(weights)}
+
+
+# ============================================================================================
+# ALTI Figure 6: normalised rank of special tokens
+# ============================================================================================
+def _cls_methods(settings) -> list[str]:
+    return list(settings["methods"])
+
+
+def _alti_fig6_compare(frames, paper):
+    ours = frames["result"].rename(columns={"method": "cmix_method"})
+    return comparison_table(ours, paper, ["cmix_method"])
+
+
+@register("alti-fig6-special-ranks", title="Mean normalised rank of [CLS]/[SEP]/./, on SST-2",
+          paper="ALTI (Figure 6)",
+          defaults={"condition": "finetuned", "methods": ["attention", "attention_rollout",
+                                                          "rollout:attn_norm_res_ln", "alti", "grad_l2"],
+                    "rank_scheme": "dense", "cls_epochs": 2, "cls_max_train_examples": 2000},
+          paper_numbers=pn.alti_repo_special_token_ranks, compare=_alti_fig6_compare)
+def alti_fig6(ctx: Context) -> dict[str, pd.DataFrame]:
+    """For each SST-2 dev sentence, the final-layer [CLS] row of each method is turned into normalised
+    dense ranks and the ranks of [CLS], [SEP], "." and "," are averaged; then the mean over sentences.
+    ``condition="finetuned"`` trains an SST-2 classifier (cmixlib.training); ``"pretrained"`` uses
+    the bare encoder (no gradient method then). Paper numbers: the ALTI repository's values."""
+    from . import core
+    from .attention import rollout
+    from .gradients import ClassTarget, attribute
+
+    s = ctx.settings
+    if s["condition"] == "finetuned":
+        bundle, info = _load_classifier(ctx, "sst2")
+    else:
+        bundle, info = _load_base(ctx), None
+    ctx.info["model_description"] = _describe(bundle, info)
+    examples = _sst2(bundle, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    methods = _cls_methods(s)
+    if s["condition"] != "finetuned" and "grad_l2" in methods:
+        methods = [m for m in methods if m not in GRADIENT_METHODS]
+        ctx.note("gradient methods skipped: the pre-trained encoder has no classification head")
+    cm = [m for m in methods if m in core.METHODS]
+    bases = [m.split(":", 1)[1] for m in methods if m.startswith("rollout:")]
+    per: dict[str, list[float]] = {m: [] for m in methods}
+    for ex in ctx.tqdm(examples, desc="sentences"):
+        ids = _ids(ex)
+        vecs = {}
+        if cm or bases:
+            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids},
+                                       methods=sorted(set(cm) | set(bases)))
+            for m in cm:
+                vecs[m] = maps[m][-1, 0]
+            for b in bases:
+                vecs[f"rollout:{b}"] = rollout(maps[b])[-1, 0]
+        for m in methods:
+            if m in GRADIENT_METHODS:
+                vecs[m] = attribute(bundle.model, ids, ClassTarget(None, score="prob"), method=GRADIENT_METHODS[m])
+        for m in methods:
+            per[m].append(ev.special_token_rank(vecs[m], ex["tokens"], scheme=s["rank_scheme"]))
+    df = ev.correlation_table(per)
+    return {"result": df}
+
+
+# ============================================================================================
+# Value Zeroing §5: cue alignment per layer and method
+# ============================================================================================
+@register("vz-cue-alignment", title="Layer-wise cue alignment (dot, AP, probes-needed) on BLiMP agreement",
+          paper="Value Zeroing (Figures 1, 2, A.2)",
+          defaults={"condition": "pretrained", "methods": VZ_LAYER_METHODS, "exclude": "none",
+                    "ties": "optimistic", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 20,
+                    "ft_epochs": None, "ft_max_train_examples": None, "seed": 0})
+def vz_cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
+    """For each BLiMP agreement test example, the [MASK] row of every method at every layer is
+    normalised (negatives clipped) and compared with the binary cue vector: dot product, average
+    precision, probes-needed. Gradients are taken w.r.t. each layer's input representations of the
+    MLM score (``grad_score``: "prob" = softmax over target and foil). ``exclude``: "none" (default,
+    as the paper), "special", "target" or "special+target", with renormalisation. The paper shows
+    these as heat maps only (no printed numbers)."""
+    s = ctx.settings
+    bundle, info = _load_mlm(ctx, s["condition"])
+    ctx.info["model_description"] = _describe(bundle, info)
+    examples = _blimp(bundle, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    rows = []
+    for i, ex in enumerate(ctx.tqdm(examples, desc=f"cue alignment ({s['condition']})")):
+        maps = _target_rows(bundle, ex, list(s["methods"]), s, level="layers", seed=int(s["seed"]) * 100003 + i)
+        rows += ev.alignment_rows(maps, ex["cue_indices"], example_id=i,
+                                  exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
+    per_ex = pd.DataFrame(rows)
+    agg = ev.aggregate_alignment(per_ex)
+    agg.insert(0, "condition", s["condition"])
+    return {"result": agg}
+
+
+# ============================================================================================
+# Value Zeroing §6: MDL probing per layer, and Table 2
+# ============================================================================================
+def _mask_states(bundle, examples, ctx) -> np.ndarray:
+    """(L+1, N, d) hidden states at the target position."""
+    import torch
+
+    feats = []
+    base = bundle.model
+    with torch.no_grad():
+        for ex in ctx.tqdm(examples, desc="hidden states"):
+            out = base(input_ids=_ids(ex), output_hidden_states=True)
+            feats.append(torch.stack([h[0, int(ex["target_index"])] for h in out.hidden_states]).cpu().numpy())
+    return np.stack(feats, axis=1)
+
+
+def _vz_table2_compare(frames, paper):
+    ours = frames["result"].rename(columns={"method": "cmix_method", "spearman": "mean"})
+    ours["condition"] = ours["condition"].map({"pretrained": "pre-trained", "finetuned": "fine-tuned"})
+    return comparison_table(ours, paper, ["cmix_method", "condition"])
+
+
+@register("vz-mdl-probing", title="MDL probing of number at [MASK] per layer, and its Spearman with cue alignment",
+          paper="Value Zeroing (Figure 3, Table 2)",
+          defaults={"condition": "pretrained", "methods": VZ_LAYER_METHODS, "blocks": [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25, 50, 100],
+                    "probe_hidden": 128, "probe_seed": 0, "alignment_metric": "dot", "exclude": "none",
+                    "ties": "optimistic", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 20,
+                    "ft_epochs": None, "ft_max_train_examples": None, "seed": 0},
+          paper_numbers=pn.vz_table2, compare=_vz_table2_compare)
+def vz_mdl(ctx: Context) -> dict[str, pd.DataFrame]:
+    """Compression (online-code MDL, :func:`cmixlib.probing.mdl_probe`, bits) of singular/plural from
+    the [MASK] hidden state of layers 0..L (0 = embeddings), then Spearman's rho over layers 1..L
+    between compression and each method's mean layer-wise cue alignment (``alignment_metric``; map
+    of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
+    run with the same model, limit and settings (cached)."""
+    from .probing import mdl_by_layer
+
+    s = ctx.settings
+    bundle, info = _load_mlm(ctx, s["condition"])
+    ctx.info["model_description"] = _describe(bundle, info)
+    examples = _blimp(bundle, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    labels = np.array([1 if ex["label"] == "plural" else 0 for ex in examples])
+    feats = _mask_states(bundle, examples, ctx)
+    comp = mdl_by_layer(feats, labels, blocks=s["blocks"], hidden=s["probe_hidden"], seed=s["probe_seed"])
+    comp.insert(0, "condition", s["condition"])
+    align_keys = ["condition", "methods", "exclude", "ties", "grad_score", "grad_aggregate", "ig_steps",
+                  "ft_epochs", "ft_max_train_examples", "seed"]
+    align = run_experiment("vz-cue-alignment", ctx.model, ctx.limit, {k: s[k] for k in align_keys},
+                           progress=ctx.progress).result
+    ctx.note(f"alignment from vz-cue-alignment cache {align_key_note(align)}")
+    a = align[align.metric == s["alignment_metric"]]
+    c = comp.set_index("layer")["compression"]
+    rows = []
+    for m, g in a.groupby("method", sort=False):
+        g = g.sort_values("layer")
+        x = g["mean"].to_numpy()
+        y = np.array([c[k + 1] for k in g["layer"]])
+        rows.append({"condition": s["condition"], "method": m, "spearman": ev.spearman(x, y),
+                     "n_layers": len(x), "alignment_metric": s["alignment_metric"]})
+    return {"result": pd.DataFrame(rows), "compression": comp}
+
+
+def align_key_note(df: pd.DataFrame) -> str:
+    return f"({df['method'].nunique()} methods, {df['layer'].nunique()} layers)"
+
+
+# ============================================================================================
+# Value Zeroing §7: faithfulness (Table 3)
+# ============================================================================================
+def _vz_table3_compare(frames, paper):
+    ours = frames["result"].rename(columns={"method": "cmix_method"})
+    ours["condition"] = ours["condition"].map({"pretrained": "pre-trained", "finetuned": "fine-tuned"})
+    return comparison_table(ours, paper, ["cmix_method", "condition"])
+
+
+@register("vz-faithfulness", title="Spearman of aggregated scores with blank-out at [MASK]",
+          paper="Value Zeroing (Table 3)",
+          defaults={"condition": "pretrained", "methods": VZ_GLOBAL_METHODS, "replacement": "unk",
+                    "exclude": "special+target", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 20,
+                    "ft_epochs": None, "ft_max_train_examples": None, "seed": 0},
+          paper_numbers=pn.vz_table3, compare=_vz_table3_compare)
+def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
+    """Per BLiMP test example: blank-out scores p(t|x) - p(t|x with token i -> [UNK]) (probability
+    over target and foil only), and each method's global score for the [MASK] row (rollout of the
+    layer maps; gradients w.r.t. the input word embeddings). Spearman per example over the positions
+    left after ``exclude`` (default: [CLS], [SEP] and the target, whose blank-out score is 0 by
+    construction), then mean ± std."""
+    from .gradients import MLMTarget, blank_out
+
+    s = ctx.settings
+    bundle, info = _load_mlm(ctx, s["condition"])
+    ctx.info["model_description"] = _describe(bundle, info)
+    examples = _blimp(bundle, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    per: dict[str, list[float]] = {m: [] for m in s["methods"]}
+    for i, ex in enumerate(ctx.tqdm(examples, desc=f"faithfulness ({s['condition']})")):
+        t = int(ex["target_index"])
+        bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
+                       replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
+        scores = _target_rows(bundle, ex, list(s["methods"]), s, level="input", seed=int(s["seed"]) * 100003 + i)
+        excl = _exclude_positions(ex, s["exclude"])
+        for m, v in scores.items():
+            per[m].append(ev.per_example_spearman([v], [bo], exclude=excl)[0])
+    df = ev.correlation_table(per, condition=s["condition"])
+    return {"result": df}
+
+
+# ============================================================================================
+# ALTI Table 2
+# ============================================================================================
+def _alti_t2_compare(frames, paper):
+    return comparison_table(frames["result"].rename(columns={"method": "cmix_method"}), paper,
+                            ["cmix_method", "task"])
+
+
+@register("alti-table2", title="Spearman of final-layer relevance with grad-l2 (SST-2) and blank-out (SVA)",
+          paper="ALTI (Table 2)",
+          defaults={"tasks": ["sst2", "sva"], "methods": ["attention", "attention_rollout",
+                                                          "rollout:attn_norm_res_ln", "alti"],
+                    "include_special": True, "blankout_replacement": "mask", "cls_epochs": 2,
+                    "cls_max_train_examples": 2000},
+          paper_numbers=lambda: pd.concat([pn.alti_table2(), pn.alti_repo_correlations()], ignore_index=True),
+          compare=_alti_t2_compare)
+def alti_table2(ctx: Context) -> dict[str, pd.DataFrame]:
+    """SST-2 (dev split, a classifier fine-tuned by cmixlib.training): Spearman between the
+    final-layer [CLS] row of each method and grad-l2 of the predicted class probability w.r.t. the
+    word embeddings. SVA (Linzen data, pre-trained MLM, ``limit`` or 500 random sentences): Spearman
+    between the [MASK] row and blank-out (token -> ``blankout_replacement``, probability of the
+    correct verb over {correct, wrong}). [CLS]/[SEP] included unless ``include_special`` is False."""
+    from .gradients import ClassTarget, MLMTarget, attribute, blank_out
+
+    s = ctx.settings
+    tables, descs, sizes = [], [], {}
+    for task in s["tasks"]:
+        if task == "sst2":
+            bundle, info = _load_classifier(ctx, "sst2")
+            examples = _sst2(bundle, ctx.limit)
+        elif task == "sva":
+            bundle, info = _load_mlm(ctx, "pretrained")
+            examples = _sva(bundle, ctx.limit)
+        else:
+            raise ValueError(f"unknown task {task!r}")
+        descs.append(f"{task}: {_describe(bundle, info)}")
+        sizes[task] = len(examples)
+        per: dict[str, list[float]] = {m: [] for m in s["methods"]}
+        for ex in ctx.tqdm(examples, desc=f"ALTI Table 2 ({task})"):
+            ids = _ids(ex)
+            t = int(ex["target_index"])
+            if task == "sst2":
+                ref = attribute(bundle.model, ids, ClassTarget(None, score="prob"), method="grad_l2")
+            else:
+                ref = blank_out(bundle.model, ids, MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
+                                replacement=s["blankout_replacement"], tokenizer=bundle.tokenizer,
+                                skip_special=False)
+            sc = _target_rows(bundle, {**ex, "target_index": t}, list(s["methods"]), {}, level="input", seed=0)
+            excl = None if s["include_special"] else [0, -1]
+            for m, v in sc.items():
+                per[m].append(ev.per_example_spearman([v], [ref], exclude=excl)[0])
+        tables.append(ev.correlation_table(per, task="SST-2" if task == "sst2" else "SVA"))
+    ctx.info["model_description"] = " | ".join(descs)
+    ctx.info["data_size"] = sizes
+    return {"result": pd.concat(tables, ignore_index=True)}
+
+
+# ============================================================================================
+# GlobEnc Table 1, Figure 3, Table 2
+# ============================================================================================
+GLOBENC_METHODS = ["attention", "w_fixedres", "w_res", "attn_norm", "n_fixedres", "attn_norm_res",
+                   "attn_norm_res_ln", "globenc_layer"]
+_TASK_LABEL = {"sst2": "SST-2", "mnli": "MNLI", "hatexplain": "HateXplain"}
+
+
+def _globenc_compare(frames, paper):
+    r = frames["result"]
+    last = r[(r.aggregation == "rollout") & (r.layer == r.layer.max())].rename(columns={"method": "cmix_method"})
+    return comparison_table(last, paper, ["cmix_method", "task"], paper_filter={"table": "Table 1"})
+
+
+@register("globenc-correlations", title="Spearman of [CLS] attribution rows with gradient×input saliency, per layer",
+          paper="GlobEnc (Table 1, Figure 3, Table 2)",
+          defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": True,
+                    "saliency_level": "embeddings", "cls_epochs": 2, "cls_max_train_examples": 2000},
+          paper_numbers=pn.globenc_table1, compare=_globenc_compare)
+def globenc_correlations(ctx: Context) -> dict[str, pd.DataFrame]:
+    """For each validation example of a fine-tuned classifier: saliency = ||dz_c/de_j ⊙ e_j||_2 with
+    z_c the true-class logit and e_j the embedding-layer output (``hidden_states[0]``; level
+    "layers" row 0 of cmixlib.gradients); Spearman with the [CLS] row of (a) the rollout up to each
+    layer (Table 1 = last layer, Figure 3 = all layers) and (b) each single layer map (Table 2
+    "Indiv."). Rollout without identity, rows normalised (``rollout_normalize``)."""
+    from . import core
+    from .attention import rollout
+    from .gradients import ClassTarget, attribute
+
+    s = ctx.settings
+    frames, descs, sizes = [], [], {}
+    for task in s["tasks"]:
+        bundle, info = _load_classifier(ctx, task)
+        descs.append(f"{task}: {_describe(bundle, info)}")
+        examples = _classification_inputs(bundle, task, ctx.limit)
+        sizes[task] = len(examples)
+        per: dict[tuple[str, str, int], list[float]] = {}
+        for ex in ctx.tqdm(examples, desc=f"GlobEnc ({task})"):
+            ids = _ids(ex)
+            if s["saliency_level"] == "embeddings":
+                sal = attribute(bundle.model, ids, ClassTarget(int(ex["label"])), method="grad_x_input_l2",
+                                level="layers")[0]
+            else:
+                sal = attribute(bundle.model, ids, ClassTarget(int(ex["label"])), method="grad_x_input_l2")
+            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=list(s["methods"]))
+            for m in s["methods"]:
+                rolled = rollout(maps[m], add_identity=False, normalize=bool(s["rollout_normalize"]))
+                for layer in range(maps[m].shape[0]):
+                    per.setdefault((m, "rollout", layer + 1), []).append(ev.spearman(rolled[layer, 0], sal))
+                    per.setdefault((m, "individual", layer + 1), []).append(ev.spearman(maps[m][layer, 0], sal))
+        rows = [{"task": _TASK_LABEL[task], "method": m, "aggregation": agg, "layer": layer, **ev.mean_std(v)}
+                for (m, agg, layer), v in per.items()]
+        frames.append(pd.DataFrame(rows))
+    ctx.info["model_description"] = " | ".join(descs)
+    ctx.info["data_size"] = sizes
+    return {"result": pd.concat(frames, ignore_index=True)}
+
+
+def _classification_inputs(bundle, task: str, limit: int | None) -> list[dict]:
+    from . import data
+
+    if task == "sst2":
+        return _sst2(bundle, limit)
+    from . import training
+
+    d = training.classification_data(task, max_dev_examples=limit)
+    xs, ys = d["dev"]
+    out = []
+    for x, y in zip(xs, ys):
+        enc = bundle.tokenizer(*x) if isinstance(x, (list, tuple)) else bundle.tokenizer(x)
+        ids = enc["input_ids"][:512]
+        out.append({"input_ids": ids, "label": int(y), "target_index": 0})
+    return out[:limit] if limit is not None else out
