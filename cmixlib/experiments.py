@@ -110,7 +110,18 @@ class RunResult:
         exp = REGISTRY.get(self.meta["experiment"])
         if exp is None or exp.compare is None or self.paper is None:
             return None
-        return exp.compare(self.frames, self.paper)
+        comp = exp.compare(self.frames, self.paper)
+        if comp is None or "paper_model" not in comp.columns:
+            return comp
+        # one paper model per row: ours if the paper has it, else the papers' main model
+        models = set(comp["paper_model"].dropna())
+        if len(models) > 1:
+            want = self.meta.get("model_requested")
+            want = want if want in models else "bert-base-uncased"
+            comp = comp[comp["paper_model"].isna() | (comp["paper_model"] == want)]
+        if "n" in comp.columns:
+            comp = comp.assign(n=comp["n"].astype("Int64"))
+        return comp.reset_index(drop=True)
 
 
 def results_root() -> Path:
@@ -247,10 +258,12 @@ def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,
     Columns: the keys, ``ours`` (+ ``ours_std`` if present), ``paper``, ``paper_std``,
     ``paper_model``, ``paper_method`` (the printed label).
     """
-    p = paper.copy()
+    p = paper.drop(columns=["paper"], errors="ignore")
     for k, v in (paper_filter or {}).items():
         p = p[p[k] == v]
-    p = p.rename(columns={"value": "paper", "std": "paper_std", "model": "paper_model", "method": "paper_method"})
+    if "method" in p.columns:
+        p["paper_method"] = p["method"]
+    p = p.rename(columns={"value": "paper", "std": "paper_std", "model": "paper_model"})
     keep = [c for c in on + ["paper", "paper_std", "paper_model", "paper_method"] if c in p.columns]
     o = ours.rename(columns={ours_value: "ours", "std": "ours_std"})
     okeep = [c for c in on + ["ours", "ours_std", "n"] if c in o.columns]
@@ -332,9 +345,10 @@ VZ_GLOBAL_METHODS = ["random", "attention_rollout", "rollout:attn_norm", "rollou
                      "integrated_gradients", "deeplift"]
 
 
-def _grad_options(method: str, settings: Mapping) -> dict:
+def _grad_options(method: str, settings: Mapping, tokenizer=None) -> dict:
     if method in ("integrated_gradients", "deeplift"):
-        opts = {"aggregate": settings.get("grad_aggregate", "l2")}
+        # baseline: every non-special token -> [MASK] (cmixlib.gradients default)
+        opts = {"aggregate": settings.get("grad_aggregate", "l2"), "tokenizer": tokenizer}
         if method == "integrated_gradients":
             opts["n_steps"] = settings.get("ig_steps", 20)
         return opts
@@ -375,7 +389,7 @@ def _target_rows(bundle, ex, methods: list[str], settings: Mapping, *, level: st
     for m in methods:
         if m in GRADIENT_METHODS:
             out[m] = np.asarray(attribute(model, ids, _mlm_target(ex, settings), method=GRADIENT_METHODS[m],
-                                          level=level, **_grad_options(m, settings)))
+                                          level=level, **_grad_options(m, settings, tok)))
             num_layers = out[m].shape[0] if level == "layers" else num_layers
     if "random" in methods:
         rng = np.random.default_rng(seed)

@@ -1,0 +1,234 @@
+"""The `cmix` command, the experiment cache and result files; experiments run on tiny fakes."""
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cmixlib
+from cmixlib import cli
+from cmixlib import experiments as X
+from cmixlib import paper_numbers as pn
+
+SEEDS = Path("/work/shared/seeds")
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path / "cache"))
+    yield
+
+
+@pytest.fixture
+def fake_experiment():
+    calls = {"n": 0}
+
+    @X.register("fake-tiny", title="A fake experiment", paper="none", defaults={"alpha": 1, "beta": "x"},
+                paper_numbers=lambda: pd.DataFrame({"method": ["m"], "value": [0.5], "std": [np.nan],
+                                                    "model": ["paper-model"], "source": ["fake source"]}),
+                compare=lambda frames, paper: X.comparison_table(frames["result"], paper, ["method"]))
+    def fake(ctx):
+        calls["n"] += 1
+        ctx.info["model_description"] = f"fake model {ctx.model}"
+        ctx.info["data_size"] = ctx.limit or 10
+        ctx.note("a note")
+        return {"result": pd.DataFrame({"method": ["m"], "mean": [ctx.settings["alpha"] / 10], "n": [ctx.limit or 10]}),
+                "extra": pd.DataFrame({"x": [1, 2]})}
+
+    yield calls
+    X.REGISTRY.pop("fake-tiny", None)
+
+
+def test_cmix_list_names_every_experiment(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ["globenc-fig5-ln-outliers", "alti-fig6-special-ranks", "vz-cue-alignment", "vz-mdl-probing",
+                 "vz-faithfulness", "alti-table2", "globenc-correlations"]:
+        assert name in out
+
+
+def test_cache_hit_and_miss(fake_experiment):
+    r1 = X.run_experiment("fake-tiny", model="m1", limit=3, progress=False)
+    assert not r1.from_cache and fake_experiment["n"] == 1
+    r2 = X.run_experiment("fake-tiny", model="m1", limit=3, progress=False)
+    assert r2.from_cache and fake_experiment["n"] == 1
+    pd.testing.assert_frame_equal(r1.result, r2.result)
+    # a changed setting, limit or model recomputes
+    X.run_experiment("fake-tiny", model="m1", limit=3, settings={"alpha": 2}, progress=False)
+    assert fake_experiment["n"] == 2
+    X.run_experiment("fake-tiny", model="m1", limit=4, progress=False)
+    assert fake_experiment["n"] == 3
+    X.run_experiment("fake-tiny", model="m2", limit=3, progress=False)
+    assert fake_experiment["n"] == 4
+    # setting equal to the default = same key
+    X.run_experiment("fake-tiny", model="m1", limit=3, settings={"alpha": 1}, progress=False)
+    assert fake_experiment["n"] == 4
+    X.run_experiment("fake-tiny", model="m1", limit=3, use_cache=False, progress=False)
+    assert fake_experiment["n"] == 5
+
+
+def test_code_version_enters_the_key():
+    k1 = X.cache_key("e", "m", 1, {"a": 1}, "v1")
+    assert k1 == X.cache_key("e", "m", 1, {"a": 1}, "v1")
+    assert k1 != X.cache_key("e", "m", 1, {"a": 1}, "v2")
+    assert re.fullmatch(r"[0-9a-f]{12}", X.code_version())
+
+
+def test_result_file_format(fake_experiment, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["run", "fake-tiny", "--model", "m1", "--limit", "5", "--set", "alpha=3",
+                     "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "fake model m1" in printed and "data size: 5" in printed and "paper" in printed
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["fake-tiny.extra.csv", "fake-tiny.meta.json", "fake-tiny.paper.csv", "fake-tiny.result.csv"]
+    meta = json.loads((out / "fake-tiny.meta.json").read_text())
+    for key in ["experiment", "model", "model_requested", "data_size", "limit", "settings", "wall_time_s",
+                "code_version", "cache_key", "created", "frames", "notes", "paper_numbers"]:
+        assert key in meta
+    assert meta["settings"] == {"alpha": 3, "beta": "x"} and meta["data_size"] == 5
+    assert meta["model"] == "fake model m1" and meta["notes"] == ["a note"]
+    assert meta["paper_numbers"] == ["fake source"]
+    res = pd.read_csv(out / "fake-tiny.result.csv")
+    assert res["mean"].iloc[0] == pytest.approx(0.3)
+
+
+def test_bad_names_and_settings(fake_experiment, capsys):
+    assert cli.main(["run", "no-such-experiment", "--quiet"]) == 2
+    assert cli.main(["run", "fake-tiny", "--set", "gamma=1", "--quiet"]) == 2
+    with pytest.raises(ValueError):
+        X.run_experiment("fake-tiny", settings={"gamma": 1})
+
+
+def test_parse_set_json_values():
+    assert cli._parse_set(["a=1", "b=[\"x\", \"y\"]", "c=special", "d=null"]) == {
+        "a": 1, "b": ["x", "y"], "c": "special", "d": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper numbers: tidy, labelled, and spot-checked against the seed texts
+# ---------------------------------------------------------------------------------------------
+def test_paper_numbers_are_tidy_and_sourced():
+    df = pn.all_numbers()
+    assert list(df.columns) == pn.COLUMNS
+    assert df["source"].notna().all() and df["value"].notna().all()
+    t2 = pn.vz_table2().set_index(["method", "condition"])["value"]
+    assert t2[("Value Zeroing", "pre-trained")] == 0.65 and t2[("DL", "fine-tuned")] == -1.00
+    t1 = pn.globenc_table1()
+    row = t1[(t1.table == "Table 1") & (t1.method == "N-Enc") & (t1.task == "MNLI")].iloc[0]
+    assert (row.value, row["std"]) == (0.78, 0.09)
+
+
+@pytest.mark.skipif(not SEEDS.exists(), reason="seed texts not available")
+def test_paper_numbers_match_seed_texts():
+    ge = (SEEDS / "004_70eb0824793a5e5d.txt").read_text()
+    pairs = [(float(a), float(b)) for a, b in
+             re.findall(r"<math>\s*([+\-]?[0-9]*\.[0-9]+)\s*\\pm\s*([0-9]*\.[0-9]+)\s*</math>", ge)]
+    t1, t2 = pn.globenc_table1(), pn.globenc_table2()
+    ours = (list(zip(t1[t1.table == "Table 1"].value, t1[t1.table == "Table 1"]["std"])) + list(zip(t2.value, t2["std"]))
+            + list(zip(t1[t1.table == "Table A.1"].value, t1[t1.table == "Table A.1"]["std"]))
+            + list(zip(t1[t1.table == "Table A.2"].value, t1[t1.table == "Table A.2"]["std"])))
+    assert ours == pairs
+    vz = (SEEDS / "000_fe783fb7abf3a85b.txt").read_text()
+    blocks = re.findall(r"Method\t\$\\rho\^\{\\text\{PT\}\}\$\t\$\\rho\^\{\\text\{FT\}\}\$\n(.*?)\n\n", vz, re.S)
+    for blk, fn in zip(blocks, [pn.vz_table2, pn.vz_table3]):
+        seed = [tuple(float(x) for x in re.findall(r"-?\d+\.\d+", line)[-2:]) for line in blk.strip().split("\n")]
+        d = fn()
+        assert list(zip(d.value[::2], d.value[1::2])) == seed
+    alti = (SEEDS / "001_c0619d2968849a22.txt").read_text()
+    i = alti.index("Attn Rollout\t0.23")
+    seed = [(float(a), float(b)) for a, b in re.findall(r"(-?\d+\.\d+) \\pm (\d+\.\d+)", alti[i:i + 600])][:18]
+    d = pn.alti_table2()
+    assert list(zip(d.value, d["std"])) == seed
+
+
+# ---------------------------------------------------------------------------------------------
+# The real experiments, on a tiny random model and fake examples
+# ---------------------------------------------------------------------------------------------
+TOK = SimpleNamespace(pad_token_id=0, cls_token_id=1, sep_token_id=2, unk_token_id=3, mask_token_id=4)
+
+
+@dataclass
+class FakeBundle:
+    model: object
+    tokenizer: object = field(default_factory=lambda: TOK)
+    name: str = "random-tiny"
+    notes: list = field(default_factory=list)
+
+    def describe(self):
+        return "random tiny bert (test)"
+
+
+def _examples(n=8, length=8, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ids = [1] + rng.integers(5, 100, length - 2).tolist() + [2]
+        out.append({"input_ids": ids, "target_index": 3, "target_id": 10, "foil_id": 11, "cue_indices": [1],
+                    "label": "plural" if i % 2 else "singular", "tokens": ["[CLS]"] + ["w", "."] * ((length - 2) // 2) + ["[SEP]"]})
+    return out
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    mlm = FakeBundle(cmixlib.random_model("bert", task="mlm", layers=2, seed=1))
+    cls = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, seed=2, num_labels=2))
+    base = FakeBundle(cmixlib.random_model("bert", layers=3, seed=3))
+    monkeypatch.setattr(X, "_load_mlm", lambda ctx, condition: (mlm, {"accuracy": 0.5}))
+    monkeypatch.setattr(X, "_load_classifier", lambda ctx, task: (cls, {"accuracy": 0.5}))
+    monkeypatch.setattr(X, "_load_base", lambda ctx: base)
+    monkeypatch.setattr(X, "_blimp", lambda bundle, limit: _examples(limit or 8))
+    monkeypatch.setattr(X, "_sst2", lambda bundle, limit: [dict(e, target_index=0, label=i % 2)
+                                                          for i, e in enumerate(_examples(limit or 4, seed=1))])
+    monkeypatch.setattr(X, "_sva", lambda bundle, limit: _examples(limit or 4, seed=2))
+    monkeypatch.setattr(X, "_classification_inputs", lambda bundle, task, limit: [
+        dict(e, target_index=0, label=i % 2) for i, e in enumerate(_examples(limit or 4, seed=3))])
+
+
+FAST = {"ig_steps": 3}
+
+
+def test_vz_cue_alignment_runs_on_fakes(fakes):
+    r = X.run_experiment("vz-cue-alignment", model="fake", limit=3, settings=FAST, progress=False)
+    df = r.result
+    assert set(df.method) == set(X.VZ_LAYER_METHODS)
+    assert set(df.metric) == {"dot", "ap", "probes_needed"} and set(df.layer) == {0, 1}
+    dot = df[df.metric == "dot"]["mean"]
+    assert ((dot >= 0) & (dot <= 1)).all()
+    assert r.meta["data_size"] == 3 and "random tiny bert" in r.meta["model"]
+
+
+def test_vz_mdl_and_table2_on_fakes(fakes):
+    r = X.run_experiment("vz-mdl-probing", model="fake", limit=8, settings={**FAST, "probe_hidden": 0},
+                         progress=False)
+    comp = r.frames["compression"]
+    assert list(comp.layer) == [0, 1, 2] and (comp.compression > 0).all()
+    assert set(r.result.method) == set(X.VZ_LAYER_METHODS)
+    c = r.comparison()
+    assert {"ours", "paper", "paper_method"} <= set(c.columns)
+    assert (c.dropna(subset=["paper"]).paper_model == "bert-base-uncased").all()
+
+
+def test_vz_faithfulness_on_fakes(fakes):
+    r = X.run_experiment("vz-faithfulness", model="fake", limit=3, settings=FAST,
+                         progress=False)
+    assert set(r.result.method) == set(X.VZ_GLOBAL_METHODS)
+    assert r.result["n"].max() <= 3
+
+
+def test_model_only_and_cls_experiments_on_fakes(fakes):
+    r = X.run_experiment("globenc-fig5-ln-outliers", model="fake", progress=False)
+    assert list(r.result.layer) == [1, 2, 3]
+    r = X.run_experiment("alti-fig6-special-ranks", model="fake", limit=2, progress=False)
+    vals = r.result.set_index("method")["mean"]
+    assert ((vals > 0) & (vals <= 1)).all() and "grad_l2" in vals.index
+    r = X.run_experiment("globenc-correlations", model="fake", limit=3, progress=False)
+    assert set(r.result.aggregation) == {"rollout", "individual"} and set(r.result.layer) == {1, 2}
+    assert r.comparison() is not None
+    r = X.run_experiment("alti-table2", model="fake", limit=2, progress=False)
+    assert set(r.result.task) == {"SST-2", "SVA"}
