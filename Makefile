@@ -26,6 +26,8 @@ test: $(STAMP)
 #   without npm the build still works, only widgets stay static text. MathJax is vendored.
 # - The execution cache is keyed on code, not on CMIX_MODEL/CMIX_QUICK, so it is cleared
 #   whenever one of them differs from the previous build.
+# - tools/check_site.py then checks the site offline (links, no CDN scripts, no error outputs);
+#   it reports problems without failing the target (`--browser` adds a headless Chromium check).
 WIDGETS_JS := book/_static/vendor/html-manager/embed.js
 book: $(STAMP)
 	@test -f $(WIDGETS_JS) || { command -v npm >/dev/null && tmp=$$(mktemp -d) \
@@ -40,6 +42,7 @@ book: $(STAMP)
 	    rm -rf _build/.jupyter_cache _build/.doctrees _build/html _build/jupyter_execute; fi; \
 	  echo "$$now" > _build/.cmix_env
 	$(VENV)/bin/jupyter-book build . --builder html
+	-$(PY) tools/check_site.py --quiet
 
 book-clean:
 	rm -rf _build

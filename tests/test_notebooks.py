@@ -56,6 +56,7 @@ def _error_outputs(nb) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not NOTEBOOKS, reason="no notebooks yet")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs_in_quick_mode(path):
