@@ -16,7 +16,24 @@ computation).
 The code version (:func:`code_version`) hashes the source of every ``cmixlib/*.py`` file, so any
 code change, a different model or any changed setting recomputes.
 
-Registered experiments (``cmix list``): see :data:`REGISTRY` and the ``describe`` text of each.
+Registered experiments (``cmix list``; each function's docstring gives the exact recipe):
+
+=============================  ===========================================  ====================
+name                           what                                         needs
+=============================  ===========================================  ====================
+globenc-fig5-ln-outliers       LN#1/LN#2 outlier-gain correlation per layer model weights only
+alti-fig6-special-ranks        normalised rank of [CLS]/[SEP]/./, (SST-2)   SST-2 classifier*
+vz-cue-alignment               dot / AP / probes-needed per layer × method  MLM (+ fine-tuned)*
+vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM, vz-cue-alignment
+vz-faithfulness                Spearman with blank-out, VZ Table 3          MLM (+ fine-tuned)*
+alti-table2                    Spearman with grad-l2 (SST-2), blank-out     classifier*, MLM*
+                               (SVA), ALTI Table 2
+globenc-correlations           Spearman with G×I saliency per layer,        classifier(s)*
+                               GlobEnc Table 1 / Figure 3 / Table 2
+=============================  ===========================================  ====================
+
+(*) trained and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such
+head (e.g. the offline MiniLM fallback); slow on CPU. ``--limit`` keeps the first N examples.
 """
 from __future__ import annotations
 
@@ -748,7 +765,8 @@ def globenc_correlations(ctx: Context) -> dict[str, pd.DataFrame]:
                                 level="layers")[0]
             else:
                 sal = attribute(bundle.model, ids, ClassTarget(int(ex["label"])), method="grad_x_input_l2")
-            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=list(s["methods"]))
+            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=list(s["methods"]),
+                                       normalize=bool(s["rollout_normalize"]))
             for m in s["methods"]:
                 rolled = rollout(maps[m], add_identity=False, normalize=bool(s["rollout_normalize"]))
                 for layer in range(maps[m].shape[0]):

@@ -194,13 +194,13 @@ FAST = {"ig_steps": 3}
 
 
 def test_vz_cue_alignment_runs_on_fakes(fakes):
-    r = X.run_experiment("vz-cue-alignment", model="fake", limit=3, settings=FAST, progress=False)
+    r = X.run_experiment("vz-cue-alignment", model="fake", limit=2, settings=FAST, progress=False)
     df = r.result
     assert set(df.method) == set(X.VZ_LAYER_METHODS)
     assert set(df.metric) == {"dot", "ap", "probes_needed"} and set(df.layer) == {0, 1}
     dot = df[df.metric == "dot"]["mean"]
     assert ((dot >= 0) & (dot <= 1)).all()
-    assert r.meta["data_size"] == 3 and "random tiny bert" in r.meta["model"]
+    assert r.meta["data_size"] == 2 and "random tiny bert" in r.meta["model"]
 
 
 def test_vz_mdl_and_table2_on_fakes(fakes):
