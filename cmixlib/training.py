@@ -874,7 +874,7 @@ def classifier_accuracy(model, tokenizer, inputs, labels, *, max_length: int = 1
     return correct / max(1, len(labels))
 
 
-def train_classifier(task_name: str, name: str | None = None, *, max_train_examples: int | None = 2000,
+def train_classifier(task_name: str, name: str | None = None, *, max_train_examples: int | None = 1500,
                      epochs: int = 2, batch_size: int = 32, lr: float = 3e-5, warmup: float = 0.0,
                      weight_decay: float = 0.0, max_length: int = 128, seed: int = 42,
                      max_dev_examples: int | None = None, use_cache: bool = True,
