@@ -68,7 +68,10 @@ def format_run(res: "X.RunResult", max_rows: int = 60) -> str:
             lines.append(f"ours ({m['model']}) beside the paper's numbers ({pmodels}); paper values are quotes:")
             lines.append(comp.to_string(index=False, float_format=_fmt))
         else:
-            lines.append(res.result.to_string(index=False, float_format=_fmt))
+            summ = res.summary()
+            lines.append(summ if summ else res.result.to_string(index=False, float_format=_fmt))
+            if res.paper is None:
+                lines.append("(no published numbers to compare with: the paper shows this as a figure only)")
     return "\n".join(lines)
 
 

@@ -72,6 +72,7 @@ class Experiment:
     paper_numbers: Callable[[], pd.DataFrame] | None = None
     compare: Callable[[Mapping[str, pd.DataFrame], pd.DataFrame], pd.DataFrame] | None = None
     description: str = ""
+    summary: Callable[[Mapping[str, pd.DataFrame]], str] | None = None
 
 
 REGISTRY: dict[str, Experiment] = {}
@@ -79,12 +80,13 @@ REGISTRY: dict[str, Experiment] = {}
 
 def register(name: str, *, title: str, paper: str, defaults: dict | None = None,
              paper_numbers: Callable[[], pd.DataFrame] | None = None,
-             compare: Callable | None = None):
+             compare: Callable | None = None, summary: Callable | None = None):
     """Decorator adding ``func(ctx)`` to :data:`REGISTRY` under ``name``."""
     def deco(func):
         REGISTRY[name] = Experiment(name=name, title=title, paper=paper, func=func,
                                     defaults=dict(defaults or {}), paper_numbers=paper_numbers,
-                                    compare=compare, description=(func.__doc__ or "").strip())
+                                    compare=compare, description=(func.__doc__ or "").strip(),
+                                    summary=summary)
         return func
     return deco
 
@@ -122,6 +124,11 @@ class RunResult:
     @property
     def result(self) -> pd.DataFrame:
         return self.frames["result"]
+
+    def summary(self) -> str | None:
+        """A compact text view of the result, if the experiment defines one."""
+        exp = REGISTRY.get(self.meta["experiment"])
+        return exp.summary(self.frames) if exp is not None and exp.summary is not None else None
 
     def comparison(self) -> pd.DataFrame | None:
         exp = REGISTRY.get(self.meta["experiment"])
@@ -528,7 +535,17 @@ def alti_fig6(ctx: Context) -> dict[str, pd.DataFrame]:
 # ============================================================================================
 # Value Zeroing §5: cue alignment per layer and method
 # ============================================================================================
-@register("vz-cue-alignment", title="Layer-wise cue alignment (dot, AP, probes-needed) on BLiMP agreement",
+def _alignment_summary(frames) -> str:
+    df = frames["result"]
+    parts = []
+    for metric in ("dot", "ap", "probes_needed"):
+        piv = df[df.metric == metric].pivot_table(index="method", columns="layer", values="mean", sort=False)
+        parts.append(f"{metric} (mean over examples; rows = method, columns = layer 0..L-1):\n"
+                     + piv.to_string(float_format=lambda v: f"{v:.3f}"))
+    return "\n".join(parts)
+
+
+@register("vz-cue-alignment", summary=_alignment_summary, title="Layer-wise cue alignment (dot, AP, probes-needed) on BLiMP agreement",
           paper="Value Zeroing (Figures 1, 2, A.2)",
           defaults={"condition": "pretrained", "methods": VZ_LAYER_METHODS, "exclude": "none",
                     "ties": "optimistic", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 20,
@@ -581,7 +598,7 @@ def _vz_table2_compare(frames, paper):
 @register("vz-mdl-probing", title="MDL probing of number at [MASK] per layer, and its Spearman with cue alignment",
           paper="Value Zeroing (Figure 3, Table 2)",
           defaults={"condition": "pretrained", "methods": VZ_LAYER_METHODS, "blocks": [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25, 50, 100],
-                    "probe_hidden": 128, "probe_seed": 0, "alignment_metric": "dot", "exclude": "none",
+                    "probe_hidden": 128, "probe_seed": 0, "probe_limit": None, "alignment_metric": "dot", "exclude": "none",
                     "ties": "optimistic", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 20,
                     "ft_epochs": None, "ft_max_train_examples": None, "seed": 0},
           paper_numbers=pn.vz_table2, compare=_vz_table2_compare)
@@ -590,14 +607,16 @@ def vz_mdl(ctx: Context) -> dict[str, pd.DataFrame]:
     the [MASK] hidden state of layers 0..L (0 = embeddings), then Spearman's rho over layers 1..L
     between compression and each method's mean layer-wise cue alignment (``alignment_metric``; map
     of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
-    run with the same model, limit and settings (cached)."""
+    run with the same model, limit and settings (cached). ``probe_limit`` lets the probe use more
+    examples than the alignment (None: the same ``limit``; 0: the whole test split)."""
     from .probing import mdl_by_layer
 
     s = ctx.settings
     bundle, info = _load_mlm(ctx, s["condition"])
     ctx.info["model_description"] = _describe(bundle, info)
-    examples = _blimp(bundle, ctx.limit)
-    ctx.info["data_size"] = len(examples)
+    probe_limit = s["probe_limit"] if s["probe_limit"] is not None else ctx.limit
+    examples = _blimp(bundle, probe_limit if probe_limit and probe_limit > 0 else None)
+    ctx.info["data_size"] = {"probing": len(examples), "alignment": f"limit={ctx.limit}"}
     labels = np.array([1 if ex["label"] == "plural" else 0 for ex in examples])
     feats = _mask_states(bundle, examples, ctx)
     comp = mdl_by_layer(feats, labels, blocks=s["blocks"], hidden=s["probe_hidden"], seed=s["probe_seed"])
