@@ -328,10 +328,15 @@ def _load_base(ctx: Context):
 
 
 def _blimp(bundle, limit: int | None) -> list[dict]:
+    """BLiMP agreement test split; with ``limit``, a seeded random sample (numpy seed 0) kept in
+    split order, so that a small run still mixes the five subsets (the split is grouped by subset)."""
     from . import data
 
     ex = data.load_blimp_agreement(bundle.tokenizer, split="test")
-    return ex[:limit] if limit is not None else ex
+    if limit is None or limit >= len(ex):
+        return ex
+    keep = sorted(np.random.default_rng(0).choice(len(ex), size=limit, replace=False).tolist())
+    return [ex[i] for i in keep]
 
 
 def _sst2(bundle, limit: int | None) -> list[dict]:
@@ -589,10 +594,13 @@ def _mask_states(bundle, examples, ctx) -> np.ndarray:
     return np.stack(feats, axis=1)
 
 
+_CONDITION = {"pretrained": "pre-trained", "finetuned": "fine-tuned"}
+
+
 def _vz_table2_compare(frames, paper):
     ours = frames["result"].rename(columns={"method": "cmix_method", "spearman": "mean"})
-    ours["condition"] = ours["condition"].map({"pretrained": "pre-trained", "finetuned": "fine-tuned"})
-    return comparison_table(ours, paper, ["cmix_method", "condition"])
+    ours["condition"] = ours["condition"].map(_CONDITION)
+    return comparison_table(ours, paper[paper.condition.isin(set(ours.condition))], ["cmix_method", "condition"])
 
 
 @register("vz-mdl-probing", title="MDL probing of number at [MASK] per layer, and its Spearman with cue alignment",
@@ -647,8 +655,8 @@ def align_key_note(df: pd.DataFrame) -> str:
 # ============================================================================================
 def _vz_table3_compare(frames, paper):
     ours = frames["result"].rename(columns={"method": "cmix_method"})
-    ours["condition"] = ours["condition"].map({"pretrained": "pre-trained", "finetuned": "fine-tuned"})
-    return comparison_table(ours, paper, ["cmix_method", "condition"])
+    ours["condition"] = ours["condition"].map(_CONDITION)
+    return comparison_table(ours, paper[paper.condition.isin(set(ours.condition))], ["cmix_method", "condition"])
 
 
 @register("vz-faithfulness", title="Spearman of aggregated scores with blank-out at [MASK]",
