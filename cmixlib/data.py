@@ -38,8 +38,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .cache import cache_root as cache_dir
+
 DATA_ENV_VAR = "CMIX_DATA"
-CACHE_ENV_VAR = "CMIX_CACHE"
+from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
 
 #: Bump when the BLiMP annotation rules change: old cache files are then ignored.
 ANNOTATION_VERSION = "blimp-agreement-v3"
@@ -134,25 +136,6 @@ def _data_file(*parts: str) -> Path:
             f"Missing data file: {path}. The data/ folder of the repository should contain "
             f"{'/'.join(parts)} (see data/README.md); restore it with `git checkout -- data/` "
             f"or point {DATA_ENV_VAR} to a folder that has it.")
-    return path
-
-
-def cache_dir() -> Path:
-    """Folder for cached derived data (created on demand).
-
-    ``CMIX_CACHE`` if set; otherwise ``.cmix_cache/`` at the repository root when cmixlib runs
-    from a clone; otherwise ``~/.cache/cmixlib``.
-    """
-    env = os.environ.get(CACHE_ENV_VAR)
-    if env:
-        path = Path(env).expanduser()
-    else:
-        root = Path(__file__).resolve().parents[1]
-        if (root / "pyproject.toml").is_file() and os.access(root, os.W_OK):
-            path = root / ".cmix_cache"
-        else:
-            path = Path.home() / ".cache" / "cmixlib"
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 

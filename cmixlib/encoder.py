@@ -23,7 +23,6 @@ from functools import cached_property
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 
 class UnsupportedModelError(TypeError):

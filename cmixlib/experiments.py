@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -51,12 +50,13 @@ import numpy as np
 import pandas as pd
 
 from . import evaluation as ev
+from .cache import cache_root, jsonable
 from . import paper_numbers as pn
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "results_root", "cache_key", "comparison_table"]
 
-CACHE_ENV_VAR = "CMIX_CACHE"
+from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
 
 
 # ============================================================================================
@@ -149,10 +149,8 @@ class RunResult:
 
 
 def results_root() -> Path:
-    """``$CMIX_CACHE/results`` if set, else ``<repo>/.cmix_cache/results``."""
-    env = os.environ.get(CACHE_ENV_VAR, "").strip()
-    root = Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / ".cmix_cache"
-    return root / "results"
+    """``<cache root>/results`` (see :func:`cmixlib.cache.cache_root`)."""
+    return cache_root() / "results"
 
 
 def code_version() -> str:
@@ -164,22 +162,8 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(obj, (list, tuple, set)):
-        return [_jsonable(v) for v in (sorted(obj) if isinstance(obj, set) else obj)]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    return repr(obj)
-
-
 def cache_key(experiment: str, model: str, limit: int | None, settings: Mapping, version: str) -> str:
-    blob = json.dumps(_jsonable({"experiment": experiment, "model": model, "limit": limit,
+    blob = json.dumps(jsonable({"experiment": experiment, "model": model, "limit": limit,
                                  "settings": settings, "code_version": version}), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -254,8 +238,8 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
             df.to_csv(directory / f"{fname}.csv", index=False)
         if paper is not None:
             paper.to_csv(directory / "paper.csv", index=False)
-        (directory / "meta.json").write_text(json.dumps(_jsonable(meta), indent=2))
-        res = RunResult(frames=frames, meta=json.loads(json.dumps(_jsonable(meta))), directory=directory,
+        (directory / "meta.json").write_text(json.dumps(jsonable(meta), indent=2))
+        res = RunResult(frames=frames, meta=json.loads(json.dumps(jsonable(meta))), directory=directory,
                         from_cache=False, paper=paper, files=sorted(directory.iterdir()))
     if out is not None:
         out = Path(out)
@@ -272,7 +256,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
 def list_experiments() -> pd.DataFrame:
     """Name, paper, title and default settings of every registered experiment."""
     return pd.DataFrame([{"name": e.name, "paper": e.paper, "title": e.title,
-                          "settings": json.dumps(_jsonable(e.defaults))} for e in REGISTRY.values()])
+                          "settings": json.dumps(jsonable(e.defaults))} for e in REGISTRY.values()])
 
 
 def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,

@@ -35,7 +35,7 @@ seconds on CPU for N ~ 2000, d <= 768.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np

@@ -41,9 +41,11 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from .cache import cache_root, jsonable, stable_hash
+
 #: Bump when a change to this module changes the weights it produces (invalidates the cache).
 CODE_VERSION = "training-1"
-CACHE_ENV_VAR = "CMIX_CACHE"
+from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
 
 #: Label orders (index = class id). MNLI follows GLUE/HF; HateXplain follows the authors' LabelEncoder.
 LABELS = {
@@ -63,48 +65,16 @@ MLM_MIN_WORDS = 8
 # ============================================================================================
 # Cache
 # ============================================================================================
-def cache_root() -> Path:
-    """Root of the cache: ``$CMIX_CACHE`` if set, else ``<repo>/.cmix_cache`` (git-ignored)."""
-    env = os.environ.get(CACHE_ENV_VAR, "").strip()
-    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / ".cmix_cache"
-
-
 def model_cache_dir() -> Path:
     """Folder holding trained weights: ``<cache root>/models``."""
     return cache_root() / "models"
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().tolist()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if isinstance(obj, Path):
-        return str(obj)
-    return repr(obj)
-
-
-def stable_hash(obj: Any, length: int = 16) -> str:
-    """SHA-256 (hex, truncated) of a canonical JSON dump of ``obj``."""
-    text = json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def fingerprint_texts(texts: Iterable[Any]) -> str:
     """Hash of a sequence of texts (strings, pairs of strings, or token-id lists), order included."""
     h = hashlib.sha256()
     for t in texts:
-        h.update(json.dumps(_jsonable(t)).encode())
+        h.update(json.dumps(jsonable(t)).encode())
         h.update(b"\x00")
     return h.hexdigest()[:16]
 
@@ -126,7 +96,7 @@ def fingerprint_model(model: torch.nn.Module) -> str:
         d = cfg.to_dict()
         for k in ("_name_or_path", "transformers_version", "_attn_implementation_autoset", "id2label", "label2id"):
             d.pop(k, None)
-        h.update(json.dumps(_jsonable(d), sort_keys=True).encode())
+        h.update(json.dumps(jsonable(d), sort_keys=True).encode())
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
@@ -146,9 +116,9 @@ def _save_cached(path: Path, state_dict: dict, info: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
-                "info": _jsonable(info)}, tmp)
+                "info": jsonable(info)}, tmp)
     os.replace(tmp, path)
-    path.with_suffix(".json").write_text(json.dumps(_jsonable(info), indent=2))
+    path.with_suffix(".json").write_text(json.dumps(jsonable(info), indent=2))
 
 
 def _load_cached(path: Path) -> tuple[dict, dict] | None:
@@ -170,7 +140,7 @@ def _cached_json(kind: str, key: str, compute: Callable[[], dict], use_cache: bo
             return json.loads(path.read_text())
         except Exception:  # noqa: BLE001
             pass
-    value = _jsonable(compute())
+    value = jsonable(compute())
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
