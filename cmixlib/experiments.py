@@ -476,7 +476,7 @@ def _alti_fig6_compare(frames, paper):
           paper="ALTI (Figure 6)",
           defaults={"condition": "finetuned", "methods": ["attention", "attention_rollout",
                                                           "rollout:attn_norm_res_ln", "alti", "grad_l2"],
-                    "rank_scheme": "dense", "cls_epochs": 2, "cls_max_train_examples": 2000},
+                    "rank_scheme": "dense", "cls_epochs": 2, "cls_max_train_examples": 1500},
           paper_numbers=pn.alti_repo_special_token_ranks, compare=_alti_fig6_compare)
 def alti_fig6(ctx: Context) -> dict[str, pd.DataFrame]:
     """For each SST-2 dev sentence, the final-layer [CLS] row of each method is turned into normalised
@@ -688,7 +688,7 @@ def _alti_t2_compare(frames, paper):
           defaults={"tasks": ["sst2", "sva"], "methods": ["attention", "attention_rollout",
                                                           "rollout:attn_norm_res_ln", "alti"],
                     "include_special": True, "blankout_replacement": "mask", "cls_epochs": 2,
-                    "cls_max_train_examples": 2000},
+                    "cls_max_train_examples": 1500},
           paper_numbers=lambda: pd.concat([pn.alti_table2(), pn.alti_repo_correlations()], ignore_index=True),
           compare=_alti_t2_compare)
 def alti_table2(ctx: Context) -> dict[str, pd.DataFrame]:
@@ -749,7 +749,7 @@ def _globenc_compare(frames, paper):
 @register("globenc-correlations", title="Spearman of [CLS] attribution rows with gradient×input saliency, per layer",
           paper="GlobEnc (Table 1, Figure 3, Table 2)",
           defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": True,
-                    "saliency_level": "embeddings", "cls_epochs": 2, "cls_max_train_examples": 2000},
+                    "saliency_level": "embeddings", "cls_epochs": 2, "cls_max_train_examples": 1500},
           paper_numbers=pn.globenc_table1, compare=_globenc_compare)
 def globenc_correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     """For each validation example of a fine-tuned classifier: saliency = ||dz_c/de_j ⊙ e_j||_2 with
