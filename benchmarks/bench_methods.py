@@ -7,7 +7,7 @@
 (c) all methods together for one sentence, with a per-method breakdown;
 (d) Value Zeroing for one query row only.
 
-Usage:  python benchmarks/bench_methods.py [--threads 2] [--lengths 16 32 64] [--repeats 3]
+Usage:  python benchmarks/bench_methods.py [--threads 2] [--lengths 16 32 64] [--repeats 3] [--flow-max-n 32]
 Writes a JSON file next to this script (benchmarks/out/) and prints a Markdown table.
 """
 from __future__ import annotations
@@ -81,6 +81,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--flow-max-n", type=int, default=32, help="full attention flow up to this length")
+    ap.add_argument("--breakdown-max-n", type=int, default=16, help="per-method times up to this length")
     ap.add_argument("--out", default=str(Path(__file__).parent / "out" / "bench_methods.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -102,32 +104,41 @@ def main() -> None:
         t_mm = best_time(lambda: a @ w, args.repeats)
         mm_rate = 2 * n * n * d * dff / t_mm
         vz_rate = ffn_flops / t_vz
-        # (c) all methods together, with a per-method breakdown
-        t_all = best_time(lambda: cmixlib.context_mixing(model, None, {"input_ids": ids}), 1)
+        # (c) all methods together for one sentence; attention flow (L * n^2 max-flow problems)
+        #     is timed on its own, for every row up to --flow-max-n tokens and for one row beyond
+        others = [m for m in cmixlib.METHODS if m != "attention_flow"]
+        t_others = best_time(lambda: cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=others), 1)
+        flow_rows = None if n <= args.flow_max_n else [0]
+        t_flow = best_time(lambda: cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=["attention_flow"],
+                                                          rows=flow_rows), 1)
+        t_all = t_others + t_flow if flow_rows is None else float("nan")
         per_method = {m: best_time(lambda m=m: cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=[m]), 1)
-                      for m in cmixlib.METHODS}
+                      for m in others} if n <= args.breakdown_max_n else {}
+        per_method["attention_flow" if flow_rows is None else "attention_flow (row 0 only)"] = t_flow
         rows.append(dict(n=n, max_abs_diff_vs_loop=diff, loop_s=t_loop, batched_s=t_vz, speedup=t_loop / t_vz,
                          matmul_gflops=mm_rate / 1e9, vz_gflops=vz_rate / 1e9, flop_efficiency=vz_rate / mm_rate,
-                         rows_only_s=t_row, all_methods_s=t_all, per_method_s=per_method))
+                         rows_only_s=t_row, all_methods_s=t_all, all_but_flow_s=t_others, per_method_s=per_method))
         print(f"n={n}: loop {t_loop:.3f}s, batched {t_vz:.3f}s ({t_loop / t_vz:.2f}x), "
               f"{vz_rate / 1e9:.1f} vs matmul {mm_rate / 1e9:.1f} GFLOP/s ({100 * vz_rate / mm_rate:.0f}%), "
-              f"rows-only {t_row:.3f}s, all methods {t_all:.2f}s, max|diff| {diff:.1e}", flush=True)
+              f"rows-only {t_row:.3f}s, all but flow {t_others:.2f}s, flow {t_flow:.2f}s, max|diff| {diff:.1e}", flush=True)
     meta = dict(machine=platform.processor() or platform.machine(), threads=args.threads,
                 torch=torch.__version__, transformers=tf.__version__, model="random BertConfig() (bert-base shape)",
                 repeats=args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    print("\n| n | VZ loop (s) | VZ batched (s) | speed-up | VZ GFLOP/s | matmul GFLOP/s | % of matmul | rows-only VZ (s) | all methods (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| n | VZ loop (s) | VZ batched (s) | speed-up | VZ GFLOP/s | matmul GFLOP/s | % of matmul | rows-only VZ (s) | all but flow (s) | all methods (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['n']} | {r['loop_s']:.3f} | {r['batched_s']:.3f} | {r['speedup']:.2f}x | {r['vz_gflops']:.1f} | "
-              f"{r['matmul_gflops']:.1f} | {100 * r['flop_efficiency']:.0f}% | {r['rows_only_s']:.3f} | {r['all_methods_s']:.2f} |")
+              f"{r['matmul_gflops']:.1f} | {100 * r['flop_efficiency']:.0f}% | {r['rows_only_s']:.3f} | "
+              f"{r['all_but_flow_s']:.2f} | {r['all_methods_s']:.2f} |")
     print("\nPer-method time (s), one sentence:")
-    names = list(cmixlib.METHODS)
+    names = sorted({m for r in rows for m in r["per_method_s"]}, key=lambda m: (m.startswith("attention_flow"), m))
     print("| method | " + " | ".join(f"n={r['n']}" for r in rows) + " |")
     print("|---|" + "---|" * len(rows))
     for m in names:
-        print(f"| {m} | " + " | ".join(f"{r['per_method_s'][m]:.3f}" for r in rows) + " |")
+        cells = [f"{r['per_method_s'][m]:.3f}" if m in r["per_method_s"] else "-" for r in rows]
+        print(f"| {m} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     sinks = range(n) if rows is None else list(rows)
     out = np.full((num_layers, n, n), np.nan)
     bar = tqdm(total=num_layers * len(sinks) * n, desc="attention flow (max-flow problems)",
-               disable=num_layers * len(sinks) * n < 5000, leave=False)
+               disable=True if num_layers * len(sinks) * n < 5000 else None, leave=False)
     for top in range(num_layers):
         # nodes: layer k token t -> k * n + t for k = 0..top+1
         size = (top + 2) * n
