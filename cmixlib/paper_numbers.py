@@ -13,7 +13,7 @@ Every function returns a tidy :class:`pandas.DataFrame` with one row per number 
 * ``std``: the printed standard deviation over examples where the paper gives one, else NaN;
 * ``source``: a human-readable citation of the exact place.
 
-Transcribed from the paper texts in ``/work/shared/seeds`` (000 = Value Zeroing, 001 = ALTI,
+Transcribed from the paper texts (the project's seed copies of the three papers: 000 = Value Zeroing, 001 = ALTI,
 004 = GlobEnc) and from ``reference-code-conventions.md`` §4 (ALTI repository values). Each
 number was checked against the seed text by a second read (see ``tests`` for spot checks).
 """

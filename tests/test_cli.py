@@ -15,7 +15,7 @@ from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import paper_numbers as pn
 
-SEEDS = Path("/work/shared/seeds")
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # beside the clone, where present
 
 
 @pytest.fixture(autouse=True)
