@@ -84,9 +84,10 @@ def mixing_ratio(st: LayerState, kind: str = "attn_norm_res_ln") -> torch.Tensor
 
 def _fixed_residual(mat: torch.Tensor, st: LayerState, ratio: torch.Tensor | float) -> torch.Tensor:
     """ratio * rownorm(mat) + (1 - ratio) * I on the selected rows."""
-    out = row_normalize(mat) * (ratio if isinstance(ratio, float) else ratio[:, None])
+    ratio = torch.as_tensor(ratio, dtype=mat.dtype, device=mat.device).expand(mat.shape[0])
+    out = row_normalize(mat) * ratio[:, None]
     rr, cc = _diag_index(st)
-    out[rr, cc] += (1.0 - ratio) if isinstance(ratio, float) else (1.0 - ratio)
+    out[rr, cc] += 1.0 - ratio
     return out
 
 
