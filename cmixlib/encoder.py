@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import torch
 
+from .models import model_device
+
 
 class UnsupportedModelError(TypeError):
     """The model is not a post-LN BERT-family encoder that cmixlib can read."""
@@ -131,7 +133,7 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
             raise UnsupportedModelError(
                 "Attention weights need eager attention: load the model with "
                 "attn_implementation='eager'.") from exc
-    device = next(model.parameters()).device
+    device = model_device(model)
     input_ids = input_ids.to(device)
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -209,13 +211,17 @@ class LayerState:
         w_o = m.out.weight.view(m.out.weight.shape[0], H, dh)  # (d, H, dh)
         return torch.einsum("hnk,dhk->hnd", v, w_o)
 
-    @cached_property
-    def attn_vectors(self) -> torch.Tensor:
-        """F_ij = sum_h alpha^h_ij f^h(x_j) for the selected rows i, shape (r, n, d)."""
-        a = self.alpha[:, self.row_index, :]                  # (H, r, n)
+    def attn_vectors_for(self, rows: torch.Tensor) -> torch.Tensor:
+        """F_ij = sum_h alpha^h_ij f^h(x_j) for the given rows i, shape (len(rows), n, d)."""
+        a = self.alpha[:, rows, :]                            # (H, r, n)
         # batched over j: (n, r, H) @ (n, H, d) -> (n, r, d)
         out = torch.bmm(a.permute(2, 1, 0), self.head_vectors.transpose(0, 1))
         return out.transpose(0, 1)                            # (r, n, d)
+
+    @cached_property
+    def attn_vectors(self) -> torch.Tensor:
+        """F_ij for the selected rows (``rows``), shape (r, n, d)."""
+        return self.attn_vectors_for(self.row_index)
 
     @cached_property
     def ln1_input(self) -> torch.Tensor:

@@ -293,21 +293,10 @@ def check_ln_decomposition(student_fn: Callable, *, seed: int = 0, verbose: bool
 # ------------------------------------------------------------------------------------------
 
 def reference_rollout(maps: np.ndarray, add_identity: bool = False) -> np.ndarray:
-    """Rollout with the book's convention (same as :func:`cmixlib.attention.rollout`)."""
-    try:
-        from .attention import rollout
+    """Rollout with the book's convention (:func:`cmixlib.attention.rollout`)."""
+    from .attention import rollout
 
-        return np.asarray(rollout(maps, add_identity=add_identity), dtype=float)
-    except ImportError:  # pragma: no cover - the library module is part of the package
-        arr = np.asarray(maps, dtype=float)
-        if add_identity:
-            arr = arr + np.eye(arr.shape[-1])
-        arr = arr / arr.sum(-1, keepdims=True)
-        out = np.empty_like(arr)
-        out[0] = arr[0]
-        for k in range(1, len(arr)):
-            out[k] = arr[k] @ out[k - 1]
-        return out
+    return np.asarray(rollout(maps, add_identity=add_identity), dtype=float)
 
 
 def _random_maps(layers: int, n: int, seed: int) -> np.ndarray:

@@ -86,6 +86,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .models import model_device
+
 __all__ = [
     "MLMTarget", "ClassTarget", "Target", "GradientAttributionError", "METHODS", "LEVELS",
     "attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients",
@@ -237,10 +239,6 @@ def _check_model_and_target(model: nn.Module, target: Target, n: int) -> None:
 # --------------------------------------------------------------------------------------------
 # Input preparation
 # --------------------------------------------------------------------------------------------
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
              target: Target) -> tuple[torch.Tensor, torch.Tensor, Target]:
     """Validate and move inputs; resolve a predicted-class target. Returns ids, mask, target."""
@@ -252,7 +250,7 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
         input_ids = input_ids.unsqueeze(0)
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise GradientAttributionError(f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}.")
-    device = _device(model)
+    device = model_device(model)
     input_ids = input_ids.to(device=device, dtype=torch.long)
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
@@ -270,7 +268,7 @@ def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
                    attention_mask: torch.Tensor | None = None) -> Target:
     """Replace ``ClassTarget(class_index=None)`` by the class the model predicts; else no-op."""
     if isinstance(target, ClassTarget) and target.class_index is None:
-        device = _device(model)
+        device = model_device(model)
         logits = _logits(model(input_ids=input_ids.to(device),
                                attention_mask=None if attention_mask is None else attention_mask.to(device)))
         return replace(target, class_index=int(logits[0].argmax()))

@@ -92,6 +92,14 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device holding the model's parameters (CPU for a model without parameters)."""
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
 def _hub_reachable(timeout: float = 2.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
         return False

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from .cache import cache_root, jsonable, stable_hash
+from .models import model_device
 
 #: Bump when a change to this module changes the weights it produces (invalidates the cache).
 CODE_VERSION = "training-1"
@@ -182,13 +183,6 @@ def make_linear_scheduler(optimizer, total_steps: int, warmup: float):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule_factor(s, total_steps, w))
 
 
-def _device_of(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:  # pragma: no cover
-        return torch.device("cpu")
-
-
 def _tqdm(iterable=None, **kw):
     from tqdm.auto import tqdm
 
@@ -229,7 +223,7 @@ def _base_info(kind: str, model, name: str, source: str, is_fallback: bool) -> d
             "layers": getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layers", None)),
             "hidden": getattr(cfg, "hidden_size", getattr(cfg, "dim", None)),
             "code_version": CODE_VERSION, "torch_threads": torch.get_num_threads(),
-            "device": str(_device_of(model))}
+            "device": str(model_device(model))}
 
 
 def format_info(info: dict) -> str:
@@ -310,7 +304,7 @@ def _as_mlm(model):
     missing, _ = base.load_state_dict(src.state_dict(), strict=False)
     if missing:
         raise ValueError(f"Could not transfer the encoder weights: missing {missing[:5]}")
-    return mlm.to(_device_of(model)).eval()
+    return mlm.to(model_device(model)).eval()
 
 
 def _init_head(model, names: Sequence[str], seed: int) -> None:
@@ -374,7 +368,7 @@ def _masked_features(model, masked: list, pad_id: int, batch_size: int, progress
     base = _base_model(model)
     was_training = base.training
     base.eval()
-    dev = _device_of(model)
+    dev = model_device(model)
     feats, labels = [], []
     batches = _length_batches([len(m[0]) for m in masked], batch_size)
     for b in _tqdm(batches, desc=desc, disable=not progress, leave=False):
@@ -404,7 +398,7 @@ def masked_word_accuracy(model, tokenizer, texts: Sequence[Any], *, mask_prob: f
     with torch.no_grad():
         correct = 0
         for i in range(0, len(feats), 512):
-            x = feats[i:i + 512].to(_device_of(model))
+            x = feats[i:i + 512].to(model_device(model))
             correct += int((mlm_head_logits(model, x).argmax(-1).cpu() == labels[i:i + 512]).sum())
     model.train(was)
     return {"accuracy": correct / max(1, len(labels)), "n_masked": int(len(labels)), "n_texts": len(masked)}
@@ -462,7 +456,7 @@ def train_mlm_head(bundle, texts: Sequence[Any], *, steps: int = 400, batch_size
     feats, labels = _masked_features(model, masked, _pad_id(model, tok), encode_batch_size, progress,
                                      "encoding (frozen encoder)")
     t_enc = time.perf_counter() - t0
-    dev = _device_of(model)
+    dev = model_device(model)
     params = [p for n, p in model.named_parameters() if n in head_names]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = make_linear_scheduler(opt, steps, warmup)
@@ -526,7 +520,7 @@ def mlm_agreement_scores(model, examples: Sequence[dict], *, batch_size: int = 6
                          pad_token_id: int | None = None, progress: bool = False) -> np.ndarray:
     """``logit(target) - logit(foil)`` at the ``[MASK]`` position for each agreement example."""
     pad = _pad_id(model) if pad_token_id is None else pad_token_id
-    dev = _device_of(model)
+    dev = model_device(model)
     was = model.training
     model.eval()
     out = np.empty(len(examples), dtype=np.float64)
@@ -646,7 +640,7 @@ def finetune_prompt(mlm_model, train_examples: Sequence[dict], *, epochs: int = 
                           getattr(model.config, "_name_or_path", ""), False)
         t0 = time.perf_counter()
         set_seed(seed)
-        dev = _device_of(model)
+        dev = model_device(model)
         n = len(train_examples)
         steps_per_epoch = math.ceil(n / batch_size)
         total = steps_per_epoch * epochs
@@ -831,7 +825,7 @@ def classifier_accuracy(model, tokenizer, inputs, labels, *, max_length: int = 1
                         batch_size: int = 64, progress: bool = False) -> float:
     """Accuracy of a sequence classifier on ``inputs`` (strings or (a, b) pairs)."""
     enc = _tokenize(tokenizer, inputs, max_length)
-    dev = _device_of(model)
+    dev = model_device(model)
     pad = _pad_id(model, tokenizer)
     was = model.training
     model.eval()
@@ -892,7 +886,7 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
         info = _base_info(f"classifier-{task}", model, mname, source, is_fb)
         t0 = time.perf_counter()
         set_seed(seed)
-        dev = _device_of(model)
+        dev = model_device(model)
         pad = _pad_id(model, tok)
         enc = _tokenize(tok, xtr, max_length)
         n = len(enc)

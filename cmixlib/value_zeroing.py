@@ -98,9 +98,7 @@ def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=No
     out = torch.empty(len(rows), n, dtype=st.x.dtype, device=st.x.device)
     for start in range(0, len(rows), step):
         sl = slice(start, start + step)
-        # F for these rows only: (c, n, d); built per chunk so memory stays bounded
-        alpha = st.alpha[:, rows[sl], :]                                       # (H, c, n)
-        fvec = torch.bmm(alpha.permute(2, 1, 0), st.head_vectors.transpose(0, 1)).transpose(0, 1)
+        fvec = st.attn_vectors_for(rows[sl])       # (c, n, d), per chunk so memory stays bounded
         pert = (p[sl, None, :] - fvec).reshape(-1, d)                          # (c*n, d)
         y = m.ln1(pert)
         o = m.ln2(m.ffn_out(m.act(m.ffn_in(y))) + y).view(-1, n, d)
