@@ -2,7 +2,7 @@
 
 Runs with nbclient on the ``python3`` kernel of the interpreter running pytest (the project's
 venv), in the notebook's own folder, like the book build. Usage outside pytest, to look at the
-outputs: ``python tests/test_notebooks.py notebooks/01_encoder_layer.ipynb [out.ipynb]``.
+outputs: ``python tests/test_notebooks.py notebooks/02_encoder_layer.ipynb [out.ipynb]``.
 """
 from __future__ import annotations
 
