@@ -10,12 +10,16 @@ Checks, for every HTML page:
 3. no notebook output is an error: no traceback output block, no "Traceback (most recent call
    last)" and no ``SomethingError:`` line inside an output area;
 4. pages that contain math load the local MathJax, and the file exists;
-5. CSS files under ``_static`` do not ``@import`` or ``url()`` anything from another host.
+5. CSS files under ``_static`` do not ``@import`` or ``url()`` anything from another host;
+6. every ipywidgets view on a page has its model in the page's saved widget state (so the widget
+   can render without a kernel); the number of images that Output widgets carry in that state is
+   reported.
 
 With ``--browser`` it also opens pages in headless Chromium (no network use: every page is a
 ``file://`` URL and background networking is disabled) and checks that MathJax actually
-rendered (``mjx-container`` elements in the final DOM); ``--screenshots DIR`` saves a PNG of each
-page to look at.
+rendered (``mjx-container`` elements in the final DOM) and that pages with widgets rendered them
+(``jupyter-widgets`` elements, and at least as many inline PNG images as the saved Output-widget
+state holds); ``--screenshots DIR`` saves a PNG of each page to look at.
 
 Exit status 0 when everything passes, 1 otherwise. Usage::
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -39,6 +44,8 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
         "source", "track", "wbr"}
 ERROR_LINE = re.compile(r"^\s*([A-Z][A-Za-z]*(Error|Exception)|KeyboardInterrupt)(:|\s*$)", re.M)
 EXTERNAL = re.compile(r"^(https?:)?//", re.I)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 class Page(HTMLParser):
@@ -55,6 +62,10 @@ class Page(HTMLParser):
         self.stderr_blocks = 0
         self.has_math = False
         self.mathjax_src: list[str] = []
+        self.widget_views: list[str] = []            # JSON text of each widget-view script
+        self.widget_states: list[str] = []           # JSON text of each widget-state script
+        self._script_kind: str | None = None
+        self._script_text: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -62,6 +73,8 @@ class Page(HTMLParser):
             if a.get(key):
                 self.ids.add(a[key])
         cls = a.get("class") or ""
+        if tag == "script" and a.get("type") in (WIDGET_VIEW, WIDGET_STATE):
+            self._script_kind, self._script_text = a["type"], []
         if tag == "script" and a.get("src"):
             self.refs.append(("script", tag, a["src"]))
             if "mathjax" in a["src"].lower() or "tex-" in a["src"].lower():
@@ -92,6 +105,10 @@ class Page(HTMLParser):
     def handle_endtag(self, tag):
         if tag in VOID:
             return
+        if tag == "script" and self._script_kind is not None:
+            text = "".join(self._script_text)
+            (self.widget_views if self._script_kind == WIDGET_VIEW else self.widget_states).append(text)
+            self._script_kind = None
         # pop to the matching tag (tolerates unclosed <p> etc.)
         for k in range(len(self.stack) - 1, -1, -1):
             if self.stack[k][0] == tag:
@@ -102,8 +119,15 @@ class Page(HTMLParser):
                 break
 
     def handle_data(self, data):
+        if self._script_kind is not None:
+            self._script_text.append(data)
+            return
         if self.output_depth > 0:
             self.output_text.append(data)
+
+
+def parse_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 def parse(path: Path) -> Page:
@@ -111,6 +135,34 @@ def parse(path: Path) -> Page:
     page.feed(path.read_text(encoding="utf-8", errors="replace"))
     page.close()
     return page
+
+
+def widget_summary(page: Page) -> tuple[list[str], int, int]:
+    """Model ids of the page's widget views that are missing from its saved widget state, the
+    number of images (``image/*`` outputs) that Output widgets hold in that state, and the number of
+    Output-widget outputs that are a matplotlib figure as text only (``<Figure size ...>``: the
+    figure was displayed without an image formatter, so the page shows no image)."""
+    views = []
+    for text in page.widget_views:
+        try:
+            views.append(json.loads(text)["model_id"])
+        except (ValueError, KeyError, TypeError):
+            views.append(f"<unreadable view: {text[:40]!r}>")
+    state: dict = {}
+    for text in page.widget_states:
+        try:
+            state.update(json.loads(text).get("state", {}))
+        except (ValueError, AttributeError):
+            pass
+    missing = [v for v in views if v not in state]
+    images = figure_text = 0
+    for model in state.values():
+        if model.get("model_name") == "OutputModel":
+            for out in model.get("state", {}).get("outputs", []):
+                data = out.get("data", {})
+                images += any(k.startswith("image/") for k in data)
+                figure_text += set(data) == {"text/plain"} and str(data["text/plain"]).startswith("<Figure size")
+    return missing, images, figure_text
 
 
 def is_local(url: str) -> bool:
@@ -175,6 +227,14 @@ def check_site(root: Path, pages_glob: list[str] | None = None) -> tuple[list[st
             errors.append(f"{rel}: a notebook output contains an error line: {m.group(0).strip()[:80]!r}")
         if page.stderr_blocks:
             notes.append(f"{rel}: {page.stderr_blocks} stderr output block(s) (warnings; check they are intended)")
+        if page.widget_views:
+            missing, images, figure_text = widget_summary(page)
+            for model_id in missing:
+                errors.append(f"{rel}: widget {model_id} has no saved state (it cannot render without a kernel)")
+            if figure_text:
+                errors.append(f"{rel}: {figure_text} Output-widget output(s) hold a matplotlib figure as text only "
+                              "(display PNG bytes, e.g. IPython.display.Image, instead of the figure)")
+            notes.append(f"{rel}: {len(page.widget_views)} widget view(s), {images} image(s) in Output widgets")
         if page.has_math:
             if not page.mathjax_src:
                 errors.append(f"{rel}: page has math but loads no MathJax")
@@ -229,6 +289,15 @@ def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: i
             if page.has_math and rendered == 0:
                 errors.append(f"{rel}: page has math but MathJax rendered nothing in the browser")
             print(f"  {rel}: {rendered} MathJax elements rendered" + (" (no math on page)" if not page.has_math else ""))
+            if page.widget_views:
+                _, images, _ = widget_summary(page)
+                widgets = dom.count("jupyter-widgets")
+                inline = dom.count("data:image/png") - parse_text(path).count("data:image/png")
+                print(f"  {rel}: widgets rendered ({widgets} widget elements, {inline} inline image(s))")
+                if widgets == 0:
+                    errors.append(f"{rel}: page has widgets but none rendered in the browser")
+                elif inline < images:
+                    errors.append(f"{rel}: {images} image(s) in the saved Output-widget state, {inline} rendered")
             if shots:
                 out = shots / (rel.replace("/", "__").replace(".html", ".png"))
                 subprocess.run([*base, "--window-size=1280,1800", f"--screenshot={out}", url],
