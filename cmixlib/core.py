@@ -221,7 +221,8 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
         row-normalised layer maps, without identity except ``attention_rollout``/``attention_flow``.
     rows:
         Only these query rows (e.g. the [MASK] position). Layer-wise maps get NaN in the other rows;
-        aggregated maps still need (and compute) every row of their layer maps.
+        aggregated maps still need (and compute) every row of their layer maps. For a batch, a
+        list of one entry per sentence (``[[3], [5], None]``) gives each sentence its own rows.
     vz_distance, vz_standardize:
         Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
         standardisation of representations (True, or a (mean, std) pair; Appendix A.1).
@@ -242,10 +243,24 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     capture = run_and_capture(model, ids, mask)
     options = dict(normalize=normalize, vz_distance=vz_distance, vz_standardize=vz_standardize,
                    rollout_normalize=rollout_normalize)
+    sentences = iter_sentences(capture)
+    per_rows = _per_sentence_rows(rows, len(sentences)) if is_batch else [rows]
     with torch.no_grad():
-        results = [_one_sentence(mods, capture, b, keep, methods, rows, options)
-                   for b, keep in enumerate(iter_sentences(capture))]
+        results = [_one_sentence(mods, capture, b, keep, methods, r, options)
+                   for (b, keep), r in zip(enumerate(sentences), per_rows)]
     return results if is_batch else results[0]
+
+
+def _per_sentence_rows(rows, batch: int) -> list:
+    """``rows`` for a batch: the same rows for every sentence, or one entry per sentence when
+    ``rows`` is a list of ``batch`` lists / arrays / None (e.g. ``[[3], [5], None]``)."""
+    nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
+        r is None or isinstance(r, (list, tuple, np.ndarray, torch.Tensor)) for r in rows)
+    if not nested:
+        return [rows] * batch
+    if len(rows) != batch:
+        raise InputError(f"rows has {len(rows)} per-sentence entries for a batch of {batch} sentences.")
+    return list(rows)
 
 
 def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:

@@ -113,7 +113,6 @@ class Capture:
     outputs: list[torch.Tensor]       # o of each layer, (B, n, d)
     attentions: list[torch.Tensor]    # alpha of each layer, (B, H, n, n)
     attention_mask: torch.Tensor      # (B, n) of 0/1
-    logits: Any = None
 
 
 @torch.no_grad()
@@ -149,16 +148,17 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
         handles.append(lm.layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
         handles.append(lm.layer.register_forward_hook(post_hook, with_kwargs=True))
     try:
-        result = model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
-                       **forward_kwargs)
+        # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
+        base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+        result = base(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
+                      **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
     attentions = list(result.attentions)
     if len(attentions) != len(layers) or any(a is None for a in attentions):
         raise UnsupportedModelError("The model did not return attention weights; load it with attn_implementation='eager'.")
-    return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask,
-                   logits=getattr(result, "logits", None))
+    return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask)
 
 
 def layer_norm_scale(module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:

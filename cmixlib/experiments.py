@@ -24,12 +24,19 @@ name                           what                                         need
 globenc-fig5-ln-outliers       LN#1/LN#2 outlier-gain correlation per layer model weights only
 alti-fig6-special-ranks        normalised rank of [CLS]/[SEP]/./, (SST-2)   SST-2 classifier*
 vz-cue-alignment               dot / AP / probes-needed per layer × method  MLM (+ fine-tuned)*
+vz-distance-ablation           VZ cue alignment with 4 distances, VZ A.1    MLM (+ fine-tuned)*
 vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM, vz-cue-alignment
 vz-faithfulness                Spearman with blank-out, VZ Table 3          MLM (+ fine-tuned)*
 alti-table2                    Spearman with grad-l2 (SST-2), blank-out     classifier*, MLM*
                                (SVA), ALTI Table 2
 globenc-correlations           Spearman with G×I saliency per layer,        classifier(s)*
                                GlobEnc Table 1 / Figure 3 / Table 2
+alti-fig7-consistency          Spearman between two models' attributions    2 SST-2 classifiers*
+                               (same prediction), ALTI Figure 7             (B: a layer-pruned
+                                                                            student offline)
+globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST-2 classifier*
+                               input per layer, GlobEnc Figure 4 (99% CI)   (slow: n·d backward
+                                                                            passes per layer)
 =============================  ===========================================  ====================
 
 (*) trained and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such
@@ -358,16 +365,6 @@ VZ_GLOBAL_METHODS = ["random", "attention_rollout", "rollout:attn_norm", "rollou
                      "integrated_gradients", "deeplift"]
 
 
-def _grad_options(method: str, settings: Mapping, tokenizer=None) -> dict:
-    if method in ("integrated_gradients", "deeplift"):
-        # baseline: every non-special token -> [MASK] (cmixlib.gradients default)
-        opts = {"aggregate": settings.get("grad_aggregate", "l2"), "tokenizer": tokenizer}
-        if method == "integrated_gradients":
-            opts["n_steps"] = settings.get("ig_steps", 20)
-        return opts
-    return {}
-
-
 def _mlm_target(ex, settings):
     from .gradients import MLMTarget
 
@@ -377,41 +374,75 @@ def _mlm_target(ex, settings):
 
 
 def _target_rows(bundle, ex, methods: list[str], settings: Mapping, *, level: str, seed: int) -> dict[str, np.ndarray]:
-    """Scores of the target row for each method: ``(L, n)`` (level="layers") or ``(n,)`` (global)."""
+    """Scores of the target row of one example (see :func:`_target_rows_batch`)."""
+    return _target_rows_batch(bundle, [ex], methods, settings, level=level, seeds=[seed])[0]
+
+
+#: examples per batch in the experiments (sorted by length first, so padding stays small); results
+#: do not depend on it beyond float rounding (padded batches are tested against single runs)
+BATCH_SIZE = 32
+
+
+def _length_batches(examples: list[dict], size: int = BATCH_SIZE) -> list[list[int]]:
+    """Indices of ``examples`` in batches of similar length (stable sort by token count)."""
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i]["input_ids"]))
+    return [order[k:k + size] for k in range(0, len(order), size)]
+
+
+def _target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Mapping, *, level: str,
+                       seeds: list[int]) -> list[dict[str, np.ndarray]]:
+    """For each example, the scores of its target row for each method: ``(L, n)`` (level="layers")
+    or ``(n,)`` (level="input": the last layer of context-mixing maps and rollouts, gradients at the
+    word embeddings). One padded forward for the context-mixing maps and one
+    :func:`cmixlib.gradients.batch_attribute` call for all gradient methods serve the whole batch."""
+    import torch
+
     from . import core
     from .attention import rollout
-    from .gradients import attribute
+    from .gradients import batch_attribute
 
     model, tok = bundle.model, bundle.tokenizer
-    ids = _ids(ex)
-    t = int(ex["target_index"])
-    n = ids.shape[1]
-    out: dict[str, np.ndarray] = {}
+    lengths = [len(ex["input_ids"]) for ex in exs]
+    n = max(lengths)
+    pad = getattr(tok, "pad_token_id", None) or 0
+    ids = torch.full((len(exs), n), pad, dtype=torch.long)
+    mask = torch.zeros((len(exs), n), dtype=torch.long)
+    for b, ex in enumerate(exs):
+        ids[b, :lengths[b]] = torch.as_tensor(list(ex["input_ids"]))
+        mask[b, :lengths[b]] = 1
+    pos = [int(ex["target_index"]) for ex in exs]
+    out: list[dict[str, np.ndarray]] = [{} for _ in exs]
     cm_methods = [m for m in methods if m in core.METHODS]
     roll_bases = [m.split(":", 1)[1] for m in methods if m.startswith("rollout:")]
     need = sorted(set(cm_methods) | set(roll_bases))
     if need:
-        rows = [t] if not roll_bases and level == "layers" else None
-        maps = core.context_mixing(model, tok, {"input_ids": ids}, methods=need, rows=rows)
-        for m in cm_methods:
-            out[m] = maps[m][:, t, :] if level == "layers" else maps[m][-1, t, :]
-        for b in roll_bases:
-            r = rollout(maps[b], add_identity=False, normalize=True)
-            out[f"rollout:{b}"] = r[:, t, :] if level == "layers" else r[-1, t, :]
-    num_layers = None
-    for m in methods:
-        if m in GRADIENT_METHODS:
-            out[m] = np.asarray(attribute(model, ids, _mlm_target(ex, settings), method=GRADIENT_METHODS[m],
-                                          level=level, **_grad_options(m, settings, tok)))
-            num_layers = out[m].shape[0] if level == "layers" else num_layers
+        rows = [[t] for t in pos] if not roll_bases and level == "layers" else None
+        maps = core.context_mixing(model, tok, {"input_ids": ids, "attention_mask": mask}, methods=need, rows=rows,
+                                   vz_distance=settings.get("vz_distance", "cosine"),
+                                   vz_standardize=settings.get("vz_standardize"))
+        maps = maps if isinstance(maps, list) else [maps]
+        for b, t in enumerate(pos):
+            for m in cm_methods:
+                out[b][m] = maps[b][m][:, t, :] if level == "layers" else maps[b][m][-1, t, :]
+            for base in roll_bases:
+                r = rollout(maps[b][base], add_identity=False, normalize=True)
+                out[b][f"rollout:{base}"] = r[:, t, :] if level == "layers" else r[-1, t, :]
+    grad = [m for m in methods if m in GRADIENT_METHODS]
+    if grad:
+        res = batch_attribute(model, ids, [_mlm_target(ex, settings) for ex in exs],
+                              [GRADIENT_METHODS[m] for m in grad], level, attention_mask=mask, tokenizer=tok,
+                              aggregate=settings.get("grad_aggregate", "l2"), n_steps=settings.get("ig_steps", 20))
+        for b in range(len(exs)):
+            for m in grad:
+                out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
     if "random" in methods:
-        rng = np.random.default_rng(seed)
-        if level == "layers":
-            L = num_layers or len(__import__("cmixlib.encoder", fromlist=["encoder_layers"]).encoder_layers(model))
-            out["random"] = rng.uniform(size=(L, n))
-        else:
-            out["random"] = rng.uniform(size=n)
-    return {m: out[m] for m in methods}
+        from .encoder import encoder_layers
+
+        L = len(encoder_layers(model))
+        for b in range(len(exs)):
+            rng = np.random.default_rng(seeds[b])
+            out[b]["random"] = rng.uniform(size=(L, lengths[b]) if level == "layers" else lengths[b])
+    return [{m: o[m] for m in methods} for o in out]
 
 
 def _exclude_positions(ex, mode: str) -> list[int] | None:
@@ -552,14 +583,85 @@ def vz_cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
     examples = _blimp(bundle, ctx.limit)
     ctx.info["data_size"] = len(examples)
     rows = []
-    for i, ex in enumerate(ctx.tqdm(examples, desc=f"cue alignment ({s['condition']})")):
-        maps = _target_rows(bundle, ex, list(s["methods"]), s, level="layers", seed=int(s["seed"]) * 100003 + i)
-        rows += ev.alignment_rows(maps, ex["cue_indices"], example_id=i,
-                                  exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
-    per_ex = pd.DataFrame(rows)
+    with ctx.tqdm(None, total=len(examples), desc=f"cue alignment ({s['condition']})") as bar:
+        for idx in _length_batches(examples):
+            batch = [examples[i] for i in idx]
+            maps = _target_rows_batch(bundle, batch, list(s["methods"]), s, level="layers",
+                                      seeds=[int(s["seed"]) * 100003 + i for i in idx])
+            for i, ex, m in zip(idx, batch, maps):
+                rows += ev.alignment_rows(m, ex["cue_indices"], example_id=i,
+                                          exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
+            bar.update(len(idx))
+    per_ex = pd.DataFrame(rows).sort_values("example", kind="stable")
     agg = ev.aggregate_alignment(per_ex)
     agg.insert(0, "condition", s["condition"])
     return {"result": agg}
+
+
+# ============================================================================================
+# Value Zeroing Appendix A.1: the distance used in Value Zeroing
+# ============================================================================================
+VZ_DISTANCE_VARIANTS = {"cosine": ("cosine", False), "euclidean": ("euclidean", False),
+                        "spearman": ("spearman", False), "cosine, standardised": ("cosine", True)}
+
+
+def _distance_summary(frames) -> str:
+    df = frames["result"]
+    piv = df[df.metric == "dot"].pivot_table(index="variant", columns="layer", values="mean", sort=False)
+    agree = frames["agreement"].pivot_table(index="variant", columns="layer", values="spearman", sort=False)
+    return ("dot product per layer (mean over examples):\n" + piv.to_string(float_format=lambda v: f"{v:.3f}")
+            + "\n\nSpearman of each variant's [MASK] row with the cosine row (mean over examples):\n"
+            + agree.to_string(float_format=lambda v: f"{v:.3f}"))
+
+
+@register("vz-distance-ablation", summary=_distance_summary,
+          title="Value Zeroing with cosine, Euclidean, Spearman and standardised-cosine distances",
+          paper="Value Zeroing (Appendix A.1, Figure A.1)",
+          defaults={"condition": "pretrained", "variants": list(VZ_DISTANCE_VARIANTS), "exclude": "none",
+                    "ties": "optimistic", "ft_epochs": None, "ft_max_train_examples": None})
+def vz_distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
+    """Layer-wise cue alignment (as ``vz-cue-alignment``) of Value Zeroing computed with each
+    distance of Appendix A.1: cosine (the paper's), Euclidean, Spearman (1 - rank correlation of the
+    two representations) and cosine after per-dimension standardisation of the representations
+    (Timkey & van Schijndel 2021; mean and std over the sentence's tokens, see
+    :func:`cmixlib.value_zeroing.value_zeroing_layer`). Also the Spearman correlation of each
+    variant's [MASK] row with the cosine row, per layer ("agreement"). The paper reports no numbers,
+    only that the pattern did not change."""
+    from .evaluation import spearman
+
+    s = ctx.settings
+    unknown = [v for v in s["variants"] if v not in VZ_DISTANCE_VARIANTS]
+    if unknown:
+        raise ValueError(f"Unknown variant(s) {unknown}; choose from {list(VZ_DISTANCE_VARIANTS)}.")
+    bundle, info = _load_mlm(ctx, s["condition"])
+    ctx.info["model_description"] = _describe(bundle, info)
+    examples = _blimp(bundle, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    rows, agree = [], []
+    with ctx.tqdm(None, total=len(examples), desc=f"VZ distances ({s['condition']})") as bar:
+        for idx in _length_batches(examples):
+            batch = [examples[i] for i in idx]
+            per_variant = {}
+            for v in s["variants"]:
+                dist, std = VZ_DISTANCE_VARIANTS[v]
+                per_variant[v] = _target_rows_batch(bundle, batch, ["value_zeroing"],
+                                                    {"vz_distance": dist, "vz_standardize": std or None},
+                                                    level="layers", seeds=list(idx))
+            for k, (i, ex) in enumerate(zip(idx, batch)):
+                maps = {v: per_variant[v][k]["value_zeroing"] for v in s["variants"]}
+                rows += ev.alignment_rows(maps, ex["cue_indices"], example_id=i,
+                                          exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
+                if "cosine" in maps:
+                    agree += [{"example": i, "variant": v, "layer": layer,
+                               "spearman": spearman(maps[v][layer], maps["cosine"][layer])}
+                              for v in maps for layer in range(maps[v].shape[0])]
+            bar.update(len(idx))
+    per_ex = pd.DataFrame(rows).sort_values("example", kind="stable").rename(columns={"method": "variant"})
+    agg = ev.aggregate_alignment(per_ex, by=("variant", "layer"))
+    agg.insert(0, "condition", s["condition"])
+    agreement = (pd.DataFrame(agree).groupby(["variant", "layer"], sort=False)["spearman"].mean().reset_index()
+                 if agree else pd.DataFrame(columns=["variant", "layer", "spearman"]))
+    return {"result": agg, "agreement": agreement}
 
 
 # ============================================================================================
@@ -653,8 +755,8 @@ def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     """Per BLiMP test example: blank-out scores p(t|x) - p(t|x with token i -> [UNK]) (probability
     over target and foil only), and each method's global score for the [MASK] row (rollout of the
     layer maps; gradients w.r.t. the input word embeddings). Spearman per example over the positions
-    left after ``exclude`` (default: [CLS], [SEP] and the target, whose blank-out score is 0 by
-    construction), then mean ± std."""
+    left after ``exclude`` (default: [CLS], [SEP] and the target; blank-out also replaces the
+    target itself, so its score is not 0 and is dropped), then mean ± std."""
     from .gradients import MLMTarget, blank_out
 
     s = ctx.settings
@@ -662,15 +764,20 @@ def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["model_description"] = _describe(bundle, info)
     examples = _blimp(bundle, ctx.limit)
     ctx.info["data_size"] = len(examples)
-    per: dict[str, list[float]] = {m: [] for m in s["methods"]}
-    for i, ex in enumerate(ctx.tqdm(examples, desc=f"faithfulness ({s['condition']})")):
-        t = int(ex["target_index"])
-        bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
-                       replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
-        scores = _target_rows(bundle, ex, list(s["methods"]), s, level="input", seed=int(s["seed"]) * 100003 + i)
-        excl = _exclude_positions(ex, s["exclude"])
-        for m, v in scores.items():
-            per[m].append(ev.per_example_spearman([v], [bo], exclude=excl)[0])
+    rho: dict[int, dict[str, float]] = {}
+    with ctx.tqdm(None, total=len(examples), desc=f"faithfulness ({s['condition']})") as bar:
+        for idx in _length_batches(examples):
+            batch = [examples[i] for i in idx]
+            scores = _target_rows_batch(bundle, batch, list(s["methods"]), s, level="input",
+                                        seeds=[int(s["seed"]) * 100003 + i for i in idx])
+            for i, ex, sc in zip(idx, batch, scores):
+                t = int(ex["target_index"])
+                bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
+                               replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
+                excl = _exclude_positions(ex, s["exclude"])
+                rho[i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
+            bar.update(len(idx))
+    per = {m: [rho[i][m] for i in sorted(rho)] for m in s["methods"]}
     df = ev.correlation_table(per, condition=s["condition"])
     return {"result": df}
 
@@ -806,3 +913,286 @@ def _classification_inputs(bundle, task: str, limit: int | None) -> list[dict]:
         ids = enc["input_ids"][:512]
         out.append({"input_ids": ids, "label": int(y), "target_index": 0})
     return out[:limit] if limit is not None else out
+
+
+# ============================================================================================
+# ALTI Figure 7 (cross-model consistency) and GlobEnc Figure 4 (single-layer agreement with HTA)
+# ============================================================================================
+def _mean_ci(values, confidence: float) -> dict[str, float]:
+    r"""Mean, population std (as :func:`cmixlib.evaluation.mean_std`), ``n`` and a two-sided
+    Student-t confidence interval of the mean over the finite values (:func:`scipy.stats.t.interval`):
+
+    .. math:: \bar v \pm t_{(1+c)/2,\; n-1}\, s/\sqrt{n}, \qquad s = \text{sample std (ddof=1)}.
+
+    The bounds are NaN when fewer than 2 values are finite."""
+    from scipy import stats
+
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    out = {"mean": float(v.mean()) if v.size else float("nan"),
+           "std": float(v.std()) if v.size else float("nan"), "n": int(v.size),
+           "ci_low": float("nan"), "ci_high": float("nan"), "confidence": float(confidence)}
+    if v.size >= 2:
+        sem = float(v.std(ddof=1)) / np.sqrt(v.size)
+        if sem > 0:
+            lo, hi = stats.t.interval(confidence, df=v.size - 1, loc=out["mean"], scale=sem)
+        else:
+            lo = hi = out["mean"]
+        out["ci_low"], out["ci_high"] = float(lo), float(hi)
+    return out
+
+
+def _predicted_class(model, ids) -> int:
+    import torch
+
+    from .models import model_device
+
+    with torch.no_grad():
+        return int(model(input_ids=ids.to(model_device(model))).logits[0].argmax())
+
+
+def _num_layers(model) -> int:
+    from .encoder import encoder_layers
+
+    return len(encoder_layers(model))
+
+
+#: ALTI Figure 7's methods: ALTI ([CLS] row, last layer) and three input-level gradient methods,
+#: aggregated as in ALTI's Appendix B (grad-l2: ||g||; gradient·input: |g·x|; IG: |sum_d ...|).
+FIG7_METHODS = ["alti", "grad_l2", "grad_x_input_abs", "integrated_gradients"]
+_FIG7_GRADIENTS = ("grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients", "deeplift")
+
+
+def _load_model_b(ctx: Context, bundle_a) -> tuple[Any, dict, str]:
+    """``(bundle, info, how)``: the second SST-2 classifier of ALTI Figure 7 (cmixlib.training).
+
+    ``model_b="auto"``: ``distilbert-base-uncased`` when model A really is ``bert-base-uncased``
+    and DistilBERT can be loaded (the paper's pair), else ``"student"``. ``"student"``: model A's
+    pre-trained encoder with only the layers ``keep_layers`` (default every other one, 0, 2, 4,
+    ...), the way DistilBERT was initialised from BERT, then fine-tuned exactly like model A (no
+    distillation). Any other value is a model name, loaded without the offline fallback.
+    """
+    from . import training
+    from .models import ModelLoadError
+
+    s = ctx.settings
+    kw = dict(max_train_examples=s.get("cls_max_train_examples"), epochs=s.get("cls_epochs", 2),
+              progress=ctx.progress)
+    spec = s["model_b"]
+    if spec == "auto":
+        if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
+            try:
+                b, info = training.train_classifier("sst2", "distilbert-base-uncased", allow_fallback=False, **kw)
+                return b, info, "distilbert-base-uncased (the paper's second model)"
+            except ModelLoadError:
+                ctx.note("model_b=auto: distilbert-base-uncased could not be loaded; a DistilBERT-style student is used")
+        spec = "student"
+    if spec == "student":
+        keep = s["keep_layers"] if s["keep_layers"] is not None else list(range(0, _num_layers(bundle_a.model), 2))
+        b, info = training.train_classifier("sst2", ctx.model, keep_layers=keep, **kw)
+        return b, info, (f"DistilBERT-style student of model A's pre-trained encoder: layers {list(keep)} kept, "
+                         "then fine-tuned on SST-2 like model A (no distillation)")
+    b, info = training.train_classifier("sst2", spec, allow_fallback=False, **kw)
+    return b, info, spec
+
+
+def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s: Mapping) -> dict[str, np.ndarray]:
+    """Final-layer [CLS] rows of context-mixing methods and input-level gradient attributions of
+    the predicted-class probability (ALTI's convention) for one sentence."""
+    from . import core
+    from .gradients import ClassTarget, attribute
+
+    out: dict[str, np.ndarray] = {}
+    cm = [m for m in methods if m in core.METHODS]
+    if cm:
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=cm)
+        for m in cm:
+            out[m] = maps[m][-1, 0]
+    for m in methods:
+        if m in _FIG7_GRADIENTS:
+            opts: dict = {}
+            if m in ("integrated_gradients", "deeplift"):
+                opts = {"aggregate": "abs", "baseline": "mask", "tokenizer": bundle.tokenizer}
+                if m == "integrated_gradients":
+                    opts["n_steps"] = int(s["ig_steps"])
+            out[m] = np.asarray(attribute(bundle.model, ids, ClassTarget(cls, score="prob"), method=m,
+                                          level="input", **opts))
+    return out
+
+
+def _fig7_summary(frames) -> str:
+    return ("models:\n" + frames["models"].to_string(index=False) + "\n\nagreement:\n"
+            + frames["agreement"].to_string(index=False) + "\n\nSpearman between the two models' vectors "
+            "(samples where both predict the same class):\n"
+            + frames["result"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+@register("alti-fig7-consistency", summary=_fig7_summary,
+          title="Spearman between two models' attributions where both predict the same class (SST-2)",
+          paper="ALTI (Figure 7)",
+          defaults={"methods": FIG7_METHODS, "model_b": "auto", "keep_layers": None, "ig_steps": 100,
+                    "include_special": True, "confidence": 0.95, "cls_epochs": 2, "cls_max_train_examples": 1500})
+def alti_fig7(ctx: Context) -> dict[str, pd.DataFrame]:
+    """ALTI Figure 7: two SST-2 classifiers that share a tokenizer (model A = ``--model``, fine-tuned
+    by cmixlib.training; model B from ``model_b``, see :func:`_load_model_b`) explain each SST-2 dev
+    sentence on which they predict the same class c. Per method, the attribution vectors of the two
+    models (ALTI: final-layer [CLS] row of the rollout; gradients w.r.t. the input word embeddings of
+    p_c: grad-l2 ||g_j||, gradient·input |g_j·x_j|, IG with a [MASK] baseline and ``ig_steps`` steps,
+    |sum_d|) are compared with Spearman's rho over all positions ([CLS]/[SEP] included unless
+    ``include_special`` is False); mean over sentences with a t interval. The paper prints no numbers
+    (bars only): "our method is the most consistent ..., with grad_l2 following behind"."""
+    s = ctx.settings
+    methods = list(s["methods"])
+    from . import core
+
+    bad = [m for m in methods if m not in core.METHODS and m not in _FIG7_GRADIENTS]
+    if bad:
+        raise ValueError(f"alti-fig7-consistency: unknown method(s) {bad}; use context-mixing methods "
+                         f"{sorted(core.METHODS)} or gradient methods {list(_FIG7_GRADIENTS)}")
+    bundle_a, info_a = _load_classifier(ctx, "sst2")
+    bundle_b, info_b, how = _load_model_b(ctx, bundle_a)
+    va, vb = (getattr(b.tokenizer, "get_vocab", None) for b in (bundle_a, bundle_b))
+    if bundle_a.tokenizer is not bundle_b.tokenizer and va is not None and vb is not None and va() != vb():
+        raise ValueError("ALTI Figure 7 compares per-token vectors: model B must share model A's tokenizer.")
+    ctx.info["model_description"] = f"A: {_describe(bundle_a, info_a)} | B: {_describe(bundle_b, info_b)}"
+    ctx.note(f"model B: {how}")
+    examples = _sst2(bundle_a, ctx.limit)
+    ctx.info["data_size"] = len(examples)
+    per: dict[str, list[float]] = {m: [] for m in methods}
+    per_rows, correct, agree = [], {"A": 0, "B": 0}, 0
+    excl = None if s["include_special"] else [0, -1]
+    for k, ex in enumerate(ctx.tqdm(examples, desc="ALTI Figure 7")):
+        ids = _ids(ex)
+        ca, cb = _predicted_class(bundle_a.model, ids), _predicted_class(bundle_b.model, ids)
+        correct["A"] += int(ca == int(ex["label"]))
+        correct["B"] += int(cb == int(ex["label"]))
+        if ca != cb:
+            continue
+        agree += 1
+        xa = _fig7_vectors(bundle_a, ids, ca, methods, s)
+        xb = _fig7_vectors(bundle_b, ids, cb, methods, s)
+        for m in methods:
+            rho = ev.per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
+            per[m].append(rho)
+            per_rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "predicted": ca, "method": m,
+                             "spearman": rho})
+    n = len(examples)
+    result = pd.DataFrame([{"method": m, **_mean_ci(v, s["confidence"])} for m, v in per.items()])
+    models = pd.DataFrame([
+        {"model": role, "description": _describe(b), "layers": _num_layers(b.model),
+         "dev_accuracy": (i or {}).get("accuracy"), "sample_accuracy": correct[role] / max(1, n), "n": n}
+        for role, b, i in (("A", bundle_a, info_a), ("B", bundle_b, info_b))])
+    agreement = pd.DataFrame([{"n_sentences": n, "n_same_prediction": agree,
+                               "agreement_rate": agree / max(1, n)}])
+    ctx.info["model_b"] = how
+    return {"result": result, "models": models, "agreement": agreement,
+            "per_example": pd.DataFrame(per_rows, columns=["example", "n_tokens", "predicted", "method", "spearman"])}
+
+
+# --------------------------------------------------------------------------------------------
+# GlobEnc Figure 4
+# --------------------------------------------------------------------------------------------
+#: GlobEnc Figure 4's attribution maps: N-Res, N-ResLN and N-Enc (single layers, no rollout).
+FIG4_METHODS = ["attn_norm_res", "attn_norm_res_ln", "globenc_layer"]
+
+
+def _correlation(a, b, kind: str) -> float:
+    """Pearson's r (:func:`scipy.stats.pearsonr`) or Spearman's rho of two vectors over their
+    finite entries; NaN when fewer than 2 remain or either is constant."""
+    from scipy.stats import pearsonr
+
+    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    if kind == "pearson":
+        return float(pearsonr(a, b).statistic)
+    return ev.spearman(a, b)
+
+
+def map_agreement(method_map: np.ndarray, reference_map: np.ndarray, *, correlation: str = "pearson",
+                  unit: str = "row") -> float:
+    r"""Agreement of one layer's ``(n, n)`` attribution map with a reference map (e.g. HTA).
+
+    ``unit="row"``: :math:`\frac{1}{n}\sum_i \mathrm{corr}(M_{i,:}, R_{i,:})`, the mean over output
+    tokens i of the correlation of their rows (GlobEnc's code correlates the maps row by row, "per
+    attender"; rows whose correlation is undefined are skipped). A row correlation is unchanged by
+    scaling a row, so row normalisation of either map does not matter. ``unit="map"``: one
+    correlation of the two flattened maps. ``correlation``: ``"pearson"`` (the caption of GlobEnc's
+    Figure 4) or ``"spearman"``.
+    """
+    if correlation not in ("pearson", "spearman"):
+        raise ValueError(f"correlation must be 'pearson' or 'spearman', not {correlation!r}")
+    if unit not in ("row", "map"):
+        raise ValueError(f"unit must be 'row' or 'map', not {unit!r}")
+    m, r = np.asarray(method_map, dtype=float), np.asarray(reference_map, dtype=float)
+    if m.shape != r.shape or m.ndim != 2:
+        raise ValueError(f"expected two (n, n) maps of the same shape, got {m.shape} and {r.shape}")
+    if unit == "map":
+        return _correlation(m, r, correlation)
+    rows = [_correlation(m[i], r[i], correlation) for i in range(m.shape[0])]
+    rows = [x for x in rows if np.isfinite(x)]
+    return float(np.mean(rows)) if rows else float("nan")
+
+
+def _fig4_summary(frames) -> str:
+    df = frames["result"]
+    piv = df.pivot_table(index="layer", columns="method", values="mean", sort=False)
+    lo = df.pivot_table(index="layer", columns="method", values="ci_low", sort=False)
+    hi = df.pivot_table(index="layer", columns="method", values="ci_high", sort=False)
+    conf = df["confidence"].iloc[0] if len(df) else float("nan")
+    cells = piv.copy().astype(object)
+    for c in piv.columns:
+        for i in piv.index:
+            cells.loc[i, c] = f"{piv.loc[i, c]:.3f} [{lo.loc[i, c]:.3f}, {hi.loc[i, c]:.3f}]"
+    return (f"mean correlation with HTA × input per layer [{conf:.0%} t interval over sentences], "
+            f"n = {int(df['n'].max()) if len(df) else 0} sentences:\n" + cells.to_string())
+
+
+@register("globenc-fig4-hta", summary=_fig4_summary,
+          title="Single-layer correlation of N-Res / N-ResLN / N-Enc maps with HTA × input maps (SST-2)",
+          paper="GlobEnc (Figure 4)",
+          defaults={"methods": FIG4_METHODS, "correlation": "pearson", "unit": "row", "max_tokens": 64,
+                    "times_input": True, "confidence": 0.99, "cls_epochs": 2, "cls_max_train_examples": 1500})
+def globenc_fig4(ctx: Context) -> dict[str, pd.DataFrame]:
+    """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (cmixlib.training): for
+    the first ``limit`` dev sentences with at most ``max_tokens`` tokens ([CLS]/[SEP] included;
+    GlobEnc: the first 256, at most 64 tokens), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
+    c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone, rows normalised) is compared with the same
+    layer's maps of ``methods`` (row-normalised, no rollout) by :func:`map_agreement` (``correlation``,
+    ``unit``: every row i, all columns, [CLS]/[SEP] included, mean over rows). Per layer: mean over
+    sentences with a two-sided ``confidence`` t interval (the figure shows 99% intervals). The paper
+    prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res and N-Enc."""
+    import time as _time
+
+    from . import core
+    from .hta import hta
+
+    s = ctx.settings
+    map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"], unit=s["unit"])   # validates both
+    methods = list(s["methods"])
+    bundle, info = _load_classifier(ctx, "sst2")
+    ctx.info["model_description"] = _describe(bundle, info)
+    pool = _sst2(bundle, None)
+    examples = [ex for ex in pool if len(ex["input_ids"]) <= int(s["max_tokens"])]
+    examples = examples if ctx.limit is None else examples[:ctx.limit]
+    ctx.info["data_size"] = len(examples)
+    ctx.note(f"sentences: the first {len(examples)} SST-2 dev sentences with at most {s['max_tokens']} tokens "
+             f"(mean length {np.mean([len(e['input_ids']) for e in examples]) if examples else 0:.1f} tokens)")
+    rows, seconds = [], []
+    for k, ex in enumerate(ctx.tqdm(examples, desc="HTA")):
+        ids = {"input_ids": _ids(ex)}
+        t0 = _time.perf_counter()
+        ref = hta(bundle.model, bundle.tokenizer, ids, times_input=bool(s["times_input"]))
+        seconds.append(_time.perf_counter() - t0)
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, ids, methods=methods)
+        for m in methods:
+            for layer in range(ref.shape[0]):
+                rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "method": m, "layer": layer + 1,
+                             "value": map_agreement(maps[m][layer], ref[layer], correlation=s["correlation"],
+                                                    unit=s["unit"])})
+    per = pd.DataFrame(rows, columns=["example", "n_tokens", "method", "layer", "value"])
+    result = pd.DataFrame([{"method": m, "layer": layer, **_mean_ci(g["value"], s["confidence"])}
+                           for (m, layer), g in per.groupby(["method", "layer"], sort=False)])
+    ctx.info["hta_seconds_per_sentence"] = [round(x, 2) for x in seconds]
+    return {"result": result, "per_example": per}

@@ -10,8 +10,22 @@ These are the *baselines* the three papers compare context-mixing scores against
   blank-out on SVA.
 * **GlobEnc** (Modarressi et al. 2022): gradient×input saliency, aggregated with an L2 norm.
 
-Everything is computed with `captum <https://captum.ai>`_ ``Layer*`` attribution classes, so the
-model is always run through its own, unmodified ``forward``.
+Everything is computed with `captum <https://captum.ai>`_ attribution classes on the model's own,
+unmodified modules. :func:`batch_attribute` does a padded batch and several methods at once (the
+one-sequence functions below call it with a batch of one):
+
+* grad-L2 and the G×I variants share one forward and backward pass (captum
+  ``LayerGradientXActivation``) that gives the gradient at every hooked layer;
+* **layer-wise IG** integrates, for each layer :math:`\ell`, the function :math:`f(h_\ell)` of
+  ``hidden_states[ℓ]`` alone (captum ``IntegratedGradients``): for an MLM only the encoder blocks
+  :math:`\ell..L-1` and the head at the target position run at each step, instead of the whole
+  model as captum's ``LayerIntegratedGradients`` does, which gives the same numbers (tested);
+* **layer-wise DeepLift** of an MLM needs a single captum ``DeepLift`` pass from layer 0: the
+  multipliers that reach ``hidden_states[ℓ]`` in that pass are exactly those of
+  ``LayerDeepLift`` at layer :math:`\ell` (tested against it), because the forward activations the
+  rescale rule compares are the same;
+* an MLM is scored from the final hidden state of the target position only (:func:`mlm_head`),
+  not from the full ``(n, vocab)`` logits; every call checks this against the model's logits.
 
 Conventions
 -----------
@@ -80,7 +94,7 @@ import contextlib
 import inspect
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Literal, Union
+from typing import Any, Callable, Iterator, Literal, Sequence, Union
 
 import numpy as np
 import torch
@@ -90,7 +104,7 @@ from .models import model_device
 
 __all__ = [
     "MLMTarget", "ClassTarget", "Target", "GradientAttributionError", "METHODS", "LEVELS",
-    "attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients",
+    "attribute", "batch_attribute", "GRADIENT_METHODS", "mlm_head", "grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients",
     "deeplift", "blank_out", "random_scores", "resolve_target", "target_score",
     "target_probability", "substitute_word_embeddings", "attribution_layers", "special_positions",
 ]
@@ -237,30 +251,55 @@ def _check_model_and_target(model: nn.Module, target: Target, n: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Input preparation
+# Input preparation (a batch of sequences, one target each)
 # --------------------------------------------------------------------------------------------
 def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-             target: Target) -> tuple[torch.Tensor, torch.Tensor, Target]:
-    """Validate and move inputs; resolve a predicted-class target. Returns ids, mask, target."""
+             targets: Sequence[Target]) -> tuple[torch.Tensor, torch.Tensor, list[Target]]:
+    """Validate and move a batch ``(B, n)`` of ids, its mask and one target per row; resolve
+    predicted-class targets. Returns ids, mask, targets."""
     if not isinstance(model, nn.Module) or not hasattr(model, "get_input_embeddings"):
         raise GradientAttributionError("model must be a Hugging Face PreTrainedModel.")
     if not torch.is_tensor(input_ids) or input_ids.dtype not in (torch.long, torch.int, torch.int32):
-        raise GradientAttributionError("input_ids must be an integer torch tensor of shape (1, n).")
+        raise GradientAttributionError("input_ids must be an integer torch tensor of shape (B, n).")
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise GradientAttributionError(f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}.")
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise GradientAttributionError(f"input_ids must have shape (B, n); got {tuple(input_ids.shape)}.")
+    targets = list(targets)
+    if len(targets) != input_ids.shape[0]:
+        raise GradientAttributionError(
+            f"{len(targets)} target(s) for a batch of {input_ids.shape[0]} sequence(s): give one per row.")
     device = model_device(model)
     input_ids = input_ids.to(device=device, dtype=torch.long)
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     else:
         attention_mask = attention_mask.reshape(input_ids.shape).to(device=device, dtype=torch.long)
-    _check_model_and_target(model, target, input_ids.shape[1])
-    if isinstance(target, MLMTarget) and attention_mask[0, target.position] == 0:
-        raise GradientAttributionError(f"MLMTarget.position={target.position} is a padded position.")
-    target = resolve_target(model, input_ids, target, attention_mask=attention_mask)
-    return input_ids, attention_mask, target
+    for b, target in enumerate(targets):
+        _check_model_and_target(model, target, input_ids.shape[1])
+        if isinstance(target, MLMTarget) and attention_mask[b, target.position] == 0:
+            raise GradientAttributionError(f"MLMTarget.position={target.position} is a padded position.")
+    kinds = {(type(t).__name__, t.resolved_score(), getattr(t, "foil_id", 0) is None) for t in targets}
+    if len(kinds) > 1:
+        raise GradientAttributionError(
+            "All targets of a batch must be of one type and score, and all or none must have a foil; "
+            f"got {sorted(kinds)}. Split the batch.")
+    if isinstance(targets[0], ClassTarget) and any(t.class_index is None for t in targets):
+        with torch.no_grad():
+            pred = _logits(model(input_ids=input_ids, attention_mask=attention_mask)).argmax(-1).tolist()
+        targets = [t if t.class_index is not None else replace(t, class_index=int(p)) for t, p in zip(targets, pred)]
+    return input_ids, attention_mask, targets
+
+
+def _single(input_ids: torch.Tensor) -> torch.Tensor:
+    """The one-sequence functions take ``(1, n)`` or ``(n,)`` ids."""
+    if not torch.is_tensor(input_ids):
+        raise GradientAttributionError("input_ids must be an integer torch tensor of shape (1, n).")
+    ids = input_ids.unsqueeze(0) if input_ids.dim() == 1 else input_ids
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise GradientAttributionError(
+            f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}. Use batch_attribute for a batch.")
+    return ids
 
 
 @torch.no_grad()
@@ -275,21 +314,94 @@ def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
     return target
 
 
-class _ScoreModule(nn.Module):
-    """``f(input_ids, attention_mask) -> (batch,)``: the model's real forward, then the score."""
-
-    def __init__(self, model: nn.Module, target: Target):
-        super().__init__()
-        self.model = model
-        self.target = target
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask)
-        return target_score(_logits(out), self.target)
-
-
+# --------------------------------------------------------------------------------------------
+# The scored function, computed only where it is needed
+# --------------------------------------------------------------------------------------------
 def _base(model: nn.Module) -> nn.Module:
     return getattr(model, model.base_model_prefix, model) if hasattr(model, "base_model_prefix") else model
+
+
+def mlm_head(model: nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Linear]:
+    """``(transform, decoder)`` of a masked-LM head: logits = ``decoder(transform(h))`` for the
+    final hidden state ``h`` of one position (BERT, RoBERTa, ELECTRA, DistilBERT).
+
+    Used to score only the target position and only the target and foil rows of the decoder
+    (:math:`z_t = \\mathrm{transform}(h_t) \\cdot W_t + b_t`) instead of the full
+    ``(n, vocab)`` logits. Every call of :func:`batch_attribute` checks the result against the
+    model's own logits and raises if they differ, so an unknown head cannot pass silently.
+    """
+    if hasattr(model, "cls") and hasattr(model.cls, "predictions"):                      # BERT
+        return model.cls.predictions.transform, model.cls.predictions.decoder
+    if hasattr(model, "lm_head") and hasattr(model.lm_head, "layer_norm"):              # RoBERTa
+        from transformers.activations import gelu
+
+        head = model.lm_head
+        return (lambda h: head.layer_norm(gelu(head.dense(h)))), head.decoder
+    if hasattr(model, "generator_predictions") and hasattr(model, "generator_lm_head"):   # ELECTRA
+        return model.generator_predictions, model.generator_lm_head
+    if hasattr(model, "vocab_projector"):                                                 # DistilBERT
+        return (lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), model.vocab_projector
+    raise GradientAttributionError(
+        f"Unsupported masked-LM head on {type(model).__name__}: cmixlib knows the heads of BERT, RoBERTa, "
+        "ELECTRA and DistilBERT.")
+
+
+def _target_tensors(targets: Sequence[Target], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(position, target_or_class, foil)`` as ``(B,)`` long tensors (-1 where unused)."""
+    if isinstance(targets[0], MLMTarget):
+        rows = [(t.position, t.target_id, -1 if t.foil_id is None else t.foil_id) for t in targets]
+    else:
+        rows = [(0, t.class_index, -1) for t in targets]
+    return tuple(torch.tensor(col, dtype=torch.long, device=device) for col in zip(*rows))
+
+
+def _mlm_score(model: nn.Module, hidden: torch.Tensor, position: torch.Tensor, target: torch.Tensor,
+               foil: torch.Tensor, kind: str) -> torch.Tensor:
+    """:func:`target_score` computed from the final hidden states ``(B, n, d)``, at ``position`` only."""
+    transform, decoder = mlm_head(model)
+    h = transform(hidden[torch.arange(hidden.shape[0], device=hidden.device), position])   # (B, d')
+    if kind == "prob" and bool((foil < 0).any()):          # full-vocabulary softmax
+        return torch.softmax(decoder(h), dim=-1).gather(1, target[:, None])[:, 0]
+
+    def logit(ids: torch.Tensor) -> torch.Tensor:
+        z = (h * decoder.weight[ids]).sum(-1)
+        return z if decoder.bias is None else z + decoder.bias[ids]
+
+    zt = logit(target)
+    if kind == "logit":
+        return zt
+    return zt - logit(foil) if kind == "logit_diff" else torch.sigmoid(zt - logit(foil))
+
+
+def _class_score(logits: torch.Tensor, cls: torch.Tensor, kind: str) -> torch.Tensor:
+    idx = cls[:, None]
+    return (logits if kind == "logit" else torch.softmax(logits, dim=-1)).gather(1, idx)[:, 0]
+
+
+class _ScoreModule(nn.Module):
+    """``f(input_ids, attention_mask, position, target, foil) -> (B,)``: the model's real forward and
+    the score of each row's target (for an MLM the base model, then the head at the target only)."""
+
+    def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None):
+        super().__init__()
+        self.model = model
+        self.mlm = isinstance(targets[0], MLMTarget)
+        self.kind = score or targets[0].resolved_score()
+
+    def forward(self, input_ids, attention_mask, position, target, foil) -> torch.Tensor:
+        if self.mlm:
+            hidden = _base(self.model)(input_ids=input_ids, attention_mask=attention_mask)[0]
+            return _mlm_score(self.model, hidden, position, target, foil, self.kind)
+        return _class_score(_logits(self.model(input_ids=input_ids, attention_mask=attention_mask)), target, self.kind)
+
+
+def _encoder_blocks(model: nn.Module) -> list[nn.Module]:
+    base = _base(model)
+    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
+        return list(base.encoder.layer)
+    if hasattr(base, "transformer") and hasattr(base.transformer, "layer"):
+        return list(base.transformer.layer)
+    raise GradientAttributionError(f"Cannot find the encoder layers of {type(model).__name__}.")
 
 
 def attribution_layers(model: nn.Module, level: Level) -> list[nn.Module]:
@@ -300,14 +412,8 @@ def attribution_layers(model: nn.Module, level: Level) -> list[nn.Module]:
     if level != "layers":
         raise GradientAttributionError(f"Unknown level {level!r}; choose one of {LEVELS}.")
     base = _base(model)
-    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
-        blocks = list(base.encoder.layer)
-    elif hasattr(base, "transformer") and hasattr(base.transformer, "layer"):
-        blocks = list(base.transformer.layer)
-    else:
-        raise GradientAttributionError(f"Cannot find the encoder layers of {type(model).__name__}.")
     first = getattr(base, "embeddings_project", None) or base.embeddings
-    return [first] + blocks[:-1]
+    return [first] + _encoder_blocks(model)[:-1]
 
 
 @contextlib.contextmanager
@@ -329,6 +435,141 @@ def substitute_word_embeddings(model: nn.Module, word_embeds: torch.Tensor) -> I
         yield
     finally:
         handle.remove()
+
+
+@contextlib.contextmanager
+def _frozen(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """No parameter gradients while attributing (only gradients w.r.t. activations are needed).
+
+    Not used for classifiers: their layer-wise path re-runs the blocks before the attributed layer,
+    where captum's DeepLift hooks need tensors that require gradients."""
+    flags = [(p, p.requires_grad) for p in model.parameters()] if enabled else []
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+# --------------------------------------------------------------------------------------------
+# Layer-wise functions f(h_l): the rest of the network from hidden_states[l]
+# --------------------------------------------------------------------------------------------
+@dataclass
+class _LayerCalls:
+    """What the encoder passed to each block besides the hidden states (masks...), captured by a
+    pre-hook on a real forward, with its tensors pulled out so captum can expand them per step."""
+
+    calls: list[tuple[list, dict]]      # per block: (positional args after h, keyword args)
+    tensors: list[torch.Tensor]          # every tensor in `calls`, in order (replaced by slots)
+
+    def rebuild(self, k: int, tensors: Sequence[torch.Tensor]) -> tuple[list, dict]:
+        args, kwargs = self.calls[k]
+        pick = lambda v: tensors[v.index] if isinstance(v, _Slot) else v  # noqa: E731
+        return [pick(a) for a in args], {key: pick(v) for key, v in kwargs.items()}
+
+
+@dataclass(frozen=True)
+class _Slot:
+    index: int
+
+
+@torch.no_grad()
+def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                             ) -> tuple[list[torch.Tensor], _LayerCalls]:
+    """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call."""
+    blocks = _encoder_blocks(model)
+    inputs: list[Any] = [None] * len(blocks)
+    calls: list[Any] = [None] * len(blocks)
+    tensors: list[torch.Tensor] = []
+
+    def slot(v):
+        if torch.is_tensor(v):
+            tensors.append(v)
+            return _Slot(len(tensors) - 1)
+        return v
+
+    def pre_hook(module, args, kwargs, k):
+        kwargs = dict(kwargs)
+        if args:
+            inputs[k], rest = args[0], list(args[1:])
+        else:
+            inputs[k], rest = kwargs.pop("hidden_states"), []
+        calls[k] = ([slot(a) for a in rest], {key: slot(v) for key, v in kwargs.items()})
+
+    handles = [blk.register_forward_pre_hook(lambda m, a, kw, k=k: pre_hook(m, a, kw, k), with_kwargs=True)
+               for k, blk in enumerate(blocks)]
+    try:
+        _base(model)(input_ids=ids, attention_mask=mask)
+    finally:
+        for h in handles:
+            h.remove()
+    return inputs, _LayerCalls(calls, tensors)
+
+
+class _Tail(nn.Module):
+    """``f(h, position, target, foil, *call_tensors)`` for ``h = hidden_states[start]`` of an MLM:
+    the encoder blocks ``start..L-1`` called as the model calls them, then the head at the target
+    only. Running only the remaining blocks is what makes layer-wise IG/DeepLift affordable."""
+
+    def __init__(self, model: nn.Module, start: int, calls: _LayerCalls, kind: str, tap: bool = False):
+        super().__init__()
+        self.model = model
+        self.start = start
+        self.calls = calls
+        self.kind = kind
+        self.tapped: dict[int, torch.Tensor] | None = {} if tap else None
+
+    def forward(self, h, position, target, foil, *tensors):
+        for k, blk in enumerate(_encoder_blocks(self.model)[self.start:], start=self.start):
+            if self.tapped is not None and k > self.start and h.requires_grad:
+                # the gradient (DeepLift: the multipliers) reaching hidden_states[k] in the backward pass
+                h.register_hook(lambda g, k=k: self.tapped.__setitem__(k, g))
+            args, kwargs = self.calls.rebuild(k, tensors)
+            out = blk(h, *args, **kwargs)
+            h = out[0] if isinstance(out, tuple) else out
+        return _mlm_score(self.model, h, position, target, foil, self.kind)
+
+
+class _Substituted(nn.Module):
+    """``f(h, position, target, foil, input_ids, attention_mask)`` for any model: the full forward on
+    ``input_ids`` with ``hidden_states[start]`` replaced by ``h`` (used for classifiers, whose heads
+    differ too much between architectures to call them directly)."""
+
+    def __init__(self, model: nn.Module, start: int, kind: str):
+        super().__init__()
+        self.model = model
+        self.layer = attribution_layers(model, "layers")[start]
+        self.kind = kind
+
+    def forward(self, h, position, target, foil, input_ids, attention_mask):
+        def hook(module, inputs, output):
+            return (h,) + tuple(output[1:]) if isinstance(output, tuple) else h
+
+        handle = self.layer.register_forward_hook(hook)
+        try:
+            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
+        finally:
+            handle.remove()
+        return _class_score(logits, target, self.kind)
+
+
+def _check_tail(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
+                got: torch.Tensor) -> None:
+    """Raise if the fast layer-wise function disagrees with the model's own logits at the input
+    (checked on the first row of the batch: the full-vocabulary logits are costly)."""
+    with torch.no_grad():
+        logits = _logits(model(input_ids=ids[:1], attention_mask=mask[:1]))
+        want = target_score(logits, targets[0])
+        got = got[:1]
+    tol = 1e-4 if got.dtype == torch.float32 else 1e-8
+    if not torch.allclose(got.detach().to(want.dtype), want, rtol=tol, atol=tol):
+        raise GradientAttributionError(
+            f"The layer-wise score of {type(model).__name__} does not reproduce the model's logits "
+            f"(max difference {float((got.detach() - want).abs().max()):.3g}): this architecture is not supported "
+            "by the layer-wise IG/DeepLift path.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,18 +615,6 @@ def _token_id(model: nn.Module, token: int | str, tokenizer: Any, purpose: str) 
     return int(tid)
 
 
-def _baseline_ids(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  baseline: int | str | torch.Tensor, tokenizer: Any) -> torch.Tensor:
-    if torch.is_tensor(baseline):
-        if baseline.shape != input_ids.shape:
-            raise GradientAttributionError(
-                f"baseline id tensor has shape {tuple(baseline.shape)}, expected {tuple(input_ids.shape)}.")
-        return baseline.to(input_ids.device, dtype=torch.long)
-    tid = _token_id(model, baseline, tokenizer, "baseline")
-    keep = torch.as_tensor(special_positions(input_ids, attention_mask, tokenizer), device=input_ids.device)
-    return torch.where(keep.unsqueeze(0), input_ids, torch.full_like(input_ids, tid))
-
-
 def _aggregate(attr: torch.Tensor, how: str) -> torch.Tensor:
     """(…, n, d) -> (…, n)."""
     if how == "sum":
@@ -407,27 +636,188 @@ def _check_level(level: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Gradient methods (captum LayerGradientXActivation)
+# Batched attribution: one function for all gradient methods
 # --------------------------------------------------------------------------------------------
-def _layer_grad(model: nn.Module, input_ids: torch.Tensor, target: Target,
-                attention_mask: torch.Tensor | None, level: Level, multiply: bool) -> list[torch.Tensor]:
-    """Per hooked module, (n, d) gradient (or gradient ⊙ activation) of f w.r.t. its output."""
+GRADIENT_METHODS: tuple[str, ...] = ("grad_l2", "grad_x_input_l2", "grad_x_input_abs",
+                                     "integrated_gradients", "deeplift")
+_TOKENS_PER_CHUNK = 16384   # IG: expanded (steps x batch) sequences are run in chunks of ~this many tokens
+
+
+def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
+                          level: Level) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per hooked module, ``(B, n, d)`` gradients :math:`\\partial f/\\partial x` (captum
+    ``LayerGradientXActivation`` without the multiplication) and the activations ``x`` themselves
+    (a forward hook on the same modules, in the same pass)."""
     from captum.attr import LayerGradientXActivation
 
-    _check_level(level)
-    ids, mask, target = _prepare(model, input_ids, attention_mask, target)
     layers = attribution_layers(model, level)
-    method = LayerGradientXActivation(_ScoreModule(model, target), layers, multiply_by_inputs=multiply)
-    with torch.enable_grad():
-        attrs = method.attribute(ids, additional_forward_args=(mask,))
-    if not isinstance(attrs, (list, tuple)):
-        attrs = [attrs]
-    return [a[0] for a in attrs]
+    acts: list[Any] = [None] * len(layers)
+
+    def keep(module, inputs, output, k):
+        acts[k] = (output[0] if isinstance(output, tuple) else output).detach()
+
+    handles = [layer.register_forward_hook(lambda m, i, o, k=k: keep(m, i, o, k)) for k, layer in enumerate(layers)]
+    try:
+        method = LayerGradientXActivation(_ScoreModule(model, targets), layers, multiply_by_inputs=False)
+        grads = method.attribute(ids, additional_forward_args=(mask, *_target_tensors(targets, ids.device)))
+    finally:
+        for h in handles:
+            h.remove()
+    grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+    return grads, acts
 
 
-def _stack(rows: list[torch.Tensor], level: Level) -> np.ndarray:
-    out = torch.stack(rows)
-    return _np(out[0] if level == "input" else out)
+def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                    baseline: int | str | torch.Tensor, tokenizer: Any) -> torch.Tensor:
+    if torch.is_tensor(baseline):
+        if baseline.dim() == 1:
+            baseline = baseline.unsqueeze(0)
+        if baseline.shape != ids.shape:
+            raise GradientAttributionError(
+                f"baseline id tensor has shape {tuple(baseline.shape)}, expected {tuple(ids.shape)}.")
+        return baseline.to(ids.device, dtype=torch.long)
+    tid = _token_id(model, baseline, tokenizer, "baseline")
+    keep = torch.as_tensor(np.stack([special_positions(ids[b], mask[b], tokenizer) for b in range(ids.shape[0])]),
+                           device=ids.device)
+    return torch.where(keep, ids, torch.full_like(ids, tid))
+
+
+def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
+                       level: Level, which: str, base_ids: torch.Tensor, *, n_steps: int, ig_method: str,
+                       internal_batch_size: int | None, rescale_activations: bool, with_delta: bool = True,
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """IG (``which="ig"``) or DeepLift (``"dl"``) attributions ``(B, n, d)`` and convergence deltas
+    ``(B,)`` for each attributed layer.
+
+    Input level: captum ``LayerIntegratedGradients`` / ``LayerDeepLift`` on the word embeddings of
+    the whole model. Layer level: captum ``IntegratedGradients`` / ``DeepLift`` on the function
+    :math:`f(h_\\ell)` of ``hidden_states[ℓ]`` alone, with input :math:`h_\\ell(x)` and baseline
+    :math:`h_\\ell(x')` (the same quantities captum's ``Layer*`` classes integrate, without
+    re-running layers ``0..ℓ-1`` at every step: for an MLM only the blocks ``ℓ..L-1`` and the head
+    at the target run, for a classifier the whole model with ``hidden_states[ℓ]`` substituted).
+    """
+    from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift, LayerIntegratedGradients
+
+    tg = _target_tensors(targets, ids.device)
+    B, n = ids.shape
+    ibs = internal_batch_size or B * max(1, _TOKENS_PER_CHUNK // (B * n))
+    kind = targets[0].resolved_score()
+
+    def run(explainer, inputs, baselines, extra):
+        # the convergence delta costs two more forward passes: only computed when asked for
+        if which == "ig":
+            res = explainer.attribute(inputs, baselines=baselines, additional_forward_args=extra, n_steps=n_steps,
+                                      method=ig_method, internal_batch_size=ibs, return_convergence_delta=with_delta)
+        else:
+            with warnings.catch_warnings(), _deeplift_activations(rescale_activations):
+                warnings.filterwarnings("ignore", message=".*(hooks|non-linear|dtype of|Gradients cannot|require gradients).*")
+                res = explainer.attribute(inputs, baselines=baselines, additional_forward_args=extra,
+                                          return_convergence_delta=with_delta)
+        return res if with_delta else (res, None)
+
+    if level == "input":
+        cls = LayerIntegratedGradients if which == "ig" else LayerDeepLift
+        explainer = cls(_ScoreModule(model, targets), model.get_input_embeddings(), multiply_by_inputs=True)
+        attr, delta = run(explainer, ids, base_ids, (mask, *tg))
+        return [attr], [None if delta is None else delta.reshape(B)]
+    mlm = isinstance(targets[0], MLMTarget)
+    h_in, calls = _hidden_states_and_calls(model, ids, mask)
+    h_base, base_calls = _hidden_states_and_calls(model, base_ids, mask)
+    if mlm and which == "dl":
+        # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
+        # layer l (on h_l(x) and h_l(x')) are those of the tail from layer 0, so the multipliers that
+        # reach hidden_states[l] in its backward pass are those captum's LayerDeepLift(l) computes.
+        f = _Tail(model, 0, calls, kind, tap=True)
+        extra = (*tg, *calls.tensors)
+        with torch.no_grad():
+            _check_tail(model, ids, mask, targets, f(h_in[0], *extra))
+        attr0, delta0 = run(DeepLift(f, multiply_by_inputs=True), h_in[0], h_base[0], extra)
+        attrs = [attr0] + [(h_in[k] - h_base[k]) * f.tapped[k][:B] for k in range(1, len(h_in))]
+        if delta0 is None:
+            return attrs, [None] * len(attrs)
+        diff = attr0.sum(dim=(1, 2)) - delta0.reshape(B)          # f(x) - f(x') per row
+        return attrs, [a.sum(dim=(1, 2)) - diff for a in attrs]
+    attrs, deltas = [], []
+    for start in range(len(h_in)):
+        if mlm:
+            f = _Tail(model, start, calls, kind)
+            extra = (*tg, *calls.tensors)
+            if start == 0:
+                with torch.no_grad():
+                    _check_tail(model, ids, mask, targets, f(h_in[0], *extra))
+        else:
+            f, extra = _Substituted(model, start, kind), (*tg, ids, mask)
+        explainer = (IntegratedGradients if which == "ig" else DeepLift)(f, multiply_by_inputs=True)
+        attr, delta = run(explainer, h_in[start], h_base[start], extra)
+        attrs.append(attr)
+        deltas.append(None if delta is None else delta.reshape(B))
+    return attrs, deltas
+
+
+def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence[Target],
+                    methods: Sequence[str] | str = ("grad_l2",), level: Level = "input", *,
+                    attention_mask: torch.Tensor | None = None, tokenizer: Any = None,
+                    baseline: int | str | torch.Tensor = "mask", n_steps: int = 50,
+                    ig_method: str = "gausslegendre", aggregate: str = "sum", rescale_activations: bool = True,
+                    internal_batch_size: int | None = None, return_delta: bool = False) -> dict[str, np.ndarray]:
+    r"""Gradient attributions of a batch, several methods at once.
+
+    ``input_ids`` ``(B, n)`` (padded; ``attention_mask`` marks the real tokens) and one target per
+    row (all :class:`MLMTarget` or all :class:`ClassTarget`, with one score kind). ``methods`` from
+    :data:`GRADIENT_METHODS`; the equations are those of :func:`grad_l2`, :func:`grad_x_input_l2`,
+    :func:`grad_x_input_abs`, :func:`integrated_gradients` and :func:`deeplift` (``aggregate``
+    applies to the last two). The three plain-gradient methods share one forward and backward pass.
+
+    Returns ``{method: (B, n)}`` for ``level="input"``, ``{method: (B, L, n)}`` for ``"layers"``,
+    padded positions 0; with ``return_delta`` also ``{method + "_delta": (B,) / (B, L)}`` for IG and
+    DeepLift (:math:`\sum_{j,d} A_{jd} - (f(x) - f(x'))`). Rows equal the one-sequence functions'
+    results up to float rounding (tested), so batching changes speed only.
+    """
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    unknown = [m for m in methods if m not in GRADIENT_METHODS]
+    if unknown:
+        raise GradientAttributionError(f"Unknown gradient method(s) {unknown}; choose from {GRADIENT_METHODS}.")
+    _check_level(level)
+    if int(n_steps) < 2:
+        raise GradientAttributionError(f"n_steps must be >= 2 (captum's requirement); got {n_steps}.")
+    if aggregate not in ("sum", "abs", "l2"):
+        raise GradientAttributionError(f"Unknown aggregate {aggregate!r}; choose 'sum', 'abs' or 'l2'.")
+    ids, mask, targets = _prepare(model, input_ids, attention_mask, targets)
+    out: dict[str, torch.Tensor] = {}
+    with _frozen(model, enabled=isinstance(targets[0], MLMTarget)):
+        plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
+        if plain:
+            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level)
+            for m in plain:
+                rows = [_aggregate(g, "l2") if m == "grad_l2" else
+                        _aggregate(g * x, "l2" if m == "grad_x_input_l2" else "abs") for g, x in zip(grads, acts)]
+                out[m] = torch.stack(rows, dim=1)
+        for m, which in (("integrated_gradients", "ig"), ("deeplift", "dl")):
+            if m in methods:
+                base_ids = _baseline_batch(model, ids, mask, baseline, tokenizer)
+                attrs, deltas = _path_attributions(
+                    model, ids, mask, targets, level, which, base_ids, n_steps=int(n_steps), ig_method=ig_method,
+                    internal_batch_size=internal_batch_size, rescale_activations=rescale_activations,
+                    with_delta=return_delta)
+                out[m] = torch.stack([_aggregate(a, aggregate) for a in attrs], dim=1)
+                if return_delta:
+                    out[m + "_delta"] = torch.stack(deltas, dim=1)
+    pad = (mask == 0)[:, None, :]
+    result = {}
+    for m, v in out.items():
+        if not m.endswith("_delta"):
+            v = torch.where(pad, torch.zeros_like(v), v)
+        v = _np(v)
+        result[m] = v[:, 0] if level == "input" else v
+    return result
+
+
+def _one(model, input_ids, target, method, level, attention_mask, return_delta=False, **options):
+    """One sequence through :func:`batch_attribute`: ``(n,)``/``(L, n)`` (and the delta)."""
+    res = batch_attribute(model, _single(input_ids), [target], [method], level, attention_mask=attention_mask,
+                          return_delta=return_delta, **options)
+    out = res[method][0]
+    return (out, np.atleast_1d(res[method + "_delta"][0])) if return_delta else out
 
 
 def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
@@ -436,10 +826,9 @@ def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     r"""Gradient norm :math:`s_j = \lVert \partial f / \partial x_j \rVert_2`.
 
     ``x_j``: word embedding of token j (``level="input"``) or ``hidden_states[ℓ][j]``
-    (``level="layers"``). Returns ``(n,)`` or ``(L, n)``.
+    (``level="layers"``). Returns ``(n,)`` or ``(L, n)``. Batches: :func:`batch_attribute`.
     """
-    grads = _layer_grad(model, input_ids, target, attention_mask, level, multiply=False)
-    return _stack([_aggregate(g, "l2") for g in grads], level)
+    return _one(model, input_ids, target, "grad_l2", level, attention_mask)
 
 
 def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
@@ -449,8 +838,7 @@ def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *
 
     GlobEnc's saliency aggregation. Returns ``(n,)`` or ``(L, n)``.
     """
-    gx = _layer_grad(model, input_ids, target, attention_mask, level, multiply=True)
-    return _stack([_aggregate(g, "l2") for g in gx], level)
+    return _one(model, input_ids, target, "grad_x_input_l2", level, attention_mask)
 
 
 def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
@@ -460,8 +848,7 @@ def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, 
 
     Returns ``(n,)`` or ``(L, n)``.
     """
-    gx = _layer_grad(model, input_ids, target, attention_mask, level, multiply=True)
-    return _stack([_aggregate(g, "abs") for g in gx], level)
+    return _one(model, input_ids, target, "grad_x_input_abs", level, attention_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,7 +860,7 @@ def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Targ
                          n_steps: int = 50, method: str = "gausslegendre",
                          internal_batch_size: int | None = None, aggregate: str = "sum",
                          return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    r"""Integrated gradients (captum ``LayerIntegratedGradients``):
+    r"""Integrated gradients (captum):
 
     .. math:: A_j = \sum_d (x_{jd} - x'_{jd}) \int_0^1
               \frac{\partial f(x' + \alpha (x - x'))}{\partial x_{jd}}\, d\alpha,
@@ -481,33 +868,17 @@ def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Targ
 
     ``x'`` is the representation of the baseline ids (see module docstring; default every
     non-special token -> [MASK], needing ``tokenizer`` or an integer ``baseline``). For
-    ``level="layers"`` each layer is integrated separately (one captum run per layer, the path
-    being the straight line between the input's and the baseline's ``hidden_states[ℓ]``).
-    ``aggregate``: ``"sum"`` (signed, default), ``"abs"`` or ``"l2"`` over dims.
+    ``level="layers"`` each layer is integrated separately: the path is the straight line between
+    the input's and the baseline's ``hidden_states[ℓ]``, and only the rest of the network is
+    differentiated (see :func:`batch_attribute`). ``method`` is captum's quadrature
+    (Gauss-Legendre by default). ``aggregate``: ``"sum"`` (signed, default), ``"abs"`` or ``"l2"``.
 
     Returns ``(n,)`` / ``(L, n)``; with ``return_delta`` also the convergence delta
     :math:`\sum_{j,d} A_{jd} - (f(x) - f(x'))` as a ``(1,)`` / ``(L,)`` array.
     """
-    from captum.attr import LayerIntegratedGradients
-
-    _check_level(level)
-    if int(n_steps) < 2:
-        raise GradientAttributionError(f"n_steps must be >= 2 (captum's requirement); got {n_steps}.")
-    ids, mask, target = _prepare(model, input_ids, attention_mask, target)
-    base_ids = _baseline_ids(model, ids, mask, baseline, tokenizer)
-    fwd = _ScoreModule(model, target)
-    rows, deltas = [], []
-    for layer in attribution_layers(model, level):
-        lig = LayerIntegratedGradients(fwd, layer, multiply_by_inputs=True)
-        with torch.enable_grad():
-            attr, delta = lig.attribute(ids, baselines=base_ids, additional_forward_args=(mask,),
-                                        n_steps=n_steps, method=method,
-                                        internal_batch_size=internal_batch_size,
-                                        return_convergence_delta=True)
-        rows.append(_aggregate(attr[0], aggregate))
-        deltas.append(delta.reshape(-1)[0])
-    out = _stack(rows, level)
-    return (out, _np(torch.stack(deltas))) if return_delta else out
+    return _one(model, input_ids, target, "integrated_gradients", level, attention_mask, return_delta,
+                baseline=baseline, tokenizer=tokenizer, n_steps=n_steps, ig_method=method,
+                internal_batch_size=internal_batch_size, aggregate=aggregate)
 
 
 _ACTIVATION_NAMES = ("GELUActivation", "NewGELUActivation", "FastGELUActivation", "QuickGELUActivation",
@@ -539,13 +910,12 @@ def _deeplift_activations(enabled: bool) -> Iterator[None]:
         for t in added:
             dl.SUPPORTED_NON_LINEAR.pop(t, None)
 
-
 def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
              attention_mask: torch.Tensor | None = None, level: Level = "input",
              baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
              aggregate: str = "sum", rescale_activations: bool = True,
              return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    r"""DeepLift, rescale rule (captum ``LayerDeepLift``): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
+    r"""DeepLift, rescale rule (captum ``LayerDeepLift`` / ``DeepLift``, see :func:`batch_attribute`): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
 
     The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
     that captum recognises **as an ``nn.Module`` of a known type** (``nn.ReLU``, ``nn.Tanh``,
@@ -570,23 +940,8 @@ def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     Baseline and ``aggregate`` as in :func:`integrated_gradients`. Returns ``(n,)``/``(L, n)``,
     with ``return_delta`` also :math:`\sum A - (f(x)-f(x'))` per row.
     """
-    from captum.attr import LayerDeepLift
-
-    _check_level(level)
-    ids, mask, target = _prepare(model, input_ids, attention_mask, target)
-    base_ids = _baseline_ids(model, ids, mask, baseline, tokenizer)
-    fwd = _ScoreModule(model, target)
-    rows, deltas = [], []
-    for layer in attribution_layers(model, level):
-        ldl = LayerDeepLift(fwd, layer, multiply_by_inputs=True)
-        with torch.enable_grad(), warnings.catch_warnings(), _deeplift_activations(rescale_activations):
-            warnings.filterwarnings("ignore", message=".*(hooks|non-linear|dtype of|Gradients cannot).*")
-            attr, delta = ldl.attribute(ids, baselines=base_ids, additional_forward_args=(mask,),
-                                        return_convergence_delta=True)
-        rows.append(_aggregate(attr[0], aggregate))
-        deltas.append(delta.reshape(-1)[0])
-    out = _stack(rows, level)
-    return (out, _np(torch.stack(deltas))) if return_delta else out
+    return _one(model, input_ids, target, "deeplift", level, attention_mask, return_delta,
+                baseline=baseline, tokenizer=tokenizer, aggregate=aggregate, rescale_activations=rescale_activations)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,18 +966,18 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     target position get 0; with ``skip_special=False`` every attended position is blanked (ALTI's
     variant). Padded positions always get 0. Returns ``(n,)``; positive = the token helped.
     """
-    ids, mask, target = _prepare(model, input_ids, attention_mask, target)
+    ids, mask, (target,) = _prepare(model, _single(input_ids), attention_mask, [target])
     n = ids.shape[1]
     rid = _token_id(model, replacement, tokenizer, "blank-out replacement")
-    p0 = target_probability(_logits(model(input_ids=ids, attention_mask=mask)), target)[0]
-    batch = ids.repeat(n, 1)
-    batch[torch.arange(n), torch.arange(n)] = rid
-    masks = mask.repeat(n, 1)
-    step = batch_size or n
-    probs = torch.cat([target_probability(_logits(model(input_ids=batch[i:i + step],
-                                                        attention_mask=masks[i:i + step])), target)
-                       for i in range(0, n, step)])
-    scores = p0 - probs
+    score = _ScoreModule(model, [target], score="prob")
+    tg = _target_tensors([target], ids.device)
+    batch = torch.cat([ids, ids.repeat(n, 1)])
+    batch[1 + torch.arange(n), torch.arange(n)] = rid
+    masks = mask.repeat(n + 1, 1)
+    step = batch_size or n + 1
+    probs = torch.cat([score(batch[i:i + step], masks[i:i + step], *(t.expand(len(batch[i:i + step])) for t in tg))
+                       for i in range(0, n + 1, step)])
+    scores = probs[0] - probs[1:]
     skip = torch.as_tensor(mask[0] == 0)
     if skip_special:
         skip = skip | torch.as_tensor(special_positions(ids, mask, tokenizer), device=ids.device)
@@ -630,6 +985,7 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
             skip[target.position] = True
     scores = torch.where(skip, torch.zeros_like(scores), scores)
     return _np(scores)
+
 
 
 def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np.ndarray:
@@ -647,7 +1003,7 @@ def _random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                    attention_mask: torch.Tensor | None = None, level: Level = "input",
                    seed: int = 0, tokenizer: Any = None) -> np.ndarray:
     _check_level(level)
-    ids, _, _ = _prepare(model, input_ids, attention_mask, target)
+    ids, _, _ = _prepare(model, _single(input_ids), attention_mask, [target])
     return random_scores(ids.shape[1], num_layers=None if level == "input" else _num_layers(model), seed=seed)
 
 

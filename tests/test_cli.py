@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import cmixlib
 from cmixlib import cli
@@ -232,3 +233,32 @@ def test_model_only_and_cls_experiments_on_fakes(fakes):
     assert r.comparison() is not None
     r = X.run_experiment("alti-table2", model="fake", limit=2, progress=False)
     assert set(r.result.task) == {"SST-2", "SVA"}
+
+
+def test_target_rows_of_a_padded_batch_equal_single_examples():
+    """The experiments batch examples of different lengths: every method's target row must equal
+    the one-example computation (same seeds for the random baseline)."""
+    bundle = FakeBundle(cmixlib.random_model("bert", task="mlm", layers=2, seed=1, dtype=torch.float64))
+    exs = [dict(e, target_index=2) for e in _examples(1, length=6, seed=5) + _examples(1, length=9, seed=6)
+           + _examples(1, length=4, seed=7)]
+    settings = {"grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 4}
+    for level, methods in (("layers", X.VZ_LAYER_METHODS), ("input", X.VZ_GLOBAL_METHODS)):
+        batch = X._target_rows_batch(bundle, exs, methods, settings, level=level, seeds=[10, 11, 12])
+        for ex, got, seed in zip(exs, batch, [10, 11, 12]):
+            want = X._target_rows(bundle, ex, methods, settings, level=level, seed=seed)
+            for m in methods:
+                assert got[m].shape[-1] == len(ex["input_ids"])
+                np.testing.assert_allclose(got[m], want[m], rtol=1e-6, atol=1e-9, err_msg=f"{m} {level}")
+
+
+def test_vz_distance_ablation_on_fakes(fakes):
+    r = X.run_experiment("vz-distance-ablation", model="fake", limit=3, progress=False)
+    df = r.result
+    assert set(df.variant) == set(X.VZ_DISTANCE_VARIANTS) and set(df.layer) == {0, 1}
+    agree = r.frames["agreement"].set_index(["variant", "layer"])["spearman"]
+    assert np.allclose(agree.loc["cosine"], 1.0)
+    # the variants are different maps (a variant silently falling back to cosine would fail)
+    assert not np.allclose(agree.loc["euclidean"], 1.0) or not np.allclose(agree.loc["spearman"], 1.0)
+    with pytest.raises(ValueError, match="Unknown variant"):
+        X.run_experiment("vz-distance-ablation", model="fake", limit=2, settings={"variants": ["manhattan"]},
+                         progress=False)

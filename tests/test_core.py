@@ -315,6 +315,18 @@ def test_padded_batch_equals_single_runs(arch):
     for got, want in zip(batch, single):
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-8, atol=1e-11, err_msg=name)
+    # one set of rows per sentence
+    layer = ["attn_norm_res_ln", "value_zeroing", "alti_layer"]
+    rowed = cmixlib.context_mixing(model, None, {"input_ids": ids, "attention_mask": mask}, methods=layer,
+                                   rows=[[2], [0, 7]])
+    for got, want, r in zip(rowed, single, ([2], [0, 7])):
+        for name in layer:
+            np.testing.assert_allclose(got[name][:, r], want[name][:, r], rtol=1e-8, atol=1e-11, err_msg=name)
+            other = [i for i in range(got[name].shape[1]) if i not in r]
+            assert np.isnan(got[name][:, other]).all()
+    with pytest.raises(cmixlib.InputError, match="per-sentence"):
+        cmixlib.context_mixing(model, None, {"input_ids": ids, "attention_mask": mask}, methods=layer,
+                               rows=[[2], [0], [1]])
 
 
 def test_mixing_ratio_matches_definition():

@@ -86,7 +86,7 @@ def test_word_embedding_hook_keeps_forward(arch, task):
         torch.testing.assert_close(m(input_ids=IDS).logits, plain, rtol=0, atol=0)
     # the scored function used by captum is the plain model's score
     target = mlm_target() if task == "mlm" else G.ClassTarget(1, score="prob")
-    f = G._ScoreModule(m, target)(IDS, torch.ones_like(IDS))
+    f = G._ScoreModule(m, [target])(IDS, torch.ones_like(IDS), *G._target_tensors([target], IDS.device))
     assert f.shape == (1,)
     assert f.item() == pytest.approx(plain_score(m, IDS, target), abs=1e-12)
 
@@ -381,3 +381,87 @@ def test_errors(call, message):
     b = model("bert", "base")
     with pytest.raises(G.GradientAttributionError, match=message):
         call(m, c, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batched attribution: the fast layer-wise path against captum's Layer* classes on the full model,
+# and a padded batch against one sequence at a time
+# ---------------------------------------------------------------------------------------------
+def _captum_layer_reference(m, ids, target, which, n_steps=12):
+    """Slow, obvious reference: captum's LayerIntegratedGradients / LayerDeepLift on the whole
+    model (every step re-runs every layer), one hooked layer at a time, plain logits scoring."""
+    from captum.attr import LayerDeepLift, LayerIntegratedGradients
+
+    class Score(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return G.target_score(self.m(input_ids=input_ids).logits, target)
+
+    rows = []
+    for layer in G.attribution_layers(m, "layers"):
+        if which == "ig":
+            a = LayerIntegratedGradients(Score(), layer).attribute(ids, baselines=baseline_ids(ids), n_steps=n_steps)
+        else:
+            with G._deeplift_activations(True):
+                a = LayerDeepLift(Score(), layer).attribute(ids, baselines=baseline_ids(ids))
+        rows.append(a[0].sum(-1).detach())
+    return torch.stack(rows).numpy()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("task", ["mlm", "sequence-classification"])
+def test_layerwise_ig_and_deeplift_match_captum_layer_classes(arch, task):
+    m = model(arch, task)
+    t = mlm_target() if task == "mlm" else G.ClassTarget(1)
+    for which, method, opts in (("ig", "integrated_gradients", {"n_steps": 12}), ("dl", "deeplift", {})):
+        want = _captum_layer_reference(m, IDS, t, which, **opts)
+        got = G.batch_attribute(m, IDS, [t], [method], "layers", baseline=BASE_ID, **opts)[method][0]
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-12)
+        assert np.abs(want).max() > 1e-6  # far above the tolerance: a wrong path would fail
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_batch_equals_one_sequence_at_a_time(arch):
+    m = model(arch)
+    seqs = [IDS[0], torch.tensor([2, 7, 5, 9, 3]), torch.tensor([2, 13, 16, 5, 19, 11, 3])]
+    targets = [mlm_target(), G.MLMTarget(2, TGT, FOIL), G.MLMTarget(4, 15, FOIL)]
+    n = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), n, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, s in enumerate(seqs):
+        ids[b, :len(s)], mask[b, :len(s)] = s, 1
+    for level in G.LEVELS:
+        got = G.batch_attribute(m, ids, targets, G.GRADIENT_METHODS, level, attention_mask=mask, baseline=BASE_ID,
+                                n_steps=8, return_delta=True)
+        for b, (s, t) in enumerate(zip(seqs, targets)):
+            one = G.batch_attribute(m, s[None], [t], G.GRADIENT_METHODS, level, baseline=BASE_ID, n_steps=8,
+                                    return_delta=True)
+            for meth in G.GRADIENT_METHODS:
+                np.testing.assert_allclose(got[meth][b][..., :len(s)], one[meth][0], rtol=1e-6, atol=1e-9,
+                                           err_msg=f"{meth} {level} row {b}")
+                assert np.all(got[meth][b][..., len(s):] == 0)
+            for meth in ("integrated_gradients_delta", "deeplift_delta"):
+                np.testing.assert_allclose(got[meth][b], one[meth][0], rtol=1e-6, atol=1e-9)
+
+
+def test_batch_attribute_checks_the_head(monkeypatch):
+    m = model("bert")
+    transform, decoder = G.mlm_head(m)
+    monkeypatch.setattr(G, "mlm_head", lambda model: (lambda h: transform(h) * 1.01, decoder))
+    with pytest.raises(G.GradientAttributionError, match="does not reproduce"):
+        G.batch_attribute(m, IDS, [mlm_target()], ["integrated_gradients"], "layers", baseline=BASE_ID, n_steps=4)
+
+
+def test_batch_attribute_errors():
+    m = model("bert")
+    with pytest.raises(G.GradientAttributionError, match="one per row"):
+        G.batch_attribute(m, torch.cat([IDS, IDS]), [mlm_target()])
+    with pytest.raises(G.GradientAttributionError, match="one type and score"):
+        G.batch_attribute(m, torch.cat([IDS, IDS]), [mlm_target(), mlm_target("prob")])
+    with pytest.raises(G.GradientAttributionError, match="Unknown gradient method"):
+        G.batch_attribute(m, IDS, [mlm_target()], ["blank_out"])
