@@ -100,7 +100,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import model_device
+from .models import mlm_head, model_device
 
 __all__ = [
     "MLMTarget", "ClassTarget", "Target", "GradientAttributionError", "METHODS", "LEVELS",
@@ -319,31 +319,6 @@ def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
 # --------------------------------------------------------------------------------------------
 def _base(model: nn.Module) -> nn.Module:
     return getattr(model, model.base_model_prefix, model) if hasattr(model, "base_model_prefix") else model
-
-
-def mlm_head(model: nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Linear]:
-    """``(transform, decoder)`` of a masked-LM head: logits = ``decoder(transform(h))`` for the
-    final hidden state ``h`` of one position (BERT, RoBERTa, ELECTRA, DistilBERT).
-
-    Used to score only the target position and only the target and foil rows of the decoder
-    (:math:`z_t = \\mathrm{transform}(h_t) \\cdot W_t + b_t`) instead of the full
-    ``(n, vocab)`` logits. Every call of :func:`batch_attribute` checks the result against the
-    model's own logits and raises if they differ, so an unknown head cannot pass silently.
-    """
-    if hasattr(model, "cls") and hasattr(model.cls, "predictions"):                      # BERT
-        return model.cls.predictions.transform, model.cls.predictions.decoder
-    if hasattr(model, "lm_head") and hasattr(model.lm_head, "layer_norm"):              # RoBERTa
-        from transformers.activations import gelu
-
-        head = model.lm_head
-        return (lambda h: head.layer_norm(gelu(head.dense(h)))), head.decoder
-    if hasattr(model, "generator_predictions") and hasattr(model, "generator_lm_head"):   # ELECTRA
-        return model.generator_predictions, model.generator_lm_head
-    if hasattr(model, "vocab_projector"):                                                 # DistilBERT
-        return (lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), model.vocab_projector
-    raise GradientAttributionError(
-        f"Unsupported masked-LM head on {type(model).__name__}: cmixlib knows the heads of BERT, RoBERTa, "
-        "ELECTRA and DistilBERT.")
 
 
 def _target_tensors(targets: Sequence[Target], device: torch.device) -> tuple[torch.Tensor, ...]:

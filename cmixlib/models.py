@@ -13,7 +13,7 @@ import socket
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -237,3 +237,28 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
             elif isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0.0, 0.1)
     return model.to(dtype).eval()
+
+
+def mlm_head(model: torch.nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.nn.Linear]:
+    """``(transform, decoder)`` of a masked-LM head: logits = ``decoder(transform(h))`` for the
+    final hidden state ``h`` of one position (BERT, RoBERTa, ELECTRA, DistilBERT).
+
+    Lets callers compute logits at one position only, or only some rows of the decoder
+    (:math:`z_t = \\mathrm{transform}(h_t) \\cdot W_t + b_t`), instead of the full ``(n, vocab)``
+    logits (:mod:`cmixlib.gradients`, :mod:`cmixlib.training`; both are tested against the model's
+    own logits, and :func:`cmixlib.gradients.batch_attribute` checks it at every call).
+    """
+    if hasattr(model, "cls") and hasattr(model.cls, "predictions"):                      # BERT
+        return model.cls.predictions.transform, model.cls.predictions.decoder
+    if hasattr(model, "lm_head") and hasattr(model.lm_head, "layer_norm"):              # RoBERTa
+        from transformers.activations import gelu
+
+        head = model.lm_head
+        return (lambda h: head.layer_norm(gelu(head.dense(h)))), head.decoder
+    if hasattr(model, "generator_predictions") and hasattr(model, "generator_lm_head"):   # ELECTRA
+        return model.generator_predictions, model.generator_lm_head
+    if hasattr(model, "vocab_projector"):                                                 # DistilBERT
+        return (lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), model.vocab_projector
+    raise TypeError(
+        f"Unsupported masked-LM head on {type(model).__name__}: cmixlib knows the heads of BERT, RoBERTa, "
+        "ELECTRA and DistilBERT.")

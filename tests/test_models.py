@@ -70,3 +70,20 @@ def test_batch_of_texts_with_real_tokenizer(packaged_bundle):
         want = cmixlib.context_mixing(packaged_bundle, None, text, methods=["alti", "value_zeroing"])
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert"])
+def test_mlm_head_reproduces_the_model_logits(arch):
+    from cmixlib.models import mlm_head
+    from cmixlib.training import mlm_head_logits
+
+    m = cmixlib.random_model(arch, task="mlm", dtype=torch.float64, seed=4)
+    ids = torch.tensor([[2, 11, 5, 17, 8, 3]])
+    with torch.no_grad():
+        out = m(input_ids=ids, output_hidden_states=True)
+        transform, decoder = mlm_head(m)
+        h = out.hidden_states[-1]
+        torch.testing.assert_close(decoder(transform(h)), out.logits, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(mlm_head_logits(m, h), out.logits, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="Unsupported masked-LM head"):
+        mlm_head(cmixlib.random_model(arch, seed=4))
