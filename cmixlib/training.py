@@ -838,11 +838,38 @@ def classifier_accuracy(model, tokenizer, inputs, labels, *, max_length: int = 1
     return correct / max(1, len(labels))
 
 
+def keep_encoder_layers(model, keep: Sequence[int]) -> list[int]:
+    """Keep only the encoder layers ``keep`` (0-based, strictly increasing), in place; returns them.
+
+    This is how DistilBERT's student was initialised from BERT (Sanh et al. 2019: "taking one
+    layer out of two"); e.g. ``keep=range(0, L, 2)``. The embeddings, the remaining layers' weights
+    and any head are untouched; the config's layer count is updated. BERT, RoBERTa, ELECTRA and
+    DistilBERT layouts (base model or with a head).
+    """
+    base = _base_model(model) if hasattr(model, model.base_model_prefix) else model
+    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
+        holder, cfg_key = base.encoder, "num_hidden_layers"
+    elif hasattr(base, "transformer") and hasattr(base.transformer, "layer"):
+        holder, cfg_key = base.transformer, "n_layers"
+    else:
+        raise ValueError(f"Cannot find the encoder layers of {type(model).__name__}.")
+    layers = list(holder.layer)
+    keep = [int(k) for k in keep]
+    if not keep or any(not 0 <= k < len(layers) for k in keep) or any(a >= b for a, b in zip(keep, keep[1:])):
+        raise ValueError(f"keep_layers={keep} must be strictly increasing indices in 0..{len(layers) - 1}.")
+    holder.layer = torch.nn.ModuleList([layers[k] for k in keep])
+    setattr(model.config, cfg_key, len(keep))
+    if hasattr(holder, "n_layers"):
+        holder.n_layers = len(keep)
+    return keep
+
+
 def train_classifier(task_name: str, name: str | None = None, *, max_train_examples: int | None = 1500,
                      epochs: int = 2, batch_size: int = 32, lr: float = 3e-5, warmup: float = 0.0,
                      weight_decay: float = 0.0, max_length: int = 128, seed: int = 42,
                      max_dev_examples: int | None = None, use_cache: bool = True,
-                     progress: bool = True, bundle=None, task_data: dict | None = None, **load_kw):
+                     progress: bool = True, bundle=None, task_data: dict | None = None,
+                     keep_layers: Sequence[int] | None = None, **load_kw):
     """Fine-tune a sequence classifier as in GlobEnc. Returns ``(bundle, info)``; ``info["accuracy"]`` = dev accuracy.
 
     GlobEnc: BERT-base, batch 32, lr 3e-5, 3-5 epochs (paper §4.1). Here: full fine-tuning of the
@@ -854,6 +881,9 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
     ``num_labels`` outputs plus tokenizer) replaces loading ``name``, and ``task_data`` (same format
     as :func:`classification_data`) replaces the task's data (both used by the tests).
     Cached: the full ``state_dict``; the key uses the *encoder's* fingerprint (the head is seeded).
+    ``keep_layers`` (default None: all layers) first prunes the pre-trained encoder to those layers
+    (:func:`keep_encoder_layers`, a DistilBERT-style student); it then enters the cache key (only
+    when given, so the keys of full-depth classifiers do not change).
     """
     from .models import load_model
 
@@ -872,6 +902,8 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
     settings = dict(epochs=epochs, batch_size=batch_size, lr=lr, warmup=warmup, weight_decay=weight_decay,
                     max_length=max_length, seed=seed, max_train_examples=max_train_examples,
                     optimizer="AdamW", schedule="linear", encoder="fine-tuned (all parameters)")
+    if keep_layers is not None:
+        settings["keep_layers"] = keep_encoder_layers(model, keep_layers)
     xtr, ytr = d["train"]
     xdv, ydv = d["dev"]
     key = cache_key("classifier", task=task, model=fingerprint_model(_base_model(model)),
@@ -929,6 +961,9 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
     model.eval()
     if hasattr(bundle, "head_is_pretrained"):
         bundle.head_is_pretrained = False
+        if keep_layers is not None:
+            bundle.notes.append(f"Only encoder layers {settings['keep_layers']} of the pre-trained model were kept "
+                                "(DistilBERT-style student, no distillation).")
         bundle.notes.append(f"Fine-tuned on {task} by cmixlib.training (dev accuracy {info['accuracy']:.3f}).")
     return bundle, info
 
@@ -940,6 +975,6 @@ __all__ = [
     "mlm_head_logits", "mlm_head_param_names", "decoder_is_tied", "logits_at", "static_masking",
     "masked_word_accuracy", "train_mlm_head", "default_mlm_texts", "load_mlm_model",
     "mlm_agreement_scores", "mlm_agreement_accuracy", "prompt_loss", "finetune_prompt",
-    "load_finetuned_mlm", "classification_data", "classifier_accuracy", "train_classifier",
+    "load_finetuned_mlm", "classification_data", "classifier_accuracy", "train_classifier", "keep_encoder_layers",
     "CLASSIFIER_TASKS", "LABELS",
 ]
