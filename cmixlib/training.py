@@ -255,17 +255,12 @@ def _base_model(model):
 
 
 def mlm_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """Vocabulary logits from final hidden states (any leading shape) through the model's MLM head."""
-    if hasattr(model, "cls"):  # BERT
-        return model.cls(hidden)
-    if hasattr(model, "lm_head"):  # RoBERTa
-        return model.lm_head(hidden)
-    if hasattr(model, "generator_lm_head"):  # ELECTRA generator
-        return model.generator_lm_head(model.generator_predictions(hidden))
-    if hasattr(model, "vocab_projector"):  # DistilBERT
-        x = model.vocab_layer_norm(model.activation(model.vocab_transform(hidden)))
-        return model.vocab_projector(x)
-    raise TypeError(f"Don't know the MLM head of {type(model).__name__}.")
+    """Vocabulary logits from final hidden states (any leading shape) through the model's MLM head
+    (:func:`cmixlib.models.mlm_head`)."""
+    from .models import mlm_head
+
+    transform, decoder = mlm_head(model)
+    return decoder(transform(hidden))
 
 
 def mlm_head_param_names(model) -> list[str]:

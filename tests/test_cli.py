@@ -183,7 +183,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(X, "_load_mlm", lambda ctx, condition: (mlm, {"accuracy": 0.5}))
     monkeypatch.setattr(X, "_load_classifier", lambda ctx, task: (cls, {"accuracy": 0.5}))
     monkeypatch.setattr(X, "_load_base", lambda ctx: base)
-    monkeypatch.setattr(X, "_blimp", lambda bundle, limit: _examples(limit or 8))
+    monkeypatch.setattr(X, "blimp_sample", lambda bundle, limit: _examples(limit or 8))
     monkeypatch.setattr(X, "_sst2", lambda bundle, limit: [dict(e, target_index=0, label=i % 2)
                                                           for i, e in enumerate(_examples(limit or 4, seed=1))])
     monkeypatch.setattr(X, "_sva", lambda bundle, limit: _examples(limit or 4, seed=2))
