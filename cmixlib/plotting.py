@@ -9,7 +9,10 @@ every figure (:data:`METHOD_COLORS`, :data:`METHOD_LABELS`), and a handful of fi
 * :func:`plot_row` -- one row of a map (how much each token contributes to one token) as bars;
 * :func:`colour_tokens_html` -- a sentence with each token shaded by its score (ALTI-style
   saliency tables), as HTML for notebooks;
-* :func:`plot_alignment_heatmap` -- a layer x method table of scores (e.g. Spearman correlations).
+* :func:`plot_alignment_heatmap` -- a layer x method table of scores (e.g. Spearman correlations);
+* :func:`plot_consistency_bars` -- one bar per method with error bars (ALTI Figure 7);
+* :func:`plot_layer_correlations` -- one line per method across layers with a shaded
+  confidence band (GlobEnc Figures 3-4).
 
 All functions return matplotlib objects and never call ``plt.show()``.
 """
@@ -337,6 +340,63 @@ def plot_method_lines(df, ax=None, *, title: str | None = None, ylabel: str = "s
                 label=method_label(str(col)))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8, frameon=False, loc="best")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def _ci_or_std(df):
+    """(lower, upper) error-bar lengths: from ``ci_low``/``ci_high`` if present, else ± ``std``."""
+    mean = df["mean"].to_numpy(dtype=float)
+    if {"ci_low", "ci_high"} <= set(df.columns):
+        return np.vstack([mean - df["ci_low"].to_numpy(dtype=float), df["ci_high"].to_numpy(dtype=float) - mean])
+    if "std" in df.columns:
+        s = df["std"].to_numpy(dtype=float)
+        return np.vstack([s, s])
+    return None
+
+
+def plot_consistency_bars(df, ax=None, *, title: str | None = None,
+                          ylabel: str = "mean Spearman ρ between the two models"):
+    """One bar per method (``df`` rows with ``method`` and ``mean``) in the method's colour, with
+    the confidence interval (``ci_low``/``ci_high``) or ± ``std`` as error bars (ALTI Figure 7)."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.1 * len(df) + 2.0, 3.4))
+    x = np.arange(len(df))
+    err = _ci_or_std(df)
+    ax.bar(x, df["mean"].to_numpy(dtype=float), color=[method_color(str(m)) for m in df["method"]],
+           yerr=np.nan_to_num(err) if err is not None else None, capsize=3)
+    ax.set_xticks(x)
+    ax.set_xticklabels([method_label(str(m)) for m in df["method"]], rotation=30, ha="right")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_layer_correlations(df, ax=None, *, title: str | None = None, ylabel: str = "mean correlation",
+                            labels: Mapping[str, str] | None = None):
+    """One line per method across layers with its confidence band shaded (GlobEnc Figures 3-4).
+
+    ``df`` is long: ``method``, ``layer``, ``mean`` and optionally ``ci_low``/``ci_high``.
+    ``labels`` overrides display names (e.g. ``{"globenc_layer": "N-Enc"}``)."""
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    for m, g in df.groupby("method", sort=False):
+        g = g.sort_values("layer")
+        colour = method_color(str(m))
+        name = (labels or {}).get(str(m), method_label(str(m)))
+        ax.plot(g["layer"], g["mean"], marker="o", ms=3, color=colour, label=name)
+        if {"ci_low", "ci_high"} <= set(g.columns):
+            ax.fill_between(g["layer"].to_numpy(dtype=float), g["ci_low"].to_numpy(dtype=float),
+                            g["ci_high"].to_numpy(dtype=float), color=colour, alpha=0.2, lw=0)
+    ax.set_xlabel("layer")
+    ax.set_ylabel(ylabel)
+    ax.set_xticks(sorted(df["layer"].unique()))
     ax.legend(fontsize=8, frameon=False, loc="best")
     if title:
         ax.set_title(title)

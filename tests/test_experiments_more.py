@@ -1,0 +1,322 @@
+"""HTA maps against a slow reference, the layer-pruned student of cmixlib.training, and the
+experiments `alti-fig7-consistency` / `globenc-fig4-hta` on tiny random models (as tests/test_cli.py)."""
+import copy
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import cmixlib
+from cmixlib import cli
+from cmixlib import experiments as X
+from cmixlib import training
+from cmixlib.encoder import encoder_layers
+from cmixlib.hta import HTAError, hta
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path / "cache"))
+    yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread is as fast and does not stall when the machine's cores are busy."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTA × input against torch.autograd.functional.jacobian and explicit loops
+# ---------------------------------------------------------------------------------------------
+def _ids(arch, n=7, seed=0):
+    rng = np.random.default_rng(seed)
+    first = 0 if arch == "roberta" else 1
+    return torch.tensor([[first] + rng.integers(5, 100, n - 2).tolist() + [2]])
+
+
+def _reference_hta(model, ids, times_input=True):
+    """Slow and obvious: the full Jacobian of each layer called on its own (no mask needed for one
+    unpadded sentence), then the Frobenius norm of every (i, j) block in Python loops."""
+    with torch.no_grad():
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+    out = []
+    for k, mods in enumerate(encoder_layers(model)):
+        x = hs[k][0].detach()
+
+        def f(z, layer=mods.layer):
+            o = layer(z.unsqueeze(0))
+            return (o[0] if isinstance(o, tuple) else o)[0]
+
+        J = torch.autograd.functional.jacobian(f, x)            # (n, d, n, d)
+        n = x.shape[0]
+        c = np.zeros((n, n))
+        for i in range(n):
+            for j in range(n):
+                block = J[i, :, j, :] * (x[j][None, :] if times_input else 1.0)
+                c[i, j] = float(torch.linalg.matrix_norm(block, ord="fro"))
+        out.append(c)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta"])
+def test_hta_matches_full_jacobian_reference(arch):
+    model = cmixlib.random_model(arch, task="sequence-classification", layers=2, num_labels=2, seed=3)
+    ids = _ids(arch)
+    ref = _reference_hta(model, ids)
+    ours = hta(model, None, {"input_ids": ids}, normalize=False, chunk_size=40)   # several chunks
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+    # the × input matters: without it the maps are different (so the comparison above can fail)
+    plain = hta(model, None, {"input_ids": ids}, normalize=False, times_input=False)
+    np.testing.assert_allclose(plain, _reference_hta(model, ids, times_input=False), rtol=1e-4, atol=1e-5)
+    assert np.abs(plain - ours).max() > 1e-2
+
+
+def test_hta_rows_layers_and_normalisation():
+    model = cmixlib.random_model("bert", layers=3, seed=5)
+    ids = {"input_ids": _ids("bert", n=6, seed=1)}
+    full = hta(model, None, ids)
+    assert full.shape == (3, 6, 6)
+    np.testing.assert_allclose(full.sum(-1), 1.0, rtol=1e-10)
+    raw = hta(model, None, ids, normalize=False)
+    np.testing.assert_allclose(raw / raw.sum(-1, keepdims=True), full, rtol=1e-10)
+    part = hta(model, None, ids, rows=[0, -1], layers=[1])
+    assert np.isnan(part[0]).all() and np.isnan(part[2]).all() and np.isnan(part[1, 1:5]).all()
+    np.testing.assert_allclose(part[1, [0, 5]], full[1, [0, 5]], rtol=1e-6)
+
+
+def test_hta_clear_errors():
+    model = cmixlib.random_model("bert", layers=2, seed=0)
+    ids = _ids("bert")
+    with pytest.raises(ValueError, match="one sentence"):
+        hta(model, None, {"input_ids": ids.repeat(2, 1)})
+    with pytest.raises(ValueError, match="unpadded"):
+        hta(model, None, {"input_ids": ids, "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0, 0]])})
+    with pytest.raises(ValueError, match="out of range"):
+        hta(model, None, {"input_ids": ids}, layers=[5])
+    model.train()
+    with pytest.raises(HTAError, match="eval"):
+        hta(model, None, {"input_ids": ids})
+
+
+# ---------------------------------------------------------------------------------------------
+# DistilBERT-style student: keep_encoder_layers and train_classifier(keep_layers=...)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["bert", "distilbert"])
+def test_keep_encoder_layers(arch):
+    model = cmixlib.random_model(arch, task="sequence-classification", layers=4, num_labels=2, seed=2)
+    before = [m.layer for m in encoder_layers(model)]
+    ref = copy.deepcopy(model)
+    assert training.keep_encoder_layers(model, [0, 2]) == [0, 2]
+    assert [m.layer for m in encoder_layers(model)] == [before[0], before[2]]
+    cfg = model.config
+    assert (cfg.num_hidden_layers if arch == "bert" else cfg.n_layers) == 2
+    ids = _ids(arch)
+    with torch.no_grad():
+        hs_ref = ref(input_ids=ids, output_hidden_states=True).hidden_states
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+        # the student's layer 2 is the teacher's layer 3 (index 2) applied to the student's layer-1 output
+        layer2 = encoder_layers(ref)[2].layer
+        o = layer2(hs[1])
+        o = o[0] if isinstance(o, tuple) else o
+    assert len(hs) == 3
+    torch.testing.assert_close(hs[1], hs_ref[1])
+    torch.testing.assert_close(hs[2], o)
+    for bad in ([], [2, 1], [0, 4], [1, 1]):
+        with pytest.raises(ValueError, match="keep_layers"):
+            training.keep_encoder_layers(copy.deepcopy(ref), bad)
+
+
+def _tiny_task_data():
+    rng = np.random.default_rng(0)
+    xs = [[1] + rng.integers(5, 100, 6).tolist() + [2] for _ in range(8)]
+    return {"train": (xs, [i % 2 for i in range(8)]), "dev": (xs[:4], [0, 1, 0, 1]), "train_pool": 8,
+            "description": "tiny"}
+
+
+def test_train_classifier_keep_layers_key():
+    tokenizer = lambda inputs, **kw: {"input_ids": [list(x) for x in inputs]}   # noqa: E731  (ids in, ids out)
+    d = _tiny_task_data()
+
+    def run(keep):
+        model = cmixlib.random_model("bert", task="sequence-classification", layers=4, num_labels=2, seed=7)
+        return training.train_classifier("sst2", bundle=(model, tokenizer), task_data=d, epochs=1, batch_size=4,
+                                         progress=False, keep_layers=keep)
+
+    (m_full, _), info_full = run(None)
+    (m_half, _), info_half = run([0, 2])
+    assert "keep_layers" not in info_full["settings"]                    # full-depth keys unchanged
+    assert info_half["settings"]["keep_layers"] == [0, 2] and info_half["layers"] == 2
+    assert info_full["cache_key"] != info_half["cache_key"]
+    assert len(encoder_layers(m_half)) == 2
+    (m_again, _), info_again = run([0, 2])                               # loads the pruned weights
+    assert info_again["from_cache"] and info_again["cache_key"] == info_half["cache_key"]
+    for a, b in zip(m_again.state_dict().values(), m_half.state_dict().values()):
+        torch.testing.assert_close(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two experiments on tiny random models
+# ---------------------------------------------------------------------------------------------
+TOK = SimpleNamespace(pad_token_id=0, cls_token_id=1, sep_token_id=2, unk_token_id=3, mask_token_id=4)
+
+
+@dataclass
+class FakeBundle:
+    model: object
+    tokenizer: object = field(default_factory=lambda: TOK)
+    name: str = "random-tiny"
+    notes: list = field(default_factory=list)
+
+    def describe(self):
+        return f"random tiny {self.model.config.model_type} ({len(encoder_layers(self.model))} layers, test)"
+
+
+def _examples(n, seed=1):
+    rng = np.random.default_rng(seed)
+    return [{"input_ids": [1] + rng.integers(5, 100, 4 + i % 3).tolist() + [2], "label": i % 2, "target_index": 0}
+            for i in range(n)]
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    a = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, num_labels=2, seed=2))
+    student = copy.deepcopy(a.model)
+    training.keep_encoder_layers(student, [0])
+    b = FakeBundle(student)
+    calls = {}
+
+    def load_b(ctx, bundle_a):
+        calls["model_b"] = ctx.settings["model_b"]
+        return b, {"accuracy": 0.5}, "student of the tiny model (test)"
+
+    monkeypatch.setattr(X, "_load_classifier", lambda ctx, task: (a, {"accuracy": 0.5}))
+    monkeypatch.setattr(X, "_load_model_b", load_b)
+    monkeypatch.setattr(X, "_sst2", lambda bundle, limit: _examples(limit or 6))
+    return calls
+
+
+def test_alti_fig7_on_fakes(fakes, capsys, monkeypatch):
+    r = X.run_experiment("alti-fig7-consistency", model="fake", limit=6, settings={"ig_steps": 3}, progress=False)
+    res = r.result.set_index("method")
+    assert list(res.index) == X.FIG7_METHODS
+    agr = r.frames["agreement"].iloc[0]
+    assert agr["n_sentences"] == 6 and 0 <= agr["n_same_prediction"] <= 6
+    assert (res["n"] == agr["n_same_prediction"]).all()
+    ok = res["mean"].dropna()
+    assert ((ok >= -1) & (ok <= 1)).all()
+    models = r.frames["models"].set_index("model")
+    assert models.loc["A", "layers"] == 2 and models.loc["B", "layers"] == 1
+    assert fakes["model_b"] == "auto" and any("student" in n for n in r.meta["notes"])
+    paired = r.frames["vs_alti"].set_index("method")
+    per = r.frames["per_example"].pivot(index="example", columns="method", values="spearman")
+    assert list(paired.index) == X.FIG7_METHODS[1:]
+    assert paired.loc["grad_l2", "mean_diff"] == pytest.approx((per["grad_l2"] - per["alti"]).mean())
+    # same model on both sides: every method is perfectly consistent with itself
+    monkeypatch.setattr(X, "_load_model_b", lambda ctx, bundle_a: (bundle_a, {"accuracy": 0.5}, "model A itself"))
+    r2 = X.run_experiment("alti-fig7-consistency", model="fake", limit=4, settings={"ig_steps": 3}, progress=False)
+    assert r2.frames["agreement"].iloc[0]["agreement_rate"] == 1.0
+    np.testing.assert_allclose(r2.result["mean"], 1.0)
+    with pytest.raises(ValueError, match="unknown method"):
+        X.run_experiment("alti-fig7-consistency", model="fake", limit=2, settings={"methods": ["nope"]}, progress=False)
+    assert cli.main(["run", "alti-fig7-consistency", "--model", "fake", "--limit", "4", "--set", "ig_steps=3",
+                     "--quiet"]) == 0
+    assert "agreement" in capsys.readouterr().out
+
+
+def test_model_b_choice(monkeypatch):
+    """auto: DistilBERT only for a real bert-base-uncased, else the student (last layer kept)."""
+    from cmixlib.models import ModelLoadError
+
+    calls = []
+
+    def fake_train(task, name=None, **kw):
+        calls.append((name, kw))
+        if name == "distilbert-base-uncased":
+            raise ModelLoadError("offline")
+        return FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, num_labels=2)), {}
+
+    monkeypatch.setattr(training, "train_classifier", fake_train)
+    settings = dict(X.REGISTRY["alti-fig7-consistency"].defaults)
+    ctx = X.Context(experiment="alti-fig7-consistency", model="bert-base-uncased", limit=None, settings=settings,
+                    progress=False)
+    a = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=6, num_labels=2))
+    _, _, how = X._load_model_b(ctx, a)                      # a stand-in, not bert-base-uncased: no DistilBERT
+    assert calls[-1][0] == "bert-base-uncased" and calls[-1][1]["keep_layers"] == [1, 3, 5]
+    assert calls[-1][1]["max_train_examples"] == 6000 and calls[-1][1]["epochs"] == 2 and "student" in how
+    a.name, a.is_fallback = "bert-base-uncased", False       # the paper's model: try DistilBERT first
+    X._load_model_b(ctx, a)
+    assert calls[-2][0] == "distilbert-base-uncased" and calls[-2][1]["allow_fallback"] is False
+    assert calls[-1][1]["keep_layers"] == [1, 3, 5] and any("could not be loaded" in n for n in ctx.notes)
+    ctx.settings = {**settings, "model_b": "student", "keep_layers": [0, 2], "b_cls_max_train_examples": None}
+    X._load_model_b(ctx, a)
+    assert calls[-1][1]["keep_layers"] == [0, 2] and calls[-1][1]["max_train_examples"] == 1500
+
+
+def test_map_agreement_definition():
+    rng = np.random.default_rng(0)
+    m = rng.uniform(size=(5, 5))
+    assert X.map_agreement(m, m) == pytest.approx(1.0)
+    # a row correlation ignores row scaling (row normalisation does not matter), a map one does not
+    scaled = m * np.arange(1, 6)[:, None]
+    assert X.map_agreement(scaled, m) == pytest.approx(1.0)
+    assert X.map_agreement(scaled, m, unit="map") < 0.99
+    expected = np.mean([np.corrcoef(m[i], m[i] ** 2)[0, 1] for i in range(5)])
+    assert X.map_agreement(m, m ** 2) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="correlation"):
+        X.map_agreement(m, m, correlation="kendall")
+    # without the diagonal: only the off-diagonal entries of each row are correlated
+    r = rng.uniform(size=(5, 5))
+    off = np.mean([np.corrcoef(np.delete(m[i], i), np.delete(r[i], i))[0, 1] for i in range(5)])
+    assert X.map_agreement(m, r, diagonal=False) == pytest.approx(off)
+    mask = ~np.eye(5, dtype=bool)
+    assert X.map_agreement(m, r, unit="map", diagonal=False) == pytest.approx(np.corrcoef(m[mask], r[mask])[0, 1])
+
+
+def test_globenc_fig4_on_fakes(fakes, capsys):
+    r = X.run_experiment("globenc-fig4-hta", model="fake", limit=3, settings={"max_tokens": 7}, progress=False)
+    res = r.result
+    assert set(res.method) == set(X.FIG4_METHODS) and set(res.layer) == {1, 2}
+    assert set(res["columns"]) == {"all", "off_diagonal"} and len(res) == 2 * 3 * 2
+    assert (res["n"] == 3).all() and (res["confidence"] == 0.99).all()
+    assert ((res["ci_low"] <= res["mean"]) & (res["mean"] <= res["ci_high"])).all()
+    assert ((res["mean"] >= -1) & (res["mean"] <= 1)).all()
+    per = r.frames["per_example"]
+    assert (per["n_tokens"] <= 7).all() and len(per) == 3 * 2 * 3 * 2
+    assert len(r.meta["info"]["hta_seconds_per_sentence"]) == 3
+    with pytest.raises(ValueError, match="unit"):
+        X.run_experiment("globenc-fig4-hta", model="fake", limit=1, settings={"unit": "cell"}, progress=False)
+    assert cli.main(["run", "globenc-fig4-hta", "--model", "fake", "--limit", "1", "--quiet"]) == 0
+    assert "HTA" in capsys.readouterr().out
+
+
+def test_mean_ci_is_a_t_interval():
+    from scipy import stats
+
+    v = [0.1, 0.4, 0.35, 0.2]
+    out = X._mean_ci(v + [float("nan")], 0.99)
+    lo, hi = stats.t.interval(0.99, 3, loc=np.mean(v), scale=stats.sem(v))
+    assert out["n"] == 4 and out["ci_low"] == pytest.approx(lo) and out["ci_high"] == pytest.approx(hi)
+    assert np.isnan(X._mean_ci([0.3], 0.99)["ci_low"])
+
+
+def test_new_plotting_helpers():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cmixlib.plotting import plot_consistency_bars, plot_layer_correlations
+
+    df = pd.DataFrame({"method": X.FIG7_METHODS, "mean": [0.8, 0.6, 0.4, 0.3], "ci_low": [0.7, 0.5, 0.3, 0.2],
+                       "ci_high": [0.9, 0.7, 0.5, 0.4]})
+    ax = plot_consistency_bars(df)
+    assert len(ax.patches) == 4
+    lay = pd.DataFrame([{"method": m, "layer": k, "mean": 0.1 * k, "ci_low": 0.1 * k - 0.05, "ci_high": 0.1 * k + 0.05}
+                        for m in X.FIG4_METHODS for k in (1, 2, 3)])
+    ax = plot_layer_correlations(lay)
+    assert len(ax.lines) == 3 and len(ax.collections) == 3
