@@ -1170,40 +1170,52 @@ def map_agreement(method_map: np.ndarray, reference_map: np.ndarray, *, correlat
     return float(np.mean(rows)) if rows else float("nan")
 
 
+#: The three readings of GlobEnc Figure 4's "Pearson correlation of HTA maps with attribution maps"
+#: that :func:`globenc_fig4` reports side by side, all from the same maps. "map_raw" (the main one):
+#: the whole n x n maps flattened, **un-normalised** (the caption's literal reading; GlobEnc's code
+#: keeps raw norms and its HTA files are "undiv"), so that rows with larger totals weigh more.
+#: "rows": per row i over all columns, mean over rows (the granularity of GlobEnc's
+#: ``compute_spearman_correlation_hta``); "rows_off_diagonal": the same without j = i. A row-wise
+#: correlation cannot see a per-row rescaling, such as N-ResLN's division by token i's LN#1 scale.
+FIG4_VARIANTS: dict[str, dict] = {"map_raw": {"unit": "map", "diagonal": True},
+                                  "rows": {"unit": "row", "diagonal": True},
+                                  "rows_off_diagonal": {"unit": "row", "diagonal": False}}
+
+
 def _fig4_summary(frames) -> str:
     df = frames["result"]
-    df = df[df["columns"] == "all"]
+    df = df[df["variant"] == "map_raw"]
     cell = df.assign(text=[f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in zip(df["mean"], df["ci_low"], df["ci_high"])])
     cells = cell.pivot(index="layer", columns="method", values="text")
     conf = df["confidence"].iloc[0] if len(df) else float("nan")
     return (f"mean correlation with HTA × input per layer [{conf:.0%} t interval over sentences], "
-            f"n = {int(df['n'].max()) if len(df) else 0} sentences (all columns; the off-diagonal variant "
-            "is in result.csv):\n" + cells.to_string())
+            f"n = {int(df['n'].max()) if len(df) else 0} sentences (variant 'map_raw'; 'rows' and "
+            "'rows_off_diagonal' are in result.csv):\n" + cells.to_string())
 
 
 @register("globenc-fig4-hta", summary=_fig4_summary,
           title="Single-layer correlation of N-Res / N-ResLN / N-Enc maps with HTA × input maps (SST-2)",
           paper="GlobEnc (Figure 4)",
-          defaults={"methods": FIG4_METHODS, "correlation": "pearson", "unit": "row", "max_tokens": 64,
+          defaults={"methods": FIG4_METHODS, "correlation": "pearson", "max_tokens": 64,
                     "times_input": True, "confidence": 0.99, "cls_epochs": 2, "cls_max_train_examples": 1500})
 def globenc_fig4(ctx: Context) -> dict[str, pd.DataFrame]:
     """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (cmixlib.training): for
     the first ``limit`` dev sentences with at most ``max_tokens`` tokens ([CLS]/[SEP] included;
     GlobEnc: the first 256, at most 64 tokens), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
-    c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone, rows normalised) is compared with the same
-    layer's maps of ``methods`` (row-normalised, no rollout) by :func:`map_agreement` (``correlation``,
-    ``unit``: every row i, all columns, [CLS]/[SEP] included, mean over rows). Per layer: mean over
-    sentences with a two-sided ``confidence`` t interval (the figure shows 99% intervals). The paper
-    prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res and N-Enc.
-    ``columns="off_diagonal"`` rows of the result repeat the comparison without the diagonal entries
-    (``map_agreement(..., diagonal=False)``), from the same maps."""
+    c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
+    ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
+    in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
+    the whole un-normalised maps, all rows and columns, [CLS]/[SEP] and the diagonal included). Per
+    layer: mean over sentences with a two-sided ``confidence`` t interval (the figure shows 99%
+    intervals). The paper prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res
+    and N-Enc."""
     import time as _time
 
     from . import core
     from .hta import hta
 
     s = ctx.settings
-    map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"], unit=s["unit"])   # validates both
+    map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting
     methods = list(s["methods"])
     bundle, info = _load_classifier(ctx, "sst2")
     ctx.info["model_description"] = _describe(bundle, info)
@@ -1217,18 +1229,17 @@ def globenc_fig4(ctx: Context) -> dict[str, pd.DataFrame]:
     for k, ex in enumerate(ctx.tqdm(examples, desc="HTA")):
         ids = {"input_ids": _ids(ex)}
         t0 = _time.perf_counter()
-        ref = hta(bundle.model, bundle.tokenizer, ids, times_input=bool(s["times_input"]))
+        ref = hta(bundle.model, bundle.tokenizer, ids, times_input=bool(s["times_input"]), normalize=False)
         seconds.append(_time.perf_counter() - t0)
-        maps = core.context_mixing(bundle.model, bundle.tokenizer, ids, methods=methods)
-        for cols in ("all", "off_diagonal"):
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, ids, methods=methods, normalize=False)
+        for variant, kw in FIG4_VARIANTS.items():
             for m in methods:
                 for layer in range(ref.shape[0]):
-                    rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "columns": cols, "method": m,
+                    rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "variant": variant, "method": m,
                                  "layer": layer + 1,
-                                 "value": map_agreement(maps[m][layer], ref[layer], correlation=s["correlation"],
-                                                        unit=s["unit"], diagonal=cols == "all")})
-    per = pd.DataFrame(rows, columns=["example", "n_tokens", "columns", "method", "layer", "value"])
-    result = pd.DataFrame([{"columns": cols, "method": m, "layer": layer, **_mean_ci(g["value"], s["confidence"])}
-                           for (cols, m, layer), g in per.groupby(["columns", "method", "layer"], sort=False)])
+                                 "value": map_agreement(maps[m][layer], ref[layer], correlation=s["correlation"], **kw)})
+    per = pd.DataFrame(rows, columns=["example", "n_tokens", "variant", "method", "layer", "value"])
+    result = pd.DataFrame([{"variant": v, "method": m, "layer": layer, **_mean_ci(g["value"], s["confidence"])}
+                           for (v, m, layer), g in per.groupby(["variant", "method", "layer"], sort=False)])
     ctx.info["hta_seconds_per_sentence"] = [round(x, 2) for x in seconds]
     return {"result": result, "per_example": per}

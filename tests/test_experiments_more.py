@@ -283,15 +283,25 @@ def test_globenc_fig4_on_fakes(fakes, capsys):
     r = X.run_experiment("globenc-fig4-hta", model="fake", limit=3, settings={"max_tokens": 7}, progress=False)
     res = r.result
     assert set(res.method) == set(X.FIG4_METHODS) and set(res.layer) == {1, 2}
-    assert set(res["columns"]) == {"all", "off_diagonal"} and len(res) == 2 * 3 * 2
+    assert set(res["variant"]) == set(X.FIG4_VARIANTS) and len(res) == 3 * 3 * 2
     assert (res["n"] == 3).all() and (res["confidence"] == 0.99).all()
     assert ((res["ci_low"] <= res["mean"]) & (res["mean"] <= res["ci_high"])).all()
     assert ((res["mean"] >= -1) & (res["mean"] <= 1)).all()
     per = r.frames["per_example"]
-    assert (per["n_tokens"] <= 7).all() and len(per) == 3 * 2 * 3 * 2
+    assert (per["n_tokens"] <= 7).all() and len(per) == 3 * 2 * 3 * 3
+    rows = per[per.variant == "rows"]
+    assert ((rows.value >= -1) & (rows.value <= 1)).all()
+    # the whole-map variant uses the raw (un-normalised) maps: recompute one value by hand
+    model = X._load_classifier(None, "sst2")[0].model
+    ids = {"input_ids": torch.tensor([[e for e in _examples(6)[0]["input_ids"]]])}
+    raw_h = hta(model, None, ids, normalize=False)[1]
+    raw_m = cmixlib.context_mixing(model, None, ids, methods=["attn_norm_res_ln"], normalize=False)["attn_norm_res_ln"][1]
+    got = per[(per.variant == "map_raw") & (per.example == 0) & (per.layer == 2) & (per.method == "attn_norm_res_ln")]
+    assert got.value.iloc[0] == pytest.approx(np.corrcoef(raw_h.ravel(), raw_m.ravel())[0, 1], rel=1e-6)
     assert len(r.meta["info"]["hta_seconds_per_sentence"]) == 3
-    with pytest.raises(ValueError, match="unit"):
-        X.run_experiment("globenc-fig4-hta", model="fake", limit=1, settings={"unit": "cell"}, progress=False)
+    with pytest.raises(ValueError, match="correlation"):
+        X.run_experiment("globenc-fig4-hta", model="fake", limit=1, settings={"correlation": "kendall"},
+                         progress=False)
     assert cli.main(["run", "globenc-fig4-hta", "--model", "fake", "--limit", "1", "--quiet"]) == 0
     assert "HTA" in capsys.readouterr().out
 
