@@ -397,6 +397,20 @@ def _length_batches(examples: list[dict], size: int = BATCH_SIZE) -> list[list[i
     return [order[k:k + size] for k in range(0, len(order), size)]
 
 
+def _batched_rows(ctx: Context, bundle, examples: list[dict], *, level: str, desc: str):
+    """Yield ``(index, example, {method: target-row scores})`` for ``ctx.settings["methods"]``, one
+    length batch at a time (:func:`_target_rows_batch`), with a progress bar; the random baseline of
+    example ``i`` is seeded with ``seed * 100003 + i``."""
+    s = ctx.settings
+    with ctx.tqdm(None, total=len(examples), desc=desc) as bar:
+        for idx in _length_batches(examples):
+            batch = [examples[i] for i in idx]
+            scores = _target_rows_batch(bundle, batch, list(s["methods"]), s, level=level,
+                                        seeds=[int(s.get("seed", 0)) * 100003 + i for i in idx])
+            yield from zip(idx, batch, scores)
+            bar.update(len(idx))
+
+
 def _target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Mapping, *, level: str,
                        seeds: list[int]) -> list[dict[str, np.ndarray]]:
     """For each example, the scores of its target row for each method: ``(L, n)`` (level="layers")
@@ -591,15 +605,9 @@ def vz_cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
     examples = blimp_sample(bundle, ctx.limit)
     ctx.info["data_size"] = len(examples)
     rows = []
-    with ctx.tqdm(None, total=len(examples), desc=f"cue alignment ({s['condition']})") as bar:
-        for idx in _length_batches(examples):
-            batch = [examples[i] for i in idx]
-            maps = _target_rows_batch(bundle, batch, list(s["methods"]), s, level="layers",
-                                      seeds=[int(s["seed"]) * 100003 + i for i in idx])
-            for i, ex, m in zip(idx, batch, maps):
-                rows += ev.alignment_rows(m, ex["cue_indices"], example_id=i,
-                                          exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
-            bar.update(len(idx))
+    for i, ex, m in _batched_rows(ctx, bundle, examples, level="layers", desc=f"cue alignment ({s['condition']})"):
+        rows += ev.alignment_rows(m, ex["cue_indices"], example_id=i,
+                                  exclude=_exclude_positions(ex, s["exclude"]), ties=s["ties"])
     per_ex = pd.DataFrame(rows).sort_values("example", kind="stable")
     agg = ev.aggregate_alignment(per_ex)
     agg.insert(0, "condition", s["condition"])
@@ -773,18 +781,12 @@ def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     examples = blimp_sample(bundle, ctx.limit)
     ctx.info["data_size"] = len(examples)
     rho: dict[int, dict[str, float]] = {}
-    with ctx.tqdm(None, total=len(examples), desc=f"faithfulness ({s['condition']})") as bar:
-        for idx in _length_batches(examples):
-            batch = [examples[i] for i in idx]
-            scores = _target_rows_batch(bundle, batch, list(s["methods"]), s, level="input",
-                                        seeds=[int(s["seed"]) * 100003 + i for i in idx])
-            for i, ex, sc in zip(idx, batch, scores):
-                t = int(ex["target_index"])
-                bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
-                               replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
-                excl = _exclude_positions(ex, s["exclude"])
-                rho[i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
-            bar.update(len(idx))
+    for i, ex, sc in _batched_rows(ctx, bundle, examples, level="input", desc=f"faithfulness ({s['condition']})"):
+        t = int(ex["target_index"])
+        bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
+                       replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
+        excl = _exclude_positions(ex, s["exclude"])
+        rho[i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
     per = {m: [rho[i][m] for i in sorted(rho)] for m in s["methods"]}
     df = ev.correlation_table(per, condition=s["condition"])
     return {"result": df}

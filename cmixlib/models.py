@@ -128,11 +128,23 @@ def _auto_class(task: str):
 def _from_pretrained(source: str, task: str, local_only: bool, **kwargs):
     from transformers import AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     cls = _auto_class(task)
     tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-    model, info = cls.from_pretrained(
-        source, local_files_only=local_only, attn_implementation="eager",
-        output_loading_info=True, **kwargs)
+    # transformers prints a table of missing head weights; the bundle records that itself
+    # (head_is_pretrained, notes), so its report is silenced here
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        model, info = cls.from_pretrained(
+            source, local_files_only=local_only, attn_implementation="eager",
+            output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
     return model, tok, info
 
 
