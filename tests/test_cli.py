@@ -2,9 +2,7 @@
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +10,7 @@ import pytest
 import torch
 
 import cmixlib
+from fakes import FakeBundle
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import paper_numbers as pn
@@ -151,19 +150,6 @@ def test_paper_numbers_match_seed_texts():
 # ---------------------------------------------------------------------------------------------
 # The real experiments, on a tiny random model and fake examples
 # ---------------------------------------------------------------------------------------------
-TOK = SimpleNamespace(pad_token_id=0, cls_token_id=1, sep_token_id=2, unk_token_id=3, mask_token_id=4)
-
-
-@dataclass
-class FakeBundle:
-    model: object
-    tokenizer: object = field(default_factory=lambda: TOK)
-    name: str = "random-tiny"
-    notes: list = field(default_factory=list)
-
-    def describe(self):
-        return "random tiny bert (test)"
-
 
 def _examples(n=8, length=8, seed=0):
     rng = np.random.default_rng(seed)

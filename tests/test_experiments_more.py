@@ -1,8 +1,6 @@
 """HTA maps against a slow reference, the layer-pruned student of cmixlib.training, and the
 experiments `alti-fig7-consistency` / `globenc-fig4-hta` on tiny random models (as tests/test_cli.py)."""
 import copy
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -10,6 +8,7 @@ import pytest
 import torch
 
 import cmixlib
+from fakes import FakeBundle
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import training
@@ -164,19 +163,6 @@ def test_train_classifier_keep_layers_key():
 # ---------------------------------------------------------------------------------------------
 # The two experiments on tiny random models
 # ---------------------------------------------------------------------------------------------
-TOK = SimpleNamespace(pad_token_id=0, cls_token_id=1, sep_token_id=2, unk_token_id=3, mask_token_id=4)
-
-
-@dataclass
-class FakeBundle:
-    model: object
-    tokenizer: object = field(default_factory=lambda: TOK)
-    name: str = "random-tiny"
-    notes: list = field(default_factory=list)
-
-    def describe(self):
-        return f"random tiny {self.model.config.model_type} ({len(encoder_layers(self.model))} layers, test)"
-
 
 def _examples(n, seed=1):
     rng = np.random.default_rng(seed)
