@@ -1,6 +1,5 @@
 """The `cmix` command, the experiment cache and result files; experiments run on tiny fakes."""
 import json
-import math
 import re
 from pathlib import Path
 
