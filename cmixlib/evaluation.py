@@ -97,13 +97,21 @@ def dot_product(scores: np.ndarray, cue: np.ndarray, normalize: bool = True) -> 
 
 
 def average_precision(scores: np.ndarray, cue: np.ndarray) -> float:
-    """Average precision of ranking the cue tokens first (sklearn). NaN if no cue or all cues."""
-    cue = np.asarray(cue, dtype=int)
-    if cue.sum() == 0 or cue.sum() == cue.size:
+    """Average precision of ranking the cue tokens first: :math:`\sum_k (R_k - R_{k-1}) P_k` over the
+    distinct score thresholds in decreasing order (tied scores form one threshold), the definition
+    of ``sklearn.metrics.average_precision_score``, computed directly (it is called for every
+    example, method and layer; equality with scikit-learn is tested). NaN if no cue or all cues."""
+    y = np.asarray(cue, dtype=int).ravel()
+    if y.sum() == 0 or y.sum() == y.size:
         return float("nan")
-    from sklearn.metrics import average_precision_score
-
-    return float(average_precision_score(cue, np.asarray(scores, dtype=float)))
+    s = np.asarray(scores, dtype=float).ravel()
+    order = np.argsort(-s, kind="mergesort")
+    s, y = s[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), y.size - 1]      # last position of each threshold
+    tp = np.cumsum(y)[last]
+    precision = tp / (last + 1)
+    recall = tp / tp[-1]
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
 def probes_needed(scores: np.ndarray, cue: np.ndarray, ties: str = "optimistic") -> float:

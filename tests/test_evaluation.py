@@ -113,3 +113,16 @@ def test_normalized_ranks_and_special_tokens():
     # dense ranks: [5, 4, 2, 1, 3] / 5 -> specials [CLS]=1.0, .=0.2, [SEP]=0.6
     assert ev.special_token_rank(s, toks) == pytest.approx((1.0 + 0.2 + 0.6) / 3)
     assert math.isnan(ev.special_token_rank(s, ["a"] * 5))
+
+
+def test_average_precision_equals_scikit_learn_with_ties():
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(2, 25))
+        y = rng.integers(0, 2, n)
+        if y.sum() in (0, n):
+            continue
+        s = rng.integers(0, 4, n).astype(float) if trial % 2 else rng.normal(size=n)   # many ties / none
+        assert ev.average_precision(s, y) == pytest.approx(average_precision_score(y, s), abs=1e-12)
