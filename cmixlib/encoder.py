@@ -149,9 +149,8 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
         handles.append(lm.layer.register_forward_hook(post_hook, with_kwargs=True))
     try:
         # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
-        base = getattr(model, getattr(model, "base_model_prefix", ""), model)
-        result = base(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
-                      **forward_kwargs)
+        result = model.base_model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
+                                  **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -159,6 +158,38 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
     if len(attentions) != len(layers) or any(a is None for a in attentions):
         raise UnsupportedModelError("The model did not return attention weights; load it with attn_implementation='eager'.")
     return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask)
+
+
+@torch.no_grad()
+def record_layer_calls(model: torch.nn.Module, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor | None = None) -> list[tuple[tuple, dict, torch.Tensor]]:
+    """One forward pass of the encoder (``model.base_model``) with hooks: for every layer module,
+    the ``(args, kwargs)`` the model called it with and its output hidden states.
+
+    Calling ``layer(h, *args[1:], **kwargs)`` then re-runs a layer exactly as the model does (masks
+    and all), on other hidden states ``h`` (:mod:`cmixlib.gradients`, :mod:`cmixlib.hta`).
+    """
+    layers = [lm.layer for lm in encoder_layers(model)]
+    calls: list[Any] = [None] * len(layers)
+    outs: list[Any] = [None] * len(layers)
+    handles = []
+    for k, layer in enumerate(layers):
+        def pre(mod, args, kwargs, k=k):
+            calls[k] = (args, kwargs)
+
+        def post(mod, args, kwargs, output, k=k):
+            outs[k] = output[0] if isinstance(output, (tuple, list)) else output
+
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(layer.register_forward_hook(post, with_kwargs=True))
+    try:
+        model.base_model(input_ids=input_ids, attention_mask=attention_mask)
+    finally:
+        for h in handles:
+            h.remove()
+    if any(c is None for c in calls):
+        raise UnsupportedModelError("Not every encoder layer was called during the forward pass.")
+    return [(a, kw, o) for (a, kw), o in zip(calls, outs)]
 
 
 def layer_norm_scale(module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:

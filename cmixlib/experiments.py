@@ -458,9 +458,7 @@ def _target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Ma
             for m in grad:
                 out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
     if "random" in methods:
-        from .encoder import encoder_layers
-
-        L = len(encoder_layers(model))
+        L = _num_layers(model)
         for b in range(len(exs)):
             rng = np.random.default_rng(seeds[b])
             out[b]["random"] = rng.uniform(size=(L, lengths[b]) if level == "layers" else lengths[b])
@@ -952,12 +950,9 @@ def _mean_ci(values, confidence: float) -> dict[str, float]:
 
 
 def _predicted_class(model, ids) -> int:
-    import torch
+    from .gradients import ClassTarget, resolve_target
 
-    from .models import model_device
-
-    with torch.no_grad():
-        return int(model(input_ids=ids.to(model_device(model))).logits[0].argmax())
+    return resolve_target(model, ids, ClassTarget()).class_index
 
 
 def _num_layers(model) -> int:
@@ -969,7 +964,6 @@ def _num_layers(model) -> int:
 #: ALTI Figure 7's methods: ALTI ([CLS] row, last layer) and three input-level gradient methods,
 #: aggregated as in ALTI's Appendix B (grad-l2: ||g||; gradient·input: |g·x|; IG: |sum_d ...|).
 FIG7_METHODS = ["alti", "grad_l2", "grad_x_input_abs", "integrated_gradients"]
-_FIG7_GRADIENTS = ("grad_l2", "grad_x_input_l2", "grad_x_input_abs", "integrated_gradients", "deeplift")
 
 
 def _load_model_b(ctx: Context, bundle_a) -> tuple[Any, dict, str]:
@@ -1023,7 +1017,7 @@ def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s: Mapping) -> dict
     """Final-layer [CLS] rows of context-mixing methods and input-level gradient attributions of
     the predicted-class probability (ALTI's convention) for one sentence."""
     from . import core
-    from .gradients import ClassTarget, attribute
+    from .gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget, batch_attribute
 
     out: dict[str, np.ndarray] = {}
     cm = [m for m in methods if m in core.METHODS]
@@ -1031,15 +1025,12 @@ def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s: Mapping) -> dict
         maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=cm)
         for m in cm:
             out[m] = maps[m][-1, 0]
-    for m in methods:
-        if m in _FIG7_GRADIENTS:
-            opts: dict = {}
-            if m in ("integrated_gradients", "deeplift"):
-                opts = {"aggregate": "abs", "baseline": "mask", "tokenizer": bundle.tokenizer}
-                if m == "integrated_gradients":
-                    opts["n_steps"] = int(s["ig_steps"])
-            out[m] = np.asarray(attribute(bundle.model, ids, ClassTarget(cls, score="prob"), method=m,
-                                          level="input", **opts))
+    grads = [m for m in methods if m in ATTRIBUTION_METHODS]
+    if grads:
+        # one call: the plain-gradient methods share a pass; "abs" applies to IG / DeepLift only
+        res = batch_attribute(bundle.model, ids, [ClassTarget(cls, score="prob")], grads, "input",
+                              aggregate="abs", baseline="mask", tokenizer=bundle.tokenizer, n_steps=int(s["ig_steps"]))
+        out.update({m: res[m][0] for m in grads})
     return out
 
 
@@ -1069,14 +1060,15 @@ def alti_fig7(ctx: Context) -> dict[str, pd.DataFrame]:
     |sum_d|) are compared with Spearman's rho over all positions ([CLS]/[SEP] included unless
     ``include_special`` is False); mean over sentences with a t interval. The paper prints no numbers
     (bars only): "our method is the most consistent ..., with grad_l2 following behind"."""
+    from . import core
+    from .gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
+
     s = ctx.settings
     methods = list(s["methods"])
-    from . import core
-
-    bad = [m for m in methods if m not in core.METHODS and m not in _FIG7_GRADIENTS]
+    bad = [m for m in methods if m not in core.METHODS and m not in ATTRIBUTION_METHODS]
     if bad:
         raise ValueError(f"alti-fig7-consistency: unknown method(s) {bad}; use context-mixing methods "
-                         f"{sorted(core.METHODS)} or gradient methods {list(_FIG7_GRADIENTS)}")
+                         f"{sorted(core.METHODS)} or gradient methods {list(ATTRIBUTION_METHODS)}")
     bundle_a, info_a = _load_classifier(ctx, "sst2")
     bundle_b, info_b, how = _load_model_b(ctx, bundle_a)
     va, vb = (getattr(b.tokenizer, "get_vocab", None) for b in (bundle_a, bundle_b))

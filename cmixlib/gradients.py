@@ -100,6 +100,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .encoder import encoder_layers, record_layer_calls
 from .models import mlm_head, model_device
 
 __all__ = [
@@ -285,10 +286,17 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
             "All targets of a batch must be of one type and score, and all or none must have a foil; "
             f"got {sorted(kinds)}. Split the batch.")
     if isinstance(targets[0], ClassTarget) and any(t.class_index is None for t in targets):
-        with torch.no_grad():
-            pred = _logits(model(input_ids=input_ids, attention_mask=attention_mask)).argmax(-1).tolist()
-        targets = [t if t.class_index is not None else replace(t, class_index=int(p)) for t, p in zip(targets, pred)]
+        pred = _predicted_classes(model, input_ids, attention_mask)
+        targets = [t if t.class_index is not None else replace(t, class_index=p) for t, p in zip(targets, pred)]
     return input_ids, attention_mask, targets
+
+
+@torch.no_grad()
+def _predicted_classes(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[int]:
+    device = model_device(model)
+    logits = _logits(model(input_ids=input_ids.to(device),
+                           attention_mask=None if attention_mask is None else attention_mask.to(device)))
+    return [int(c) for c in logits.argmax(-1).tolist()]
 
 
 def _single(input_ids: torch.Tensor) -> torch.Tensor:
@@ -307,20 +315,13 @@ def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
                    attention_mask: torch.Tensor | None = None) -> Target:
     """Replace ``ClassTarget(class_index=None)`` by the class the model predicts; else no-op."""
     if isinstance(target, ClassTarget) and target.class_index is None:
-        device = model_device(model)
-        logits = _logits(model(input_ids=input_ids.to(device),
-                               attention_mask=None if attention_mask is None else attention_mask.to(device)))
-        return replace(target, class_index=int(logits[0].argmax()))
+        return replace(target, class_index=_predicted_classes(model, input_ids, attention_mask)[0])
     return target
 
 
 # --------------------------------------------------------------------------------------------
 # The scored function, computed only where it is needed
 # --------------------------------------------------------------------------------------------
-def _base(model: nn.Module) -> nn.Module:
-    return getattr(model, model.base_model_prefix, model) if hasattr(model, "base_model_prefix") else model
-
-
 def _target_tensors(targets: Sequence[Target], device: torch.device) -> tuple[torch.Tensor, ...]:
     """``(position, target_or_class, foil)`` as ``(B,)`` long tensors (-1 where unused)."""
     if isinstance(targets[0], MLMTarget):
@@ -365,18 +366,13 @@ class _ScoreModule(nn.Module):
 
     def forward(self, input_ids, attention_mask, position, target, foil) -> torch.Tensor:
         if self.mlm:
-            hidden = _base(self.model)(input_ids=input_ids, attention_mask=attention_mask)[0]
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
             return _mlm_score(self.model, hidden, position, target, foil, self.kind)
         return _class_score(_logits(self.model(input_ids=input_ids, attention_mask=attention_mask)), target, self.kind)
 
 
 def _encoder_blocks(model: nn.Module) -> list[nn.Module]:
-    base = _base(model)
-    if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
-        return list(base.encoder.layer)
-    if hasattr(base, "transformer") and hasattr(base.transformer, "layer"):
-        return list(base.transformer.layer)
-    raise GradientAttributionError(f"Cannot find the encoder layers of {type(model).__name__}.")
+    return [lm.layer for lm in encoder_layers(model)]
 
 
 def attribution_layers(model: nn.Module, level: Level) -> list[nn.Module]:
@@ -386,7 +382,7 @@ def attribution_layers(model: nn.Module, level: Level) -> list[nn.Module]:
         return [model.get_input_embeddings()]
     if level != "layers":
         raise GradientAttributionError(f"Unknown level {level!r}; choose one of {LEVELS}.")
-    base = _base(model)
+    base = model.base_model
     first = getattr(base, "embeddings_project", None) or base.embeddings
     return [first] + _encoder_blocks(model)[:-1]
 
@@ -451,13 +447,12 @@ class _Slot:
     index: int
 
 
-@torch.no_grad()
 def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                              ) -> tuple[list[torch.Tensor], _LayerCalls]:
-    """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call."""
-    blocks = _encoder_blocks(model)
-    inputs: list[Any] = [None] * len(blocks)
-    calls: list[Any] = [None] * len(blocks)
+    """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call
+    (:func:`cmixlib.encoder.record_layer_calls`), tensors moved into slots."""
+    inputs: list[torch.Tensor] = []
+    calls: list[tuple[list, dict]] = []
     tensors: list[torch.Tensor] = []
 
     def slot(v):
@@ -466,21 +461,14 @@ def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Te
             return _Slot(len(tensors) - 1)
         return v
 
-    def pre_hook(module, args, kwargs, k):
+    for args, kwargs, _ in record_layer_calls(model, ids, mask):
         kwargs = dict(kwargs)
         if args:
-            inputs[k], rest = args[0], list(args[1:])
+            h, rest = args[0], list(args[1:])
         else:
-            inputs[k], rest = kwargs.pop("hidden_states"), []
-        calls[k] = ([slot(a) for a in rest], {key: slot(v) for key, v in kwargs.items()})
-
-    handles = [blk.register_forward_pre_hook(lambda m, a, kw, k=k: pre_hook(m, a, kw, k), with_kwargs=True)
-               for k, blk in enumerate(blocks)]
-    try:
-        _base(model)(input_ids=ids, attention_mask=mask)
-    finally:
-        for h in handles:
-            h.remove()
+            h, rest = kwargs.pop("hidden_states"), []
+        inputs.append(h)
+        calls.append(([slot(a) for a in rest], {key: slot(v) for key, v in kwargs.items()}))
     return inputs, _LayerCalls(calls, tensors)
 
 
@@ -493,12 +481,13 @@ class _Tail(nn.Module):
         super().__init__()
         self.model = model
         self.start = start
+        self.blocks = _encoder_blocks(model)
         self.calls = calls
         self.kind = kind
         self.tapped: dict[int, torch.Tensor] | None = {} if tap else None
 
     def forward(self, h, position, target, foil, *tensors):
-        for k, blk in enumerate(_encoder_blocks(self.model)[self.start:], start=self.start):
+        for k, blk in enumerate(self.blocks[self.start:], start=self.start):
             if self.tapped is not None and k > self.start and h.requires_grad:
                 # the gradient (DeepLift: the multipliers) reaching hidden_states[k] in the backward pass
                 h.register_hook(lambda g, k=k: self.tapped.__setitem__(k, g))
@@ -697,15 +686,16 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
         return [attr], [None if delta is None else delta.reshape(B)]
     mlm = isinstance(targets[0], MLMTarget)
     h_in, calls = _hidden_states_and_calls(model, ids, mask)
-    h_base, base_calls = _hidden_states_and_calls(model, base_ids, mask)
+    h_base, _ = _hidden_states_and_calls(model, base_ids, mask)
+    extra = (*tg, *calls.tensors)
+    if mlm:
+        with torch.no_grad():
+            _check_tail(model, ids, mask, targets, _Tail(model, 0, calls, kind)(h_in[0], *extra))
     if mlm and which == "dl":
         # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
         # layer l (on h_l(x) and h_l(x')) are those of the tail from layer 0, so the multipliers that
         # reach hidden_states[l] in its backward pass are those captum's LayerDeepLift(l) computes.
         f = _Tail(model, 0, calls, kind, tap=True)
-        extra = (*tg, *calls.tensors)
-        with torch.no_grad():
-            _check_tail(model, ids, mask, targets, f(h_in[0], *extra))
         attr0, delta0 = run(DeepLift(f, multiply_by_inputs=True), h_in[0], h_base[0], extra)
         attrs = [attr0] + [(h_in[k] - h_base[k]) * f.tapped[k][:B] for k in range(1, len(h_in))]
         if delta0 is None:
@@ -716,10 +706,6 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, 
     for start in range(len(h_in)):
         if mlm:
             f = _Tail(model, start, calls, kind)
-            extra = (*tg, *calls.tensors)
-            if start == 0:
-                with torch.no_grad():
-                    _check_tail(model, ids, mask, targets, f(h_in[0], *extra))
         else:
             f, extra = _Substituted(model, start, kind), (*tg, ids, mask)
         explainer = (IntegratedGradients if which == "ig" else DeepLift)(f, multiply_by_inputs=True)
@@ -884,6 +870,7 @@ def _deeplift_activations(enabled: bool) -> Iterator[None]:
     finally:
         for t in added:
             dl.SUPPORTED_NON_LINEAR.pop(t, None)
+
 
 def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
              attention_mask: torch.Tensor | None = None, level: Level = "input",

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from .core import InputError, _check_rows, _unpack_model, encode
-from .encoder import encoder_layers
+from .encoder import encoder_layers, record_layer_calls
 from .models import model_device
 
 __all__ = ["hta", "HTAError"]
@@ -63,32 +63,6 @@ class HTAError(RuntimeError):
 def _layer_output(out: Any) -> torch.Tensor:
     """The hidden-state tensor of a layer module's return value (tensor or tuple)."""
     return out[0] if isinstance(out, (tuple, list)) else out
-
-
-def _record_layer_calls(model: torch.nn.Module, layers: list[torch.nn.Module], input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor) -> list[tuple[tuple, dict, torch.Tensor]]:
-    """One forward pass; for every layer module, the (args, kwargs) it was called with and its output."""
-    calls: list[Any] = [None] * len(layers)
-    outs: list[Any] = [None] * len(layers)
-    handles = []
-    for k, layer in enumerate(layers):
-        def pre(mod, args, kwargs, k=k):
-            calls[k] = (args, kwargs)
-
-        def post(mod, args, kwargs, output, k=k):
-            outs[k] = _layer_output(output)
-
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(layer.register_forward_hook(post, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            model(input_ids=input_ids, attention_mask=attention_mask)
-    finally:
-        for h in handles:
-            h.remove()
-    if any(c is None for c in calls):
-        raise HTAError("Not every encoder layer was called during the forward pass.")
-    return [(a, kw, o) for (a, kw), o in zip(calls, outs)]
 
 
 def _replay(layer: torch.nn.Module, args: tuple, kwargs: dict):
@@ -177,7 +151,7 @@ def hta(model, tokenizer, text, *, times_input: bool = True, normalize: bool = T
     if layers is not None and any(not -L <= int(k) < L for k in layers):
         raise InputError(f"layers={list(layers)} out of range for a model with {L} layers (0..{L - 1}).")
     device = model_device(model)
-    calls = _record_layer_calls(model, [m.layer for m in mods], ids.to(device), mask.to(device))
+    calls = record_layer_calls(model, ids.to(device), mask.to(device))
     out = np.full((L, n, n), np.nan)
     for k in todo:
         args, kwargs, expected = calls[k]

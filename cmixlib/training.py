@@ -250,10 +250,6 @@ def format_info(info: dict) -> str:
 # ============================================================================================
 # MLM heads: logits at chosen positions, for BERT / RoBERTa / ELECTRA / DistilBERT
 # ============================================================================================
-def _base_model(model):
-    return getattr(model, model.base_model_prefix)
-
-
 def mlm_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """Vocabulary logits from final hidden states (any leading shape) through the model's MLM head
     (:func:`cmixlib.models.mlm_head`)."""
@@ -281,7 +277,7 @@ def decoder_is_tied(model) -> bool:
 def logits_at(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
               positions: torch.Tensor) -> torch.Tensor:
     """Vocabulary logits at one position per row (``positions``: (batch,)); shape (batch, vocab)."""
-    hidden = _base_model(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
     return mlm_head_logits(model, picked)
 
@@ -294,8 +290,8 @@ def _as_mlm(model):
     from transformers import AutoModelForMaskedLM
 
     mlm = AutoModelForMaskedLM.from_config(model.config, attn_implementation="eager")
-    base = _base_model(mlm)
-    src = model if not hasattr(model, model.base_model_prefix) else _base_model(model)
+    base = mlm.base_model
+    src = model.base_model
     missing, _ = base.load_state_dict(src.state_dict(), strict=False)
     if missing:
         raise ValueError(f"Could not transfer the encoder weights: missing {missing[:5]}")
@@ -360,7 +356,7 @@ def _length_batches(n_items: Sequence[int], batch_size: int) -> list[list[int]]:
 def _masked_features(model, masked: list, pad_id: int, batch_size: int, progress: bool,
                      desc: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Final hidden states at every masked position (frozen encoder, eval mode) and their labels."""
-    base = _base_model(model)
+    base = model.base_model
     was_training = base.training
     base.eval()
     dev = model_device(model)
@@ -426,7 +422,7 @@ def train_mlm_head(bundle, texts: Sequence[Any], *, steps: int = 400, batch_size
     settings = dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, mask_prob=mask_prob,
                     warmup=warmup, weight_decay=weight_decay, max_length=max_length,
                     optimizer="AdamW", schedule="linear", masking="static, all [MASK]")
-    key = cache_key("mlm-head", model=fingerprint_model(_base_model(model)), texts=fingerprint_texts(texts),
+    key = cache_key("mlm-head", model=fingerprint_model(model.base_model), texts=fingerprint_texts(texts),
                     head=head_names, **settings)
     path = cache_file("mlm-head", key)
     cached = _load_cached(path) if use_cache else None
@@ -841,7 +837,7 @@ def keep_encoder_layers(model, keep: Sequence[int]) -> list[int]:
     and any head are untouched; the config's layer count is updated. BERT, RoBERTa, ELECTRA and
     DistilBERT layouts (base model or with a head).
     """
-    base = _base_model(model) if hasattr(model, model.base_model_prefix) else model
+    base = model.base_model
     if hasattr(base, "encoder") and hasattr(base.encoder, "layer"):
         holder, cfg_key = base.encoder, "num_hidden_layers"
     elif hasattr(base, "transformer") and hasattr(base.transformer, "layer"):
@@ -901,7 +897,7 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
         settings["keep_layers"] = keep_encoder_layers(model, keep_layers)
     xtr, ytr = d["train"]
     xdv, ydv = d["dev"]
-    key = cache_key("classifier", task=task, model=fingerprint_model(_base_model(model)),
+    key = cache_key("classifier", task=task, model=fingerprint_model(model.base_model),
                     data=fingerprint_texts(list(zip(xtr, ytr))), **settings)
     path = cache_file(f"classifier-{task}", key)
     cached = _load_cached(path) if use_cache else None
