@@ -32,16 +32,6 @@ import torch
 warnings.filterwarnings("ignore")
 
 
-def _batch_tensors(exs):
-    n = max(len(e["input_ids"]) for e in exs)
-    ids = torch.zeros(len(exs), n, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for k, e in enumerate(exs):
-        ids[k, :len(e["input_ids"])] = torch.as_tensor(e["input_ids"])
-        mask[k, :len(e["input_ids"])] = 1
-    return ids, mask
-
-
 def _reference_one(bundle, ex, group, ig_steps):
     """The obvious implementation of one group for one sentence (captum Layer* on the full model)."""
     from captum.attr import LayerDeepLift, LayerIntegratedGradients
@@ -107,14 +97,14 @@ def time_groups(bundle, examples, ig_steps, reference):
 def ig_study(bundle, examples, steps_list=(2, 3, 4, 6, 8, 16), ref_steps=50):
     from scipy.stats import spearmanr
 
-    from cmixlib.experiments import _length_batches, _mlm_target
+    from cmixlib.experiments import _length_batches, _mlm_target, padded_batch
     from cmixlib.gradients import batch_attribute
 
     def run(steps):
         maps, deltas = {}, {}
         for idx in _length_batches(examples):
             exs = [examples[i] for i in idx]
-            ids, mask = _batch_tensors(exs)
+            ids, mask = padded_batch(exs, bundle.tokenizer.pad_token_id)
             r = batch_attribute(bundle.model, ids, [_mlm_target(e, {"grad_score": "prob"}) for e in exs],
                                 ["integrated_gradients"], "layers", attention_mask=mask, tokenizer=bundle.tokenizer,
                                 n_steps=steps, aggregate="sum", return_delta=True)

@@ -62,7 +62,7 @@ from . import paper_numbers as pn
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "results_root", "cache_key", "comparison_table", "blimp_sample",
-           "IG_STEPS"]
+           "padded_batch", "IG_STEPS"]
 
 from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
 
@@ -411,27 +411,34 @@ def _batched_rows(ctx: Context, bundle, examples: list[dict], *, level: str, des
             bar.update(len(idx))
 
 
+def padded_batch(examples: list[dict], pad_id: int = 0):
+    """``(input_ids, attention_mask)`` ``(B, n)`` long tensors of the examples' ``input_ids``,
+    right-padded with ``pad_id``."""
+    import torch
+
+    n = max(len(ex["input_ids"]) for ex in examples)
+    ids = torch.full((len(examples), n), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(examples), n), dtype=torch.long)
+    for b, ex in enumerate(examples):
+        k = len(ex["input_ids"])
+        ids[b, :k] = torch.as_tensor(list(ex["input_ids"]))
+        mask[b, :k] = 1
+    return ids, mask
+
+
 def _target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Mapping, *, level: str,
                        seeds: list[int]) -> list[dict[str, np.ndarray]]:
     """For each example, the scores of its target row for each method: ``(L, n)`` (level="layers")
     or ``(n,)`` (level="input": the last layer of context-mixing maps and rollouts, gradients at the
     word embeddings). One padded forward for the context-mixing maps and one
     :func:`cmixlib.gradients.batch_attribute` call for all gradient methods serve the whole batch."""
-    import torch
-
     from . import core
     from .attention import rollout
     from .gradients import batch_attribute
 
     model, tok = bundle.model, bundle.tokenizer
     lengths = [len(ex["input_ids"]) for ex in exs]
-    n = max(lengths)
-    pad = getattr(tok, "pad_token_id", None) or 0
-    ids = torch.full((len(exs), n), pad, dtype=torch.long)
-    mask = torch.zeros((len(exs), n), dtype=torch.long)
-    for b, ex in enumerate(exs):
-        ids[b, :lengths[b]] = torch.as_tensor(list(ex["input_ids"]))
-        mask[b, :lengths[b]] = 1
+    ids, mask = padded_batch(exs, getattr(tok, "pad_token_id", None) or 0)
     pos = [int(ex["target_index"]) for ex in exs]
     out: list[dict[str, np.ndarray]] = [{} for _ in exs]
     cm_methods = [m for m in methods if m in core.METHODS]
