@@ -162,3 +162,83 @@ def test_value_zeroing_reference_matches_library():
         for i in range(6):
             row = ex.reference_value_zeroing_row(model.encoder.layer[layer_idx], hs[layer_idx], i)
             np.testing.assert_allclose(maps[layer_idx, i], row.numpy(), atol=1e-6)
+
+
+# ----- N-Enc, ALTI row, gradient x input (chapters 5, 6, 8) -------------------------------
+def _states_and_ln2_inputs(arch="bert"):
+    """Layer states of a tiny random model and the real LN2 input of each layer (by a hook)."""
+    import cmixlib
+    from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+
+    model = cmixlib.random_model(arch, dtype=torch.float64, seed=4)
+    ids = torch.randint(5, 100, (1, 6), generator=torch.Generator().manual_seed(4))
+    mods = encoder_layers(model)
+    q = [None] * len(mods)
+    handles = [m.ln2.register_forward_pre_hook(lambda mod, inp, k=k: q.__setitem__(k, inp[0][0].detach()))
+               for k, m in enumerate(mods)]
+    try:
+        cap = run_and_capture(model, ids, torch.ones_like(ids))
+    finally:
+        for h in handles:
+            h.remove()
+    return layer_states(cap, mods, 0, iter_sentences(cap)[0]), q, mods
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert"])
+def test_nenc_and_alti_references_match_the_library(arch):
+    from cmixlib import norms
+
+    states, q, mods = _states_and_ln2_inputs(arch)
+    for st, qk, m in zip(states, q, mods):
+        ref = ex.reference_nenc(st.ln1_vectors, qk, m.ln2)
+        assert torch.allclose(ref, norms.globenc_layer(st), rtol=1e-9, atol=1e-12)
+        alti = norms.alti_layer(st)
+        for i in range(alti.shape[0]):
+            row = ex.reference_alti_row(st.ln1_vectors[i], st.ln1_output[i])
+            assert torch.allclose(row, alti[i] / alti[i].sum(), rtol=1e-9, atol=1e-12)
+
+
+def test_nenc_checker():
+    good = lambda T, q, ln2: ex.reference_nenc(T, q, ln2)  # noqa: E731
+    assert ex.check_nenc(good, verbose=False)
+
+    def scale_of_y(T, q, ln2):
+        return ex.reference_nenc(T, T.sum(1), ln2)
+
+    res = ex.check_nenc(scale_of_y, verbose=False)
+    assert not res and any("std of y_i" in m for m in res.messages)
+    res = ex.check_nenc(lambda T, q, ln2: good(T, q, ln2) / good(T, q, ln2).sum(-1, keepdim=True), verbose=False)
+    assert not res and any("rows were normalised" in m for m in res.messages)
+    res = ex.check_nenc(lambda T, q, ln2: good(T, q, ln2)[0], verbose=False)
+    assert not res and any("shape" in m for m in res.messages)
+
+
+def test_alti_row_checker():
+    assert ex.check_alti_row(lambda T, y: ex.reference_alti_row(T, y), verbose=False)
+    for kwargs, phrase in [({"clamp": False}, "clamp"), ({"p": 2}, "L2 norms"), ({"normalize": False}, "normalise")]:
+        res = ex.check_alti_row(lambda T, y: ex.reference_alti_row(T, y, **kwargs), verbose=False)
+        assert not res and any(phrase in m for m in res.messages), (kwargs, res.messages)
+    res = ex.check_alti_row(lambda T, y: None, verbose=False)
+    assert not res and any("returned None" in m for m in res.messages)
+
+
+def test_grad_x_input_reference_matches_the_library():
+    import cmixlib
+    from cmixlib import gradients as G
+
+    model = cmixlib.random_model("bert", task="mlm", dtype=torch.float64, seed=2)
+    ids = torch.randint(5, 100, (1, 7), generator=torch.Generator().manual_seed(2))
+    target = G.MLMTarget(position=3, target_id=11, foil_id=17)
+    lib = G.grad_x_input_l2(model, ids, target)
+    np.testing.assert_allclose(ex.reference_grad_x_input(model, ids, 3, 11, 17), lib, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ex.reference_grad_x_input(model, ids, 3, 11, 17, reduce="grad"),
+                               G.grad_l2(model, ids, target), rtol=1e-9, atol=1e-12)
+
+
+def test_grad_x_input_checker():
+    assert ex.check_grad_x_input(lambda *a: ex.reference_grad_x_input(*a), verbose=False)
+    for kwargs, phrase in [({"objective": "target"}, "z_t alone"), ({"reduce": "grad"}, "without multiplying"),
+                           ({"reduce": "dot"}, "summed over dimensions"), ({"where": "embeddings"}, "whole embedding"),
+                           ({"objective": "prob"}, "softmax probability")]:
+        res = ex.check_grad_x_input(lambda *a: ex.reference_grad_x_input(*a, **kwargs), verbose=False)
+        assert not res and any(phrase in m for m in res.messages), (kwargs, res.messages)
