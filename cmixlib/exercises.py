@@ -158,6 +158,32 @@ def _diagnose(res: CheckResult, got: np.ndarray, candidates: dict[str, np.ndarra
             return
 
 
+def _check_normalised_row(res: CheckResult, got: np.ndarray | None, want: np.ndarray, label: str, what: str,
+                          atol: float) -> bool | None:
+    """Shape, row sum 1, non-negativity and closeness of one normalised row; reports each.
+
+    Returns None when there is no result (``got`` None, see :func:`_call`) or its shape is wrong
+    (stop checking), else whether the row matches ``want`` (a mismatch is reported entry by
+    entry; the caller adds a diagnosis).
+    """
+    if got is None:
+        return None
+    got = got.reshape(-1) if got.size == want.size else got
+    if not _check_shape(res, got, want.shape, f"[{label}{what}]"):
+        return None
+    if np.isclose(got.sum(), 1.0, atol=atol):
+        res.ok(f"{label}: the row sums to 1")
+    else:
+        res.fail(f"{label}: the row sums to {got.sum():.4f}, not 1 (normalise it).")
+    if (got < -1e-6).any():
+        res.fail(f"{label}: negative scores; this method's scores are never negative.")
+    if _close(got, want, atol=atol):
+        res.ok(f"{label}: matches the reference")
+        return True
+    _report_diff(res, got, want, lambda ix: f"{label}, token j={ix[0]}", atol)
+    return False
+
+
 # ------------------------------------------------------------------------------------------
 # 1. attention weights from the layer's weights
 # ------------------------------------------------------------------------------------------
@@ -446,22 +472,11 @@ def check_value_zeroing_row(student_fn: Callable, *, seed: int = 0, verbose: boo
         want_t = reference_value_zeroing_row(layer, hidden, i)
         want = want_t.double().numpy()
         got = _call(res, student_fn, layer, hidden.clone(), i)
-        if got is None:
+        matched = _check_normalised_row(res, got, want, f"layer {layer_idx + 1}, row {i}", "", 1e-4)
+        if matched is None:
             break
-        got = got.reshape(-1) if got.size == want.size else got
-        label = f"layer {layer_idx + 1}, row {i}"
-        if not _check_shape(res, got, want.shape, f"[{label}]"):
-            break
-        if np.isclose(got.sum(), 1.0, atol=1e-4):
-            res.ok(f"{label}: the row sums to 1")
-        else:
-            res.fail(f"{label}: the row sums to {got.sum():.4f}, not 1 (normalise it).")
-        if (got < -1e-6).any():
-            res.fail(f"{label}: negative scores; distances are never negative.")
-        if _close(got, want, atol=1e-4):
-            res.ok(f"{label}: matches the reference")
+        if matched:
             continue
-        _report_diff(res, got, want, lambda ix: f"{label}, token j={ix[0]}", 1e-4)
         _diagnose(res, got, {
             "the row is not normalised to sum to 1.":
                 reference_value_zeroing_row(layer, hidden, i, normalize=False).double().numpy(),
@@ -581,20 +596,11 @@ def check_alti_row(student_fn: Callable, *, seed: int = 0, verbose: bool = True)
         want_t = reference_alti_row(T, y)
         want = want_t.numpy()
         got = _call(res, student_fn, T.clone(), y.clone())
-        if got is None:
+        matched = _check_normalised_row(res, got, want, f"trial {trial + 1}", ": one score per source token", 1e-6)
+        if matched is None:
             break
-        got = got.reshape(-1) if got.size == want.size else got
-        label = f"trial {trial + 1}"
-        if not _check_shape(res, got, want.shape, f"[{label}: one score per source token]"):
-            break
-        if np.isclose(got.sum(), 1.0, atol=1e-6):
-            res.ok(f"{label}: the row sums to 1")
-        else:
-            res.fail(f"{label}: the row sums to {got.sum():.4f}, not 1 (normalise it).")
-        if _close(got, want, atol=1e-6):
-            res.ok(f"{label}: matches the reference")
+        if matched:
             continue
-        _report_diff(res, got, want, lambda ix: f"{label}, token j={ix[0]}", 1e-6)
         l1 = torch.linalg.vector_norm(T, ord=1, dim=-1)
         _diagnose(res, got, {
             "the row is not normalised to sum to 1.": reference_alti_row(T, y, normalize=False).numpy(),
