@@ -86,10 +86,24 @@ def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None =
     return commands
 
 
+_FALLBACK_WARNING = "is not available (offline and not cached)"
+_shown_fallbacks: set[str] = set()
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the chapters: "Category: message", the fallback warning once."""
+    text = str(message)
+    if _FALLBACK_WARNING in text:
+        if text in _shown_fallbacks:
+            return
+        _shown_fallbacks.add(text)
+    print(f"{category.__name__}: {text}", file=file or sys.stderr)
+
+
 def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     """Common first-cell setup for every chapter; returns a small dict describing the run.
 
-    Silences noisy but harmless library warnings, fixes the random seeds of ``random``, numpy and
+    Silences noisy but harmless library warnings (and prints the others without file paths), fixes the random seeds of ``random``, numpy and
     torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
     (chapter 14). The returned dict says whether this is quick mode or Colab, and the device
     (``cuda`` when a GPU is present, which :func:`cmixlib.load_model` then uses).
@@ -102,6 +116,10 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
         except Exception:  # noqa: BLE001 - only the widgets of chapter 14 depend on it
             pass
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Warnings print as "UserWarning: message" (no temporary file paths in the book), and the
+    # offline-fallback warning of cmixlib.load_model once per chapter (every output names the
+    # model anyway).
+    warnings.showwarning = _show_warning
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*resume_download.*")
     try:  # no "Loading weights" progress bars in the book's outputs

@@ -92,3 +92,23 @@ def test_colab_install_runs_once_per_runtime(tmp_path, monkeypatch):
     first = book.colab_install(tmp_path, dry_run=False)
     assert ran == first and len(first) == 2
     assert book.colab_install(tmp_path, dry_run=False) == [] and len(ran) == 2
+
+
+def test_chapter_warnings_are_short_and_the_fallback_is_shown_once(capsys):
+    import warnings
+
+    import cmixlib
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cmixlib.load_model()
+    fallback = [w for w in caught if "packaged" in str(w.message)]
+    if not fallback:
+        pytest.skip("the default model loaded without the offline fallback")
+    book._shown_fallbacks.clear()
+    for _ in range(2):
+        book._show_warning(fallback[0].message, UserWarning, "/tmp/ipykernel_1/x.py", 3)
+    book._show_warning(UserWarning("something else"), UserWarning, "/tmp/ipykernel_1/x.py", 4)
+    err = capsys.readouterr().err
+    assert err.count("is not available") == 1, err
+    assert "UserWarning: something else" in err and "/tmp/ipykernel_1" not in err

@@ -23,7 +23,7 @@ state holds); ``--screenshots DIR`` saves a PNG of each page to look at.
 
 Exit status 0 when everything passes, 1 otherwise. Usage::
 
-    python tools/check_site.py [_build/html] [--browser] [--screenshots DIR] [--pages GLOB ...]
+    python tools/check_site.py [_build/html] [--browser] [--screenshots DIR [--shot-height PX]] [--pages GLOB ...]
 """
 from __future__ import annotations
 
@@ -265,7 +265,8 @@ CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
                 "--mute-audio", "--disable-dev-shm-usage"]
 
 
-def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: int = 90) -> list[str]:
+def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: int = 90,
+                   shot_height: int = 1800) -> list[str]:
     """Render pages in headless Chromium: MathJax must have produced mjx-container elements."""
     errors: list[str] = []
     exe = find_chromium()
@@ -300,7 +301,7 @@ def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: i
                     errors.append(f"{rel}: {images} image(s) in the saved Output-widget state, {inline} rendered")
             if shots:
                 out = shots / (rel.replace("/", "__").replace(".html", ".png"))
-                subprocess.run([*base, "--window-size=1280,1800", f"--screenshot={out}", url],
+                subprocess.run([*base, f"--window-size=1280,{shot_height}", f"--screenshot={out}", url],
                                capture_output=True, timeout=timeout)
                 if out.exists():
                     print(f"    screenshot: {out}")
@@ -314,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("root", nargs="?", default="_build/html", type=Path)
     ap.add_argument("--browser", action="store_true", help="also render pages in headless Chromium")
     ap.add_argument("--screenshots", type=Path, default=None, help="save PNG screenshots here (implies --browser)")
+    ap.add_argument("--shot-height", type=int, default=1800,
+                    help="height of the screenshots in pixels (e.g. 20000 to capture whole chapters)")
     ap.add_argument("--pages", nargs="*", default=None, help="glob(s) of pages relative to root (default: all)")
     ap.add_argument("--quiet", action="store_true", help="print only errors")
     args = ap.parse_args(argv)
@@ -327,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             print("note:", note)
     if args.browser or args.screenshots:
         print("rendering in headless Chromium:")
-        errors += browser_checks(root, pages, args.screenshots)
+        errors += browser_checks(root, pages, args.screenshots, shot_height=args.shot_height)
     for err in errors:
         print("ERROR:", err)
     print(f"check_site: {'OK' if not errors else f'{len(errors)} problem(s)'} ({root})")
