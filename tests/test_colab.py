@@ -112,3 +112,23 @@ def test_chapter_warnings_are_short_and_the_fallback_is_shown_once(capsys):
     err = capsys.readouterr().err
     assert err.count("is not available") == 1, err
     assert "UserWarning: something else" in err and "/tmp/ipykernel_1" not in err
+
+
+def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
+    import shutil
+
+    for rel in ("_config.yml", "cmixlib/book.py", "tools/set_repo_url.py", "notebooks"):
+        src, dst = ROOT / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    new = "https://github.com/someone/elsewhere"
+    run = subprocess.run([sys.executable, str(tmp_path / "tools" / "set_repo_url.py"), new],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert f'REPO_URL = "{new}"' in (tmp_path / "cmixlib" / "book.py").read_text()
+    assert yaml.safe_load((tmp_path / "_config.yml").read_text())["repository"]["url"] == new
+    for nb in sorted((tmp_path / "notebooks").glob("*.ipynb")):
+        assert f'"{new}"' in _first_cell(nb) and book.REPO_URL not in nb.read_text()
+    bad = subprocess.run([sys.executable, str(tmp_path / "tools" / "set_repo_url.py"), "not-a-url"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "OWNER/NAME" in bad.stderr
