@@ -137,27 +137,47 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
-    ins: list[torch.Tensor | None] = [None] * len(layers)
-    outs: list[torch.Tensor | None] = [None] * len(layers)
-    handles = []
-    for k, lm in enumerate(layers):
-        def pre_hook(mod, args, kwargs, k=k):
-            ins[k] = args[0] if args else kwargs["hidden_states"]
-        def post_hook(mod, args, kwargs, output, k=k):
-            outs[k] = output[0] if isinstance(output, tuple) else output
-        handles.append(lm.layer.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        handles.append(lm.layer.register_forward_hook(post_hook, with_kwargs=True))
-    try:
-        # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
-        result = model.base_model(input_ids=input_ids, attention_mask=attention_mask, output_attentions=True,
-                                  **forward_kwargs)
-    finally:
-        for h in handles:
-            h.remove()
+    # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
+    calls, outs, result = _forward_with_layer_hooks(model, input_ids, attention_mask, output_attentions=True,
+                                                    **forward_kwargs)
+    ins = [args[0] if args else kwargs["hidden_states"] for args, kwargs in calls]
     attentions = list(result.attentions)
     if len(attentions) != len(layers) or any(a is None for a in attentions):
         raise UnsupportedModelError("The model did not return attention weights; load it with attn_implementation='eager'.")
     return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask)
+
+
+def layer_output(out: Any) -> torch.Tensor:
+    """The hidden states in a layer module's return value (a tensor, or a tuple that starts with it)."""
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _forward_with_layer_hooks(model: torch.nn.Module, input_ids: torch.Tensor,
+                              attention_mask: torch.Tensor | None, **forward_kwargs,
+                              ) -> tuple[list[tuple[tuple, dict]], list[torch.Tensor], Any]:
+    """One forward pass of the encoder (``model.base_model``) with hooks on every layer module:
+    the ``(args, kwargs)`` each layer was called with, its output hidden states, and the result."""
+    layers = [lm.layer for lm in encoder_layers(model)]
+    calls: list[Any] = [None] * len(layers)
+    outs: list[Any] = [None] * len(layers)
+    handles = []
+    for k, layer in enumerate(layers):
+        def pre(mod, args, kwargs, k=k):
+            calls[k] = (args, kwargs)
+
+        def post(mod, args, kwargs, output, k=k):
+            outs[k] = layer_output(output)
+
+        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(layer.register_forward_hook(post, with_kwargs=True))
+    try:
+        result = model.base_model(input_ids=input_ids, attention_mask=attention_mask, **forward_kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    if any(c is None for c in calls):
+        raise UnsupportedModelError("Not every encoder layer was called during the forward pass.")
+    return calls, outs, result
 
 
 @torch.no_grad()
@@ -169,26 +189,7 @@ def record_layer_calls(model: torch.nn.Module, input_ids: torch.Tensor,
     Calling ``layer(h, *args[1:], **kwargs)`` then re-runs a layer exactly as the model does (masks
     and all), on other hidden states ``h`` (:mod:`cmixlib.gradients`, :mod:`cmixlib.hta`).
     """
-    layers = [lm.layer for lm in encoder_layers(model)]
-    calls: list[Any] = [None] * len(layers)
-    outs: list[Any] = [None] * len(layers)
-    handles = []
-    for k, layer in enumerate(layers):
-        def pre(mod, args, kwargs, k=k):
-            calls[k] = (args, kwargs)
-
-        def post(mod, args, kwargs, output, k=k):
-            outs[k] = output[0] if isinstance(output, (tuple, list)) else output
-
-        handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(layer.register_forward_hook(post, with_kwargs=True))
-    try:
-        model.base_model(input_ids=input_ids, attention_mask=attention_mask)
-    finally:
-        for h in handles:
-            h.remove()
-    if any(c is None for c in calls):
-        raise UnsupportedModelError("Not every encoder layer was called during the forward pass.")
+    calls, outs, _ = _forward_with_layer_hooks(model, input_ids, attention_mask)
     return [(a, kw, o) for (a, kw), o in zip(calls, outs)]
 
 

@@ -100,7 +100,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .encoder import encoder_layers, record_layer_calls
+from .encoder import encoder_layers, layer_output, record_layer_calls
 from .models import mlm_head, model_device
 
 __all__ = [
@@ -493,7 +493,7 @@ class _Tail(nn.Module):
                 h.register_hook(lambda g, k=k: self.tapped.__setitem__(k, g))
             args, kwargs = self.calls.rebuild(k, tensors)
             out = blk(h, *args, **kwargs)
-            h = out[0] if isinstance(out, tuple) else out
+            h = layer_output(out)
         return _mlm_score(self.model, h, position, target, foil, self.kind)
 
 
@@ -618,7 +618,7 @@ def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tenso
     acts: list[Any] = [None] * len(layers)
 
     def keep(module, inputs, output, k):
-        acts[k] = (output[0] if isinstance(output, tuple) else output).detach()
+        acts[k] = layer_output(output).detach()
 
     handles = [layer.register_forward_hook(lambda m, i, o, k=k: keep(m, i, o, k)) for k, layer in enumerate(layers)]
     try:

@@ -44,13 +44,13 @@ tokenizer, or a mapping with ``input_ids`` of shape (1, n)); special tokens are 
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from .core import InputError, _check_rows, _unpack_model, encode
-from .encoder import encoder_layers, record_layer_calls
+from .encoder import encoder_layers, layer_output, record_layer_calls
 from .models import model_device
 
 __all__ = ["hta", "HTAError"]
@@ -58,11 +58,6 @@ __all__ = ["hta", "HTAError"]
 
 class HTAError(RuntimeError):
     """The layer could not be replayed exactly (e.g. the model is in training mode)."""
-
-
-def _layer_output(out: Any) -> torch.Tensor:
-    """The hidden-state tensor of a layer module's return value (tensor or tuple)."""
-    return out[0] if isinstance(out, (tuple, list)) else out
 
 
 def _replay(layer: torch.nn.Module, args: tuple, kwargs: dict):
@@ -76,7 +71,7 @@ def _replay(layer: torch.nn.Module, args: tuple, kwargs: dict):
             out = layer(h, *args[1:], **kwargs)
         else:
             out = layer(*args, **{**kwargs, "hidden_states": h})
-        return _layer_output(out)[0]
+        return layer_output(out)[0]
 
     hidden = args[0] if in_args else kwargs["hidden_states"]
     return f, hidden[0]
