@@ -423,17 +423,10 @@ def _batched_rows(ctx: Context, bundle, examples: list[dict], *, level: str, des
 
 def padded_batch(examples: list[dict], pad_id: int = 0):
     """``(input_ids, attention_mask)`` ``(B, n)`` long tensors of the examples' ``input_ids``,
-    right-padded with ``pad_id``."""
-    import torch
+    right-padded with ``pad_id`` (:func:`cmixlib.training.pad_sequences`)."""
+    from .training import pad_sequences
 
-    n = max(len(ex["input_ids"]) for ex in examples)
-    ids = torch.full((len(examples), n), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(examples), n), dtype=torch.long)
-    for b, ex in enumerate(examples):
-        k = len(ex["input_ids"])
-        ids[b, :k] = torch.as_tensor(list(ex["input_ids"]))
-        mask[b, :k] = 1
-    return ids, mask
+    return pad_sequences([ex["input_ids"] for ex in examples], int(pad_id))
 
 
 def _target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Mapping, *, level: str,

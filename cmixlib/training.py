@@ -189,7 +189,9 @@ def _tqdm(iterable=None, **kw):
     return tqdm(iterable, **kw)
 
 
-def _pad(seqs: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` ``(B, n)`` long tensors of token-id sequences, right-padded
+    with ``pad_id``, on ``device``."""
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), n), dtype=torch.long)
@@ -363,7 +365,7 @@ def _masked_features(model, masked: list, pad_id: int, batch_size: int, progress
     feats, labels = [], []
     batches = _length_batches([len(m[0]) for m in masked], batch_size)
     for b in _tqdm(batches, desc=desc, disable=not progress, leave=False):
-        ids, att = _pad([masked[i][0] for i in b], pad_id, dev)
+        ids, att = pad_sequences([masked[i][0] for i in b], pad_id, dev)
         h = base(input_ids=ids, attention_mask=att).last_hidden_state
         for row, i in enumerate(b):
             feats.append(h[row, masked[i][1]].float().cpu())
@@ -518,7 +520,7 @@ def mlm_agreement_scores(model, examples: Sequence[dict], *, batch_size: int = 6
     with torch.no_grad():
         for b in _tqdm(_length_batches([len(e["input_ids"]) for e in examples], batch_size),
                        desc="agreement eval", disable=not progress, leave=False):
-            ids, att = _pad([examples[i]["input_ids"] for i in b], pad, dev)
+            ids, att = pad_sequences([examples[i]["input_ids"] for i in b], pad, dev)
             pos = torch.as_tensor([int(examples[i]["target_index"]) for i in b], device=dev)
             lg = logits_at(model, ids, att, pos)
             t = torch.as_tensor([int(examples[i]["target_id"]) for i in b], device=dev)
@@ -648,7 +650,7 @@ def finetune_prompt(mlm_model, train_examples: Sequence[dict], *, epochs: int = 
             el = []
             for s in range(steps_per_epoch):
                 b = perm[s * batch_size:(s + 1) * batch_size]
-                ids, att = _pad([train_examples[i]["input_ids"] for i in b], pad, dev)
+                ids, att = pad_sequences([train_examples[i]["input_ids"] for i in b], pad, dev)
                 pos = torch.as_tensor([int(train_examples[i]["target_index"]) for i in b], device=dev)
                 t = torch.as_tensor([int(train_examples[i]["target_id"]) for i in b], device=dev)
                 f = torch.as_tensor([int(train_examples[i]["foil_id"]) for i in b], device=dev)
@@ -801,7 +803,7 @@ def _tokenize(tok, inputs, max_length: int) -> list[list[int]]:
 
 
 def _cls_batch(encoded, idx, pad, dev):
-    ids, att = _pad([encoded[i][0] for i in idx], pad, dev)
+    ids, att = pad_sequences([encoded[i][0] for i in idx], pad, dev)
     kw = {"input_ids": ids, "attention_mask": att}
     if encoded[idx[0]][1] is not None:
         tt = torch.zeros_like(ids)
@@ -960,7 +962,7 @@ def train_classifier(task_name: str, name: str | None = None, *, max_train_examp
 
 
 __all__ = [
-    "CODE_VERSION", "cache_root", "model_cache_dir", "cache_key", "cache_file", "stable_hash",
+    "CODE_VERSION", "pad_sequences", "cache_root", "model_cache_dir", "cache_key", "cache_file", "stable_hash",
     "fingerprint_texts", "fingerprint_examples", "fingerprint_model", "format_info",
     "linear_schedule_factor", "warmup_steps_for", "make_linear_scheduler", "set_seed",
     "mlm_head_logits", "mlm_head_param_names", "decoder_is_tied", "logits_at", "static_masking",
