@@ -42,9 +42,14 @@ COLAB_EXTRAS = "nlp,widgets"
 _STAMP = ".colab-installed"
 
 
+def _env_flag(name: str) -> bool:
+    """True when the environment variable ``name`` is set to a true value (1/true/yes/on)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def quick_mode() -> bool:
-    """True when the environment variable ``CMIX_QUICK`` is set to a true value (1/true/yes)."""
-    return os.environ.get(QUICK_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    """True when the environment variable ``CMIX_QUICK`` is set to a true value (1/true/yes/on)."""
+    return _env_flag(QUICK_ENV_VAR)
 
 
 def sized(full, quick):
@@ -71,7 +76,7 @@ def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None =
         raise FileNotFoundError(f"{clone} is not a clone of the book's repository (no pyproject.toml); "
                                 f"clone {REPO_URL} there first.")
     if dry_run is None:
-        dry_run = os.environ.get(DRY_RUN_ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+        dry_run = _env_flag(DRY_RUN_ENV_VAR)
     stamp = clone / _STAMP
     if stamp.is_file() and not dry_run:
         return []
@@ -103,8 +108,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     """Common first-cell setup for every chapter; returns a small dict describing the run.
 
-    Silences noisy but harmless library warnings (and prints the others without file paths), fixes the random seeds of ``random``, numpy and
-    torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
+    Silences noisy but harmless library warnings (and prints the others without file paths),
+    fixes the random seeds of ``random``, numpy and torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
     (chapter 14). The returned dict says whether this is quick mode or Colab, and the device
     (``cuda`` when a GPU is present, which :func:`cmixlib.load_model` then uses).
     """
