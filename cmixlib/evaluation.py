@@ -47,6 +47,7 @@ __all__ = [
     "cue_alignment", "alignment_rows", "aggregate_alignment", "random_scores", "spearman",
     "per_example_spearman", "mean_std", "correlation_table", "normalized_ranks",
     "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
+    "MLM_TARGETS", "mlm_accuracy_table", "describe_mlm_accuracy",
 ]
 
 ALIGNMENT_METRICS = ("dot", "ap", "probes_needed")
@@ -319,3 +320,50 @@ def special_token_rank(scores: Sequence[float], tokens: Sequence[str],
         return float("nan")
     return float(normalized_ranks(scores, scheme=scheme)[mask].mean())
 
+
+
+# --------------------------------------------------------------------------------------------
+# How well an MLM does the agreement task (chapters 8-12 print this beside their results)
+# --------------------------------------------------------------------------------------------
+#: Targets for the offline MLM (issue "an offline pre-trained MLM that models English").
+MLM_TARGETS = {"agreement": 0.80, "agreement_per_subset": 0.65, "masked_word": 0.30}
+
+
+def mlm_accuracy_table(metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One column per condition (``{condition: cmixlib.training.mlm_metrics(...)}``): BLiMP
+    agreement accuracy overall and per subset, masked-word accuracy on each held-out text, and
+    the paper's BERT accuracy (:data:`cmixlib.paper_numbers.VZ_MLM_ACCURACY`)."""
+    from .paper_numbers import VZ_MLM_ACCURACY
+
+    cols = {}
+    for cond, m in metrics.items():
+        key = "finetuned" if "fine" in cond else "pretrained"
+        cols[cond] = {"agreement (all subsets)": m["agreement_accuracy_test"],
+                      **{f"agreement: {k}": v for k, v in m["agreement_by_subset"].items()},
+                      "masked-word (ELTeC held-out)": m["masked_word_accuracy_eltec"],
+                      "masked-word (WikiText-2 held-out)": m["masked_word_accuracy_wikitext2"],
+                      "paper's BERT: agreement": VZ_MLM_ACCURACY[key]}
+    return pd.DataFrame(cols)
+
+
+def describe_mlm_accuracy(condition: str, m: Mapping[str, Any]) -> str:
+    """A sentence stating the accuracies in ``m`` and whether they meet :data:`MLM_TARGETS`.
+
+    Rule: "meets the targets" iff agreement >= 0.80, every subset >= 0.65 and masked-word
+    (ELTeC held-out) >= 0.30; otherwise the failed parts are named.
+    """
+    t = MLM_TARGETS
+    subs = m["agreement_by_subset"]
+    low = [k for k, v in subs.items() if v < t["agreement_per_subset"]]
+    fails = ([f"agreement below {t['agreement']:.2f}"] if m["agreement_accuracy_test"]
+             < t["agreement"] else []) + ([f"subsets below {t['agreement_per_subset']:.2f}: "
+                                            + ", ".join(low)] if low else []) + \
+        ([f"masked-word below {t['masked_word']:.2f}"]
+         if m["masked_word_accuracy_eltec"] < t["masked_word"] else [])
+    worst = min(subs, key=subs.get)
+    return (f"{condition}: prefers the right word over the foil in "
+            f"{m['agreement_accuracy_test']:.1%} of {m['n_agreement_test']:,} test pairs "
+            f"(lowest subset {worst}: {subs[worst]:.1%}); masked-word top-1 "
+            f"{m['masked_word_accuracy_eltec']:.1%} on held-out text; "
+            + ("meets the targets." if not fails else "misses the targets (" + "; ".join(fails)
+               + ")."))

@@ -170,10 +170,11 @@ PRESENTATION_MODULES = frozenset({"book.py", "cli.py", "exercises.py", "plotting
 
 def code_version() -> str:
     """Hash (12 hex) of the source of every ``cmixlib/*.py`` file but :data:`PRESENTATION_MODULES`,
-    in name order."""
+    in name order, and of the adapted MLM's manifest (which holds its weights' checksums)."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
-        if path.name in PRESENTATION_MODULES:
+    here = Path(__file__).resolve().parent
+    for path in sorted(here.glob("*.py")) + [here / "assets" / "minilm_mlm" / "manifest.json"]:
+        if path.name in PRESENTATION_MODULES or not path.exists():
             continue
         h.update(path.name.encode())
         h.update(path.read_bytes())

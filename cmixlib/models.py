@@ -48,6 +48,9 @@ class ModelBundle:
     head_is_pretrained:
         For ``task="mlm"`` / ``"sequence-classification"``: whether the head's weights came from
         the checkpoint (False means the head is freshly initialised and must be trained).
+    variant:
+        What was done to the checkpoint's weights, if anything (e.g. the offline MLM adaptation
+        of :mod:`cmixlib.mlm_adapted`); :meth:`describe` appends it.
     """
 
     model: Any
@@ -59,11 +62,14 @@ class ModelBundle:
     is_fallback: bool = False
     head_is_pretrained: bool = True
     notes: list[str] = field(default_factory=list)
+    variant: str | None = None
 
     def describe(self) -> str:
         cfg = self.model.config
         text = (f"{self.name} ({cfg.model_type}, {cfg.num_hidden_layers if hasattr(cfg, 'num_hidden_layers') else cfg.n_layers} layers, "
                 f"hidden {cfg.hidden_size if hasattr(cfg, 'hidden_size') else cfg.dim})")
+        if self.variant:
+            text += f": {self.variant}"
         if self.is_fallback:
             text += f" -- offline fallback for '{self.requested}'"
         return text

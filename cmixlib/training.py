@@ -243,7 +243,10 @@ def format_info(info: dict) -> str:
     if m:
         parts.append("metrics: " + ", ".join(
             f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()))
-    if info.get("train_wall_s") is not None:
+    if info.get("trained_on"):
+        parts.append(f"trained once on {info['trained_on']} in {info['train_wall_s']:.0f} s "
+                     "(weights committed to the repository)")
+    elif info.get("train_wall_s") is not None:
         parts.append(f"training wall time {info['train_wall_s']:.0f} s on {info.get('torch_threads')} thread(s)"
                      + (" (loaded from cache)" if info.get("from_cache") else ""))
     return "; ".join(parts) + "."
@@ -542,48 +545,110 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
                    progress: bool = True, **load_kw):
     """The "pre-trained" MLM of the VZ experiments. Returns ``(bundle, info)``.
 
-    ``bundle.model`` is a ``*ForMaskedLM``. If the checkpoint ships an MLM head (e.g.
-    ``bert-base-uncased`` online) it is used as is; otherwise (the offline MiniLM fallback) a BERT
-    MLM head is trained on the frozen encoder with :func:`train_mlm_head` on
-    :func:`default_mlm_texts` (SST-2 train phrases) and cached. With ``evaluate`` the info holds
-    ``masked_word_accuracy`` on the held-out phrases and ``agreement_accuracy`` on the BLiMP
-    agreement test split (both cached too).
+    ``bundle.model`` is a ``*ForMaskedLM``. Three cases, recorded in ``info["kind"]``:
+
+    * the checkpoint ships an MLM head (``bert-base-uncased`` where it loads): used unchanged
+      (``"mlm-pretrained-head"``);
+    * the offline fallback (the packaged all-MiniLM-L6-v2): the committed MLM adaptation of
+      :mod:`cmixlib.mlm_adapted` is applied (checksums verified) (``"mlm-adapted"``);
+      ``bundle.describe()`` and ``info["description"]`` say exactly what it is;
+    * any other checkpoint without a head: a BERT head is trained on the frozen encoder with
+      :func:`train_mlm_head` on :func:`default_mlm_texts` (``"mlm-head"``, with a warning: a
+      head alone does not make a sentence encoder a language model).
+
+    With ``evaluate``, ``info["metrics"]`` holds the masked-word top-1 accuracy on held-out
+    passages (:func:`cmixlib.mlm_adapted.heldout_texts`, static masking of ``mask_prob``) and the
+    BLiMP agreement accuracy on the test split, overall and per subset (all cached on disk).
     """
     from .models import load_model
 
     bundle = load_model(name, task="mlm", **load_kw)
-    train_texts, heldout, desc = None, None, None
     if bundle.head_is_pretrained:
-        info = _base_info("mlm-pretrained-head", bundle.model, bundle.name, bundle.source, bundle.is_fallback)
-        info.update(data={}, settings={"head": "from the checkpoint"}, metrics={}, train_wall_s=None,
-                    from_cache=False, cache_key=fingerprint_model(bundle.model)[:16])
-        key = info["cache_key"]
+        info = _base_info("mlm-pretrained-head", bundle.model, bundle.name, bundle.source,
+                          bundle.is_fallback)
+        info.update(data={}, settings={"head": "from the checkpoint"}, metrics={},
+                    train_wall_s=None, from_cache=False,
+                    cache_key=fingerprint_model(bundle.model)[:16],
+                    description=f"{bundle.name} with its own MLM head")
+    elif bundle.is_fallback or _is_packaged(bundle.source):
+        from . import mlm_adapted
+
+        mlm_adapted.apply_adapted_weights(bundle.model)
+        bundle.model.eval()
+        m = mlm_adapted.manifest()
+        desc = mlm_adapted.description()
+        bundle.name = mlm_adapted.SHORT_NAME
+        bundle.variant = desc.removeprefix(mlm_adapted.SHORT_NAME).strip()
+        info = _base_info("mlm-adapted", bundle.model, bundle.name, bundle.source,
+                          bundle.is_fallback)
+        info.update(data={"texts": mlm_adapted.CORPUS_NAME, "passages": m["corpus"]["passages"],
+                          "tokens": m["corpus"]["tokens"]},
+                    settings=m["settings"], steps=m["steps"],
+                    tokens_seen=m["tokens_seen"], train_wall_s=m["train_wall_s"],
+                    trained_on=m["device"], from_cache=True, description=desc,
+                    cache_key=stable_hash(m["shard_sha256"]))
     else:
-        train_texts, heldout, desc = default_mlm_texts(n_texts, n_heldout, seed)
-        model, info = train_mlm_head(bundle, train_texts, steps=steps, batch_size=batch_size, lr=lr,
-                                     seed=seed, mask_prob=mask_prob, data_name=desc,
+        warnings.warn(f"cmixlib: {bundle.name} has no MLM head; training one on the frozen encoder "
+                      "(a head alone may not model English: check info['metrics']).", stacklevel=2)
+        train_texts, _, desc = default_mlm_texts(n_texts, n_heldout, seed)
+        model, info = train_mlm_head(bundle, train_texts, steps=steps, batch_size=batch_size,
+                                     lr=lr, seed=seed, mask_prob=mask_prob, data_name=desc,
                                      use_cache=use_cache, progress=progress)
         bundle.model = model
         bundle.notes.append("MLM head trained by cmixlib.training on the frozen encoder: " + desc)
-        key = info["cache_key"]
+        info["description"] = f"{bundle.name} + MLM head trained on the frozen encoder"
     if evaluate:
-        from . import data
-
-        if heldout is None:
-            heldout = default_mlm_texts(n_texts, n_heldout, seed)[1]
-        mw = _cached_json("mlm-maskacc", stable_hash([key, fingerprint_texts(heldout), mask_prob]),
-                          lambda: masked_word_accuracy(bundle.model, bundle.tokenizer, heldout,
-                                                       mask_prob=mask_prob, seed=seed + 1),
-                          use_cache)
-        test = data.load_blimp_agreement(bundle.tokenizer, split="test", seed=42)
-        agr = _cached_json("mlm-agreement", stable_hash([key, fingerprint_examples(test)]),
-                           lambda: {"accuracy": mlm_agreement_accuracy(bundle.model, test, progress=progress),
-                                    "n": len(test)}, use_cache)
         info["metrics"] = {**info.get("metrics", {}),
-                           "masked_word_accuracy_heldout": mw["accuracy"], "n_masked_heldout": mw["n_masked"],
-                           "agreement_accuracy_test": agr["accuracy"], "n_agreement_test": agr["n"]}
-        info["accuracy"] = agr["accuracy"]
+                           **mlm_metrics(bundle, info["cache_key"], mask_prob=mask_prob,
+                                         seed=seed, use_cache=use_cache, progress=progress)}
+        info["accuracy"] = info["metrics"]["agreement_accuracy_test"]
     return bundle, info
+
+
+def _is_packaged(source: str) -> bool:
+    """True when ``source`` is the folder of the packaged all-MiniLM-L6-v2."""
+    from .models import packaged_model_path
+
+    pkg = packaged_model_path()
+    return pkg is not None and Path(source).exists() and Path(source).resolve() == pkg
+
+
+def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
+                use_cache: bool = True, progress: bool = False) -> dict:
+    """Masked-word top-1 accuracy on the held-out passages of ``data/mlm_heldout`` (per source)
+    and BLiMP agreement accuracy (logit of the right word > logit of the foil at ``[MASK]``) on
+    the test split, overall and per subset. Cached under ``key`` (the model's identity)."""
+    from . import data
+    from .mlm_adapted import heldout_texts
+
+    out: dict[str, Any] = {}
+    for source in ("eltec", "wikitext2"):
+        texts = heldout_texts(source)
+        mw = _cached_json("mlm-maskacc", stable_hash([key, fingerprint_texts(texts), mask_prob,
+                                                      seed]),
+                          lambda: masked_word_accuracy(bundle.model, bundle.tokenizer, texts,
+                                                       mask_prob=mask_prob, seed=seed + 1,
+                                                       max_length=128),
+                          use_cache)
+        out[f"masked_word_accuracy_{source}"] = mw["accuracy"]
+        out[f"n_masked_{source}"] = mw["n_masked"]
+    test = data.load_blimp_agreement(bundle.tokenizer, split="test", seed=42, progress=False)
+
+    def agreement() -> dict:
+        ok = mlm_agreement_scores(bundle.model, test, progress=progress) > 0
+        by: dict[str, list[bool]] = {}
+        for e, o in zip(test, ok):
+            by.setdefault(e["uid"], []).append(bool(o))
+        return {"accuracy": float(ok.mean()), "n": len(test),
+                "by_subset": {k: float(np.mean(v)) for k, v in sorted(by.items())},
+                "n_by_subset": {k: len(v) for k, v in sorted(by.items())}}
+
+    agr = _cached_json("mlm-agreement", stable_hash([key, fingerprint_examples(test)]),
+                       agreement, use_cache)
+    out.update(masked_word_accuracy_heldout=out["masked_word_accuracy_eltec"],
+               agreement_accuracy_test=agr["accuracy"], n_agreement_test=agr["n"],
+               agreement_by_subset=agr["by_subset"], n_agreement_by_subset=agr["n_by_subset"])
+    return out
 
 
 # ============================================================================================
@@ -716,7 +781,9 @@ def load_finetuned_mlm(name: str | None = None, *, epochs: int = 5, batch_size: 
     ft = ModelBundle(model=model, tokenizer=bundle.tokenizer, requested=bundle.requested, source=bundle.source,
                      name=bundle.name, task="mlm", is_fallback=bundle.is_fallback,
                      head_is_pretrained=bundle.head_is_pretrained,
-                     notes=list(bundle.notes) + ["Prompt-fine-tuned on BLiMP agreement (train split)."])
+                     notes=list(bundle.notes) + ["Prompt-fine-tuned on BLiMP agreement (train split)."],
+                     variant="; ".join(v for v in (bundle.variant, "prompt-fine-tuned on BLiMP "
+                                                   "agreement (train split)") if v))
     return ft, info
 
 
@@ -966,7 +1033,7 @@ __all__ = [
     "fingerprint_texts", "fingerprint_examples", "fingerprint_model", "format_info",
     "linear_schedule_factor", "warmup_steps_for", "make_linear_scheduler", "set_seed",
     "mlm_head_logits", "mlm_head_param_names", "decoder_is_tied", "logits_at", "static_masking",
-    "masked_word_accuracy", "train_mlm_head", "default_mlm_texts", "load_mlm_model",
+    "masked_word_accuracy", "train_mlm_head", "default_mlm_texts", "load_mlm_model", "mlm_metrics",
     "mlm_agreement_scores", "mlm_agreement_accuracy", "prompt_loss", "finetune_prompt",
     "load_finetuned_mlm", "classification_data", "classifier_accuracy", "train_classifier", "keep_encoder_layers",
     "CLASSIFIER_TASKS", "LABELS",

@@ -126,3 +126,19 @@ def test_average_precision_equals_scikit_learn_with_ties():
             continue
         s = rng.integers(0, 4, n).astype(float) if trial % 2 else rng.normal(size=n)   # many ties / none
         assert ev.average_precision(s, y) == pytest.approx(average_precision_score(y, s), abs=1e-12)
+
+
+def test_mlm_accuracy_sentence_follows_its_rule():
+    from cmixlib.evaluation import describe_mlm_accuracy, mlm_accuracy_table
+
+    good = {"agreement_accuracy_test": 0.85, "n_agreement_test": 100,
+            "agreement_by_subset": {"ana": 0.9, "darn": 0.7},
+            "masked_word_accuracy_eltec": 0.4, "masked_word_accuracy_wikitext2": 0.35}
+    assert describe_mlm_accuracy("pre-trained", good).endswith("meets the targets.")
+    bad = {**good, "agreement_by_subset": {"ana": 0.9, "darn": 0.6},
+           "masked_word_accuracy_eltec": 0.2}
+    text = describe_mlm_accuracy("pre-trained", bad)
+    assert "misses the targets" in text and "darn" in text and "masked-word below" in text
+    table = mlm_accuracy_table({"pre-trained": good, "fine-tuned": good})
+    assert table.loc["paper's BERT: agreement", "fine-tuned"] == 0.99
+    assert table.loc["agreement: darn", "pre-trained"] == 0.7
