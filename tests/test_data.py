@@ -242,6 +242,24 @@ def test_blimp_counts(use_small, tokenizer, blimp_sets):
     assert ((counts["singular"] + counts["plural"]) == counts["kept"]).all()
 
 
+def test_blimp_annotation_audit(use_small, tokenizer, blimp_sets):
+    audit = D.blimp_annotation_audit(tokenizer, progress=False)
+    assert list(audit.index) == [*D.BLIMP_AGREEMENT_SUBSETS, "total"]
+    assert audit.attrs["paper_total"] == D.PAPER_BLIMP_AGREEMENT_TOTAL
+    assert (audit.loc[list(D.BLIMP_AGREEMENT_SUBSETS), "pairs"] == N_SMALL).all()
+    dropped = audit[[c for c in audit.columns if c.startswith("dropped_")]].sum(axis=1)
+    cues = audit[[c for c in audit.columns if c.startswith("cue_")]].sum(axis=1)
+    assert ((audit["kept"] + dropped) == audit["pairs"]).all()
+    assert (cues == audit["kept"]).all()
+    assert audit.loc["total", "kept"] == len(blimp_sets["all"])
+    rules = {f"cue_{e['cue_rule']}" for e in blimp_sets["all"]}
+    assert rules == {c for c in audit.columns if c.startswith("cue_")}
+    assert audit.loc["dna", "cue_dep"] == sum(e["uid"] == "dna" and e["cue_rule"] == "dep"
+                                              for e in blimp_sets["all"])
+    counts = D.blimp_agreement_counts(tokenizer, progress=False)
+    assert (counts["kept"] == audit["kept"]).all()
+
+
 def test_blimp_cache_is_used_and_keyed_by_input(use_small, tokenizer, monkeypatch):
     root, cache = use_small
     D.annotate_blimp(["dna"], progress=False)  # make sure the cache exists
