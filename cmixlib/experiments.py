@@ -738,7 +738,8 @@ def vz_mdl(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["data_size"] = {"probing": len(examples), "alignment": f"limit={ctx.limit}"}
     labels = np.array([1 if ex["label"] == "plural" else 0 for ex in examples])
     feats = _mask_states(bundle, examples, ctx)
-    comp = mdl_by_layer(feats, labels, blocks=s["blocks"], hidden=s["probe_hidden"], seed=s["probe_seed"])
+    comp = mdl_by_layer(feats, labels, num_classes=2, blocks=s["blocks"],   # singular/plural
+                        hidden=s["probe_hidden"], seed=s["probe_seed"])
     comp.insert(0, "condition", s["condition"])
     align_keys = ["condition", "methods", "exclude", "ties", "grad_score", "grad_aggregate", "ig_steps",
                   "ft_epochs", "ft_max_train_examples", "seed"]

@@ -643,7 +643,7 @@ def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
                 "by_subset": {k: float(np.mean(v)) for k, v in sorted(by.items())},
                 "n_by_subset": {k: len(v) for k, v in sorted(by.items())}}
 
-    agr = _cached_json("mlm-agreement", stable_hash([key, fingerprint_examples(test)]),
+    agr = _cached_json("mlm-agreement-by-subset", stable_hash([key, fingerprint_examples(test)]),
                        agreement, use_cache)
     out.update(masked_word_accuracy_heldout=out["masked_word_accuracy_eltec"],
                agreement_accuracy_test=agr["accuracy"], n_agreement_test=agr["n"],
