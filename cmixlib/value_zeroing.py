@@ -6,13 +6,44 @@ are computed (queries and keys untouched, weights not renormalised); re-run only
 original input; C^l[i, j] = distance(o~_i^(not j), o_i). The diagonal is kept. Rows are
 normalised by the caller.
 
-Exact batched form: zeroing v_j removes exactly F_ij = sum_h alpha^h_ij f^h(x_j) from the LN1
-input of every query, so p~_i^(not j) = p_i - F_ij. All n x n perturbed LN1 inputs are formed at
-once and pushed through LN1, the FFN and LN2 as one large matrix batch: the n^2 FFN evaluations
-that any implementation needs, without re-running queries, keys, softmax or the value projection
-n times.
+Batched form (``method="batched"``, the reference): zeroing v_j removes exactly
+F_ij = sum_h alpha^h_ij f^h(x_j) from the LN1 input of every query, so p~_i^(not j) = p_i - F_ij.
+All n x n perturbed LN1 inputs are formed at once and pushed through LN1, the FFN and LN2 as one
+large matrix batch, without re-running queries, keys, softmax or the value projection n times.
+Cost per layer: two (n^2, d) x (d, d_ff) matmuls, 4 n^2 d d_ff FLOPs.
+
+Factored form (``method="factored"``): the first FFN matmul is done per head, not per pair.
+With c(v) = v - mean_d(v) (linear), u_i = c(p_i), g^h_j = c(f^h(x_j)) and gamma, beta, eps of LN1:
+
+    z_ij     = c(p_i - F_ij) = u_i - sum_h alpha^h_ij g^h_j                  (r, n, d)
+    sigma_ij = sqrt(mean_d(z_ij^2) + eps)
+    y_ij     = LN1(p_i - F_ij) = gamma * z_ij / sigma_ij + beta
+
+and, W1 being linear,
+
+    W1 y_ij + b1 = (A_i - sum_h alpha^h_ij B^h_j) / sigma_ij + (W1 beta + b1),
+    A_i = W1 (gamma * u_i)   (r queries),   B^h_j = W1 (gamma * g^h_j)   (H n head vectors).
+
+Since g^h_j = c(W_O^h v^h_j) with v^h_j head h's value vector (bias included), B^h_j = M^h v^h_j
+with M = W1 diag(gamma) C W_O (C the centring matrix), a weight-only (d_ff, d) product that is
+computed once per layer and cached (:func:`w1_head_map`); B then costs 2 n d d_ff FLOPs, like one
+W1 pass over the n tokens, A costs 2 r d d_ff, and combining them costs 2 r n H d_ff instead of
+the batched form's 2 r n d d_ff. Only the activation, W2, the residual and LN2 stay per pair:
+o~_ij = LN2(W2 act(W1 y_ij + b1) + b2 + y_ij). sigma_ij is taken from z_ij itself, which the
+residual y_ij needs anyway (2 r n H d FLOPs to form): LayerNorm's own computation, so no
+cancellation can occur. (The same value follows from Gram matrices of centred vectors,
+d (sigma_ij^2 - eps) = |u_i|^2 - 2 sum_h alpha^h_ij <u_i, g^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <g^h_j, g^h'_j>,
+cheaper by a factor d / H but cancelling in float32 when |z_ij| << |u_i|; not needed here.)
+
+Which is cheaper: on CPU the factored form saves about 2 d_ff [r n (d - H) - (r + n) d] FLOPs per
+layer, i.e. it wins from two query rows on and loses slightly for one row (``rows=[i]``). On a
+GPU with fast matmuls (TF32, half precision) or short inputs the elementwise work dominates and
+the batched form is faster (benchmarks/README.md). ``method="auto"`` (the default) follows these
+rules; ``method="batched"`` keeps the previous implementation.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -20,8 +51,11 @@ from .encoder import LayerState
 
 DISTANCES = ("cosine", "euclidean", "spearman")
 
-# elements of the largest (rows * n, d_ff) intermediate tensor in one chunk
+# elements of the largest (rows * n, d_ff) intermediate tensor in one chunk: the batched form is
+# bound by its two large matmuls; the factored form also makes several elementwise passes over
+# this tensor, which are faster while a chunk stays in the CPU's caches (measured in benchmarks/)
 CHUNK_ELEMENTS = 2 ** 25
+FACTORED_CHUNK_ELEMENTS = {"cpu": 2 ** 21}
 
 
 def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -73,35 +107,131 @@ def _standardizer(st: LayerState, standardize):
         torch.as_tensor(std, dtype=st.o.dtype, device=st.o.device)
 
 
-@torch.no_grad()
-def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=None,
-                        chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
-    """Raw Value Zeroing distances of one layer for the selected rows: (r, n), diagonal kept.
+VZ_METHODS = ("auto", "factored", "batched")
 
-    C[i, j] = distance(LN2(FFN(y~) + y~), o_i) with y~ = LN1(p_i - F_ij); o_i is the layer output
-    recomputed through the same path (identical to the model's output up to rounding).
+
+def factored_is_cheaper(rows: int, n: int, d: int, heads: int) -> bool:
+    """True when the factored form needs fewer matmul FLOPs than the batched form for one layer
+    (``rows`` query rows of a sentence of ``n`` tokens), the per-layer W1 head map being cached."""
+    return rows * n * (d - heads) > (rows + n) * d
+
+
+def _factored_is_faster(st: LayerState, rows: int) -> bool:
+    n, d = st.x.shape
+    if not factored_is_cheaper(rows, n, d, st.mods.num_heads):
+        return False
+    if st.x.device.type == "cpu":
+        return True
+    # measured on an H100 (benchmarks/README.md): faster only in full fp32 from n = 128 on
+    fast_mm = st.x.dtype in (torch.float16, torch.bfloat16) or \
+        (st.x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
+    return not fast_mm and n >= 128
+
+
+def _centre(v: torch.Tensor) -> torch.Tensor:
+    return v - v.mean(dim=-1, keepdim=True)
+
+
+# ffn_in module -> (weights' identity and versions, W1 head map); freed with the model
+_HEAD_MAPS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def w1_head_map(m) -> torch.Tensor:
+    """M = W1 diag(gamma1) C W_O as (H, d_head, d_ff): B^h_j = W1 (gamma1 * c(f^h(x_j))) = M^h v^h_j.
+
+    Depends on the weights only, so it is computed once per layer (2 d^2 d_ff FLOPs) and cached;
+    the cache is keyed on the weight tensors' storage and version counters, so in-place updates
+    (optimizer steps, ``load_state_dict``) invalidate it.
     """
-    try:
-        dist_fn = DISTANCE_FUNCTIONS[distance]
-    except KeyError:
-        raise ValueError(f"Unknown Value Zeroing distance {distance!r}; choose one of {DISTANCES}.") from None
+    ws = (m.ffn_in.weight, m.ln1.weight, m.out.weight)
+    key = tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in ws)
+    hit = _HEAD_MAPS.get(m.ffn_in)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    w_o = m.out.weight                                      # (d, H * d_head), column k feeds v[k]
+    hm = (m.ffn_in.weight * m.ln1.weight) @ (w_o - w_o.mean(dim=0, keepdim=True))    # (d_ff, d)
+    hm = hm.t().reshape(m.num_heads, -1, hm.shape[0]).contiguous()                   # (H, d_head, d_ff)
+    _HEAD_MAPS[m.ffn_in] = (key, hm)
+    return hm
+
+
+def _batched_outputs(st: LayerState, rows: torch.Tensor, step: int):
+    """Reference: (slice, perturbed outputs (c, n, d)) from the n^2 perturbed LN1 inputs."""
     m = st.mods
-    rows = st.row_index
     n, d = st.x.shape
     p = st.ln1_input[rows]                                  # (r, d)
-    original = st.recompute_output()[rows]                  # (r, d)
-    stdz = _standardizer(st, standardize)
-    if stdz is not None:
-        original = (original - stdz[0]) / stdz[1]
-    d_ff = m.ffn_in.out_features
-    step = max(1, chunk_elements // (n * max(d_ff, d)))
-    out = torch.empty(len(rows), n, dtype=st.x.dtype, device=st.x.device)
     for start in range(0, len(rows), step):
         sl = slice(start, start + step)
         fvec = st.attn_vectors_for(rows[sl])       # (c, n, d), per chunk so memory stays bounded
         pert = (p[sl, None, :] - fvec).reshape(-1, d)                          # (c*n, d)
         y = m.ln1(pert)
-        o = m.ln2(m.ffn_out(m.act(m.ffn_in(y))) + y).view(-1, n, d)
+        yield sl, m.ln2(m.ffn_out(m.act(m.ffn_in(y))) + y).view(-1, n, d)
+
+
+def _factored_outputs(st: LayerState, rows: torch.Tensor, step: int):
+    """Factored form (module docstring): (slice, perturbed outputs (c, n, d)); pairs are laid out
+    key-major (j, i) inside a chunk so that the per-head combinations are batched matmuls over j."""
+    m = st.mods
+    n, d = st.x.shape
+    ln1, w1, b1, w2 = m.ln1, m.ffn_in.weight, m.ffn_in.bias, m.ffn_out.weight
+    gamma, beta = ln1.weight, ln1.bias
+    u = _centre(st.ln1_input[rows])                         # (r, d)       c(p_i)
+    g = _centre(st.head_vectors).transpose(0, 1).contiguous()   # (n, H, d)    c(f^h(x_j))
+    A = torch.nn.functional.linear(gamma * u, w1)           # (r, d_ff)
+    H = m.num_heads
+    v = m.value(st.x).view(n, H, -1).transpose(0, 1)        # (H, n, d_head), value bias included
+    B = torch.bmm(v, w1_head_map(m)).transpose(0, 1).contiguous()   # (n, H, d_ff)
+    c1 = torch.nn.functional.linear(beta, w1, b1)           # (d_ff,)       W1 beta + b1
+    shift = beta + m.ffn_out.bias                           # (d,)          beta + b2
+    for start in range(0, len(rows), step):
+        sl = slice(start, start + step)
+        a = st.alpha[:, rows[sl], :].permute(2, 1, 0)       # (n, c, H)     alpha^h_ij at [j, i, h]
+        z = torch.baddbmm(u[sl][None], a, g, alpha=-1)      # (n, c, d)     u_i - sum_h alpha g^h_j
+        inv = torch.rsqrt(z.square().mean(dim=-1, keepdim=True) + ln1.eps)   # (n, c, 1)  1/sigma_ij
+        pre = torch.addcmul(c1, A[sl][None], inv)           # A_i / sigma_ij + W1 beta + b1
+        pre = torch.baddbmm(pre, a * inv, B, alpha=-1)      # - sum_h (alpha^h_ij / sigma_ij) B^h_j
+        h = m.act(pre).view(-1, w1.shape[0])
+        del pre
+        y = torch.addcmul(shift, z, gamma * inv).view(-1, d)    # y_ij + b2
+        q = torch.addmm(y, h, w2.t())                       # W2 act(.) + b2 + y_ij
+        yield sl, m.ln2(q).view(n, -1, d).transpose(0, 1)
+
+
+@torch.no_grad()
+def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=None,
+                        chunk_elements: int | None = None, method: str = "auto") -> torch.Tensor:
+    """Raw Value Zeroing distances of one layer for the selected rows: (r, n), diagonal kept.
+
+    C[i, j] = distance(LN2(FFN(y~) + y~), o_i) with y~ = LN1(p_i - F_ij); o_i is the layer output
+    recomputed through the same path (identical to the model's output up to rounding).
+    ``method``: ``"factored"`` (first FFN matmul per head, see the module docstring),
+    ``"batched"`` (all n^2 perturbed LN1 inputs through the full FFN; the reference) or ``"auto"``
+    (whichever needs fewer FLOPs for these rows: factored for full maps, batched for a few rows).
+    Both are exact; they agree to rounding.
+    """
+    try:
+        dist_fn = DISTANCE_FUNCTIONS[distance]
+    except KeyError:
+        raise ValueError(f"Unknown Value Zeroing distance {distance!r}; choose one of {DISTANCES}.") from None
+    if method not in VZ_METHODS:
+        raise ValueError(f"Unknown Value Zeroing method {method!r}; choose one of {VZ_METHODS}.")
+    m = st.mods
+    rows = st.row_index
+    n, d = st.x.shape
+    if method == "auto":
+        method = "factored" if _factored_is_faster(st, len(rows)) else "batched"
+    original = st.recompute_output()[rows]                  # (r, d)
+    stdz = _standardizer(st, standardize)
+    if stdz is not None:
+        original = (original - stdz[0]) / stdz[1]
+    d_ff = m.ffn_in.out_features
+    if chunk_elements is None:
+        chunk_elements = CHUNK_ELEMENTS if method == "batched" else \
+            FACTORED_CHUNK_ELEMENTS.get(st.x.device.type, CHUNK_ELEMENTS)
+    step = max(1, chunk_elements // (n * max(d_ff, d)))
+    out = torch.empty(len(rows), n, dtype=st.x.dtype, device=st.x.device)
+    chunks = _factored_outputs if method == "factored" else _batched_outputs
+    for sl, o in chunks(st, rows, step):
         if stdz is not None:
             o = (o - stdz[0]) / stdz[1]
         out[sl] = dist_fn(o, original[sl, None, :])

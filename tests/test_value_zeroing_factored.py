@@ -1,0 +1,169 @@
+"""The factored Value Zeroing form (first FFN matmul per head) against the batched reference form
+and against the slow per-token hook loop of tests/test_core.py (re-run the model with token t's
+value vector zeroed), on random BERT, RoBERTa, ELECTRA and DistilBERT models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from scipy.stats import spearmanr
+
+import cmixlib
+from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+from cmixlib.value_zeroing import factored_is_cheaper, value_zeroing_layer, w1_head_map
+from test_core import hooked_forward
+
+ARCHS = ["bert", "roberta", "electra", "distilbert"]
+DISTANCES = ["cosine", "euclidean", "spearman"]
+LENGTHS = (9, 5, 7)
+
+
+def padded_batch(model, seed=0, lengths=LENGTHS):
+    """Token ids of sentences of different lengths, right-padded, with their attention mask."""
+    g = torch.Generator().manual_seed(seed)
+    pad = model.config.pad_token_id or 0
+    ids = torch.full((len(lengths), max(lengths)), pad)
+    mask = torch.zeros_like(ids)
+    for b, n in enumerate(lengths):
+        ids[b, :n], mask[b, :n] = torch.randint(5, 100, (n,), generator=g), 1
+    return ids, mask
+
+
+def vz(model, ids, mask=None, method="factored", rows=None, distance="cosine", standardize=None, chunk=None):
+    """Raw VZ maps (L, r, n) of every sentence of the batch, computed with ``method``."""
+    cap = run_and_capture(model, ids, mask)
+    mods = encoder_layers(model)
+    kw = {} if chunk is None else {"chunk_elements": chunk}
+    out = []
+    for b, keep in enumerate(iter_sentences(cap)):
+        r = None if rows is None else torch.as_tensor(rows[b])
+        states = layer_states(cap, mods, b, keep, rows=r)
+        out.append(torch.stack([value_zeroing_layer(st, distance, standardize, method=method, **kw)
+                                for st in states]).double().numpy())
+    return out
+
+
+def hook_loop(model, ids, distance="cosine", standardize=False):
+    """VZ maps (L, n, n) of one unpadded sentence from n re-runs per layer with a zeroing hook."""
+    base = hooked_forward(model, ids)
+    L, n = len(encoder_layers(model)), ids.shape[1]
+    ref = np.zeros((L, n, n))
+    for layer in range(L):
+        orig = base["out"][layer][0].double()
+        mu, sd = orig.mean(0), orig.std(0, unbiased=False)
+        for t in range(n):
+            pert = hooked_forward(model, ids, layer=layer, zero_token=t)["out"][layer][0].double()
+            a, b = ((pert - mu) / sd, (orig - mu) / sd) if standardize else (pert, orig)
+            if distance == "cosine":
+                ref[layer, :, t] = (1 - F.cosine_similarity(a, b, dim=-1)).numpy()
+            elif distance == "euclidean":
+                ref[layer, :, t] = torch.linalg.vector_norm(a - b, dim=-1).numpy()
+            else:
+                ref[layer, :, t] = [1 - spearmanr(a[i].numpy(), b[i].numpy()).statistic for i in range(n)]
+    return ref
+
+
+def close(got, want, atol=1e-10, rtol=1e-8):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_factored_equals_batched_float64_padded_all_distances(arch):
+    model = cmixlib.random_model(arch, dtype=torch.float64, seed=2)
+    ids, mask = padded_batch(model)
+    for distance in DISTANCES:
+        # a small chunk forces several chunks of rows per layer
+        fac = vz(model, ids, mask, "factored", distance=distance, chunk=2000)
+        ref = vz(model, ids, mask, "batched", distance=distance)
+        for got, want in zip(fac, ref):
+            close(got, want)
+    for std in (True, (torch.zeros(32, dtype=torch.float64), torch.full((32,), 0.5, dtype=torch.float64))):
+        for got, want in zip(vz(model, ids, mask, "factored", standardize=std),
+                             vz(model, ids, mask, "batched", standardize=std)):
+            close(got, want)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_factored_padded_batch_against_hook_loop(arch):
+    """Each sentence of a padded batch (factored form) against the hook loop on that sentence alone."""
+    model = cmixlib.random_model(arch, dtype=torch.float64, seed=1)
+    ids, mask = padded_batch(model, seed=4)
+    for b, got in enumerate(vz(model, ids, mask, "factored")):
+        single = ids[b: b + 1, : LENGTHS[b]]
+        close(got, hook_loop(model, single))
+    assert np.all(np.diagonal(got, axis1=1, axis2=2) > 0), "diagonal must be kept"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_factored_rows_per_sentence(arch):
+    model = cmixlib.random_model(arch, dtype=torch.float64, seed=5)
+    ids, mask = padded_batch(model, seed=6)
+    rows = [[0, 4, 8], [2], [6, 1]]
+    full = vz(model, ids, mask, "factored")
+    for method in ("factored", "batched", "auto"):
+        for got, want, r in zip(vz(model, ids, mask, method, rows=rows), full, rows):
+            close(got, want[:, r])
+    # through the public API (method "auto"), rows and padding together
+    res = cmixlib.context_mixing(model, None, {"input_ids": ids, "attention_mask": mask},
+                                 methods=["value_zeroing"], normalize=False, rows=rows)
+    for got, want, r in zip(res, full, rows):
+        close(got["value_zeroing"][:, r], want[:, r])
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "spearman"])
+def test_factored_other_distances_against_hook_loop(distance):
+    model = cmixlib.random_model("bert", dtype=torch.float64, seed=0)
+    ids = torch.randint(5, 100, (1, 8), generator=torch.Generator().manual_seed(3))
+    close(vz(model, ids, distance=distance)[0], hook_loop(model, ids, distance=distance))
+
+
+def test_factored_standardized_against_hook_loop():
+    model = cmixlib.random_model("roberta", dtype=torch.float64, seed=0)
+    ids = torch.randint(5, 100, (1, 8), generator=torch.Generator().manual_seed(3))
+    close(vz(model, ids, standardize=True)[0], hook_loop(model, ids, standardize=True))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_factored_float32_close_to_float64(arch):
+    m32 = cmixlib.random_model(arch, dtype=torch.float32, seed=7)
+    m64 = cmixlib.random_model(arch, dtype=torch.float64, seed=7)
+    ids, mask = padded_batch(m32, seed=8)
+    for distance in DISTANCES:
+        for got, want in zip(vz(m32, ids, mask, "factored", distance=distance),
+                             vz(m64, ids, mask, "batched", distance=distance)):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    # row-normalised maps of the public API (factored for these full maps)
+    a = cmixlib.context_mixing(m32, None, {"input_ids": ids, "attention_mask": mask}, methods=["value_zeroing"])
+    b = cmixlib.context_mixing(m64, None, {"input_ids": ids, "attention_mask": mask}, methods=["value_zeroing"])
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x["value_zeroing"], y["value_zeroing"], rtol=0, atol=1e-5)
+
+
+def test_auto_picks_the_cheaper_form_and_unknown_method_fails():
+    # bert-base shape: factored from 2 rows and 3 tokens on, one row always batched
+    assert factored_is_cheaper(64, 64, 768, 12) and factored_is_cheaper(3, 3, 768, 12)
+    assert factored_is_cheaper(2, 64, 768, 12)
+    assert not factored_is_cheaper(2, 2, 768, 12) and not factored_is_cheaper(1, 512, 768, 12)
+    model = cmixlib.random_model("bert", dtype=torch.float64)
+    ids = torch.randint(5, 100, (1, 6))
+    st = layer_states(run_and_capture(model, ids), encoder_layers(model), 0, torch.arange(6))[0]
+    with pytest.raises(ValueError, match="method"):
+        value_zeroing_layer(st, method="fast")
+
+
+def test_cached_head_map_follows_weight_updates():
+    """The cached W1 head map is recomputed after an in-place weight update (e.g. an optimizer step)."""
+    model = cmixlib.random_model("electra", dtype=torch.float64, seed=9)
+    ids = torch.randint(5, 100, (1, 7), generator=torch.Generator().manual_seed(9))
+    before = vz(model, ids)[0]
+    mods = encoder_layers(model)
+    assert w1_head_map(mods[0]) is w1_head_map(mods[0])
+    with torch.no_grad():
+        for m in mods:
+            m.ffn_in.weight.mul_(1.5)
+            m.ln1.weight.add_(0.1)
+            m.out.weight.mul_(0.7)
+    after = vz(model, ids)[0]
+    assert np.abs(after - before).max() > 1e-3 * np.abs(before).max()
+    close(after, vz(model, ids, method="batched")[0])
