@@ -28,8 +28,8 @@ import torch
 
 #: Folder with the adapted tensors (``adapted-*.safetensors``), ``manifest.json``, ``curve.jsonl``.
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_mlm"
-#: Held-out text for the masked-word accuracy (never trained on): see ``data/mlm_heldout/``.
-HELDOUT_DIR = Path(__file__).resolve().parents[1] / "data" / "mlm_heldout"
+#: Sources of held-out text for the masked-word accuracy (never trained on): ``data/mlm_heldout/``.
+HELDOUT_SOURCES = ("eltec", "wikitext2")
 _MASK_ROW = "bert.embeddings.word_embeddings.weight[mask_row]"
 #: Short model name printed next to results of the adapted model.
 SHORT_NAME = "all-MiniLM-L6-v2 + MLM adaptation"
@@ -120,10 +120,13 @@ def description() -> str:
 
 def heldout_texts(source: str = "eltec") -> list[str]:
     """Held-out passages shipped in ``data/mlm_heldout/`` (``"eltec"``: 1,000 passages of a novel
-    left out of training; ``"wikitext2"``: the passages of the held-out WikiText-2 articles)."""
-    path = HELDOUT_DIR / f"{source}_heldout.txt"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; sources: eltec, wikitext2.")
+    left out of training; ``"wikitext2"``: the passages of the held-out WikiText-2 articles),
+    read from the data folder of :func:`cmixlib.data.data_dir`."""
+    from .data import _data_file
+
+    if source not in HELDOUT_SOURCES:
+        raise ValueError(f"Unknown held-out source {source!r}; choose one of {HELDOUT_SOURCES}.")
+    path = _data_file("mlm_heldout", f"{source}_heldout.txt")   # honours $CMIX_DATA
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -619,10 +619,10 @@ def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
     and BLiMP agreement accuracy (logit of the right word > logit of the foil at ``[MASK]``) on
     the test split, overall and per subset. Cached under ``key`` (the model's identity)."""
     from . import data
-    from .mlm_adapted import heldout_texts
+    from .mlm_adapted import HELDOUT_SOURCES, heldout_texts
 
     out: dict[str, Any] = {}
-    for source in ("eltec", "wikitext2"):
+    for source in HELDOUT_SOURCES:
         texts = heldout_texts(source)
         mw = _cached_json("mlm-maskacc", stable_hash([key, fingerprint_texts(texts), mask_prob,
                                                       seed]),
