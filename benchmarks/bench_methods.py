@@ -43,13 +43,11 @@ def bert_base_random(seed: int = 0):
 
 
 @torch.no_grad()
-def vz_loop(model, ids):
+def vz_loop_layers(mods, cap) -> torch.Tensor:
     """The obvious implementation: for every layer and token, re-run that layer on its original
     input with a hook that zeroes the token's value vector (all heads, bias included)."""
-    mods = encoder_layers(model)
-    cap = run_and_capture(model, ids)
-    n = ids.shape[1]
-    out = torch.empty(len(mods), n, n)
+    n = cap.inputs[0].shape[1]
+    out = torch.empty(len(mods), n, n, device=cap.inputs[0].device)
     for k, m in enumerate(mods):
         x, orig = cap.inputs[k], cap.outputs[k][0]
         for t in range(n):
@@ -65,6 +63,12 @@ def vz_loop(model, ids):
                 h.remove()
             out[k, :, t] = 1 - torch.nn.functional.cosine_similarity(pert[0], orig, dim=-1)
     return out
+
+
+@torch.no_grad()
+def vz_loop(model, ids):
+    """:func:`vz_loop_layers` including the capture pass (what the batched timing includes)."""
+    return vz_loop_layers(encoder_layers(model), run_and_capture(model, ids))
 
 
 @torch.no_grad()

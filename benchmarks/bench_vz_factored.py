@@ -33,6 +33,8 @@ import transformers as tf
 from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
 from cmixlib.value_zeroing import value_zeroing_layer
 
+from bench_methods import vz_loop_layers   # the per-token reference loop (same folder)
+
 
 def sync(device: str) -> None:
     if device == "cuda":
@@ -62,28 +64,6 @@ def bert_base_random(layers: int, device: str, seed: int = 0):
 def vz(mods, cap, method: str, rows=None, chunk=None) -> torch.Tensor:
     states = layer_states(cap, mods, 0, iter_sentences(cap)[0], rows=rows)
     return torch.stack([value_zeroing_layer(st, method=method, chunk_elements=chunk) for st in states])
-
-
-@torch.no_grad()
-def vz_loop(mods, cap) -> torch.Tensor:
-    """The obvious implementation: per layer and token, re-run the layer with t's value zeroed."""
-    n = cap.inputs[0].shape[1]
-    out = torch.empty(len(mods), n, n, device=cap.inputs[0].device)
-    for k, m in enumerate(mods):
-        x, orig = cap.inputs[k], cap.outputs[k][0]
-        for t in range(n):
-            def zero(mod, inp, o, t=t):
-                o = o.clone()
-                o[:, t] = 0
-                return o
-            h = m.value.register_forward_hook(zero)
-            try:
-                pert = m.layer(x)
-                pert = pert[0] if isinstance(pert, tuple) else pert
-            finally:
-                h.remove()
-            out[k, :, t] = 1 - torch.nn.functional.cosine_similarity(pert[0], orig, dim=-1)
-    return out
 
 
 def set_precision(device: str, precision: str) -> None:
@@ -121,11 +101,11 @@ def main() -> None:
             fac, bat = vz(mods, cap, "factored"), vz(mods, cap, "batched")
             diff = (fac - bat).abs().max().item()
             run_loop = n <= args.loop_max_n
-            diff_loop = (fac - vz_loop(mods, cap)).abs().max().item() if run_loop else float("nan")
+            diff_loop = (fac - vz_loop_layers(mods, cap)).abs().max().item() if run_loop else float("nan")
             reps = args.repeats if n <= 64 or dev == "cuda" else max(1, args.repeats - 1)
             t_fac = best_time(lambda: vz(mods, cap, "factored"), reps, dev)
             t_bat = best_time(lambda: vz(mods, cap, "batched"), reps, dev)
-            t_loop = best_time(lambda: vz_loop(mods, cap), reps, dev) if run_loop else float("nan")
+            t_loop = best_time(lambda: vz_loop_layers(mods, cap), reps, dev) if run_loop else float("nan")
             row = torch.tensor([n // 2], device=dev)
             t_row_auto = best_time(lambda: vz(mods, cap, "auto", rows=row), reps, dev)
             t_row_fac = best_time(lambda: vz(mods, cap, "factored", rows=row), reps, dev)
