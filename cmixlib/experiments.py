@@ -62,6 +62,7 @@ from .cache import cache_root, jsonable
 from . import paper_numbers as pn
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
+           "load_condition_mlm",
            "list_experiments", "code_version", "PRESENTATION_MODULES", "results_root", "cache_key", "comparison_table", "blimp_sample",
            "padded_batch", "IG_STEPS"]
 
@@ -300,20 +301,30 @@ def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,
 # ============================================================================================
 # Model and data helpers (monkeypatched in tests)
 # ============================================================================================
-def _load_mlm(ctx: Context, condition: str):
-    """``(bundle, info)`` for the pre-trained or prompt-fine-tuned MLM (cmixlib.training)."""
+def load_condition_mlm(condition: str, settings: Mapping | None = None, model: str | None = None,
+                       progress: bool = False):
+    """``(bundle, info)`` of the Value Zeroing experiments' MLM for ``condition``: the
+    pre-trained MLM (:func:`cmixlib.training.load_mlm_model`) or its prompt-fine-tuned copy
+    (:func:`cmixlib.training.load_finetuned_mlm`; ``settings`` may hold the experiments'
+    ``ft_epochs`` and ``ft_max_train_examples``), exactly as the experiments load them."""
     from . import training
 
+    settings = settings or {}
     if condition == "pretrained":
-        return training.load_mlm_model(ctx.model, evaluate=False, progress=ctx.progress)
+        return training.load_mlm_model(model, evaluate=False, progress=progress)
     if condition == "finetuned":
         kw = {}
-        if ctx.settings.get("ft_epochs") is not None:
-            kw["epochs"] = ctx.settings["ft_epochs"]
-        if ctx.settings.get("ft_max_train_examples") is not None:
-            kw["max_train_examples"] = ctx.settings["ft_max_train_examples"]
-        return training.load_finetuned_mlm(ctx.model, progress=ctx.progress, **kw)
+        if settings.get("ft_epochs") is not None:
+            kw["epochs"] = settings["ft_epochs"]
+        if settings.get("ft_max_train_examples") is not None:
+            kw["max_train_examples"] = settings["ft_max_train_examples"]
+        return training.load_finetuned_mlm(model, progress=progress, **kw)
     raise ValueError(f"condition must be 'pretrained' or 'finetuned', not {condition!r}")
+
+
+def _load_mlm(ctx: Context, condition: str):
+    """:func:`load_condition_mlm` with a run's model, settings and progress flag."""
+    return load_condition_mlm(condition, ctx.settings, ctx.model, ctx.progress)
 
 
 def _load_classifier(ctx: Context, task: str):
