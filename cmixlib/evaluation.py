@@ -367,3 +367,83 @@ def describe_mlm_accuracy(condition: str, m: Mapping[str, Any]) -> str:
             f"{m['masked_word_accuracy_eltec']:.1%} on held-out text; "
             + ("meets the targets." if not fails else "misses the targets (" + "; ".join(fails)
                + ")."))
+
+
+def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str:
+    """Sentences stating, per column of a claims table, how many claims hold and which fail.
+
+    ``table``: one row per claim (index = the claim's text), one boolean column per condition.
+    Rule: a claim "holds" iff its cell is True; the sentence counts them and names the others.
+    E.g. "pre-trained: 4 of 6 of the paper's claims hold; not: A; B."
+    """
+    parts = []
+    for column in table.columns:
+        ok = table[column].astype(bool)
+        failed = [str(c) for c in table.index[~ok]]
+        parts.append(f"{column}: {int(ok.sum())} of {len(ok)} of {who} hold"
+                     + ("." if not failed else "; not: " + "; ".join(failed) + "."))
+    return " ".join(parts)
+
+
+def describe_model_difference(config: Any, paper_model: str = "bert-base-uncased") -> str:
+    """A sentence comparing the shape of the model that ran (a transformers ``config``) with the
+    paper's model (:data:`cmixlib.paper_numbers.PAPER_MODEL_SHAPES`).
+
+    Rule: "the same shape" iff layers, hidden size and heads are all equal; otherwise both
+    shapes are printed, and a model with fewer layers gets "layer axis k/L as long"."""
+    from .paper_numbers import PAPER_MODEL_SHAPES
+
+    paper = PAPER_MODEL_SHAPES[paper_model]
+    ours = {"layers": int(config.num_hidden_layers), "hidden": int(config.hidden_size),
+            "heads": int(config.num_attention_heads)}
+    name = getattr(config, "_name_or_path", "") or getattr(config, "model_type", "this model")
+    shape = "{layers} layers, hidden size {hidden}, {heads} heads"
+    if ours == paper:
+        return f"This run's model ({name}) has the same shape as the paper's {paper_model}: " \
+               + shape.format(**paper) + "."
+    text = (f"This run's model ({name}) has {shape.format(**ours)}; the paper's {paper_model} has "
+            f"{shape.format(**paper)}.")
+    if ours["layers"] != paper["layers"]:
+        text += (f" Its layer axis is {ours['layers']}/{paper['layers']} as long, so compare "
+                 "depth profiles by relative depth, not by layer number.")
+    return text
+
+
+def describe_depth_trend(values: Mapping[int, float], what: str) -> str:
+    """A sentence on how ``values`` (layer -> value) change with depth.
+
+    Rule: Spearman's rho between layer index and value; "rises with depth" iff rho >= 0.5, "falls
+    with depth" iff rho <= -0.5, else "has no clear trend with depth"; the layer of the maximum is
+    named."""
+    s = pd.Series(values, dtype=float).sort_index()
+    rho = spearman(np.asarray(s.index, dtype=float), s.to_numpy())
+    trend = ("rises with depth" if rho >= 0.5 else "falls with depth" if rho <= -0.5
+             else "has no clear trend with depth")
+    return (f"{what} {trend} (Spearman with the layer index {rho:+.2f}; highest at layer "
+            f"{s.idxmax()}: {s.max():.3g}).")
+
+
+def describe_ranking(ours: Mapping[str, float], paper: Mapping[str, float], *,
+                     label: Any = str, top: int = 3, higher_is_better: bool = True) -> str:
+    """A sentence comparing our order of methods with the paper's.
+
+    ``ours`` and ``paper`` map method -> value; only methods in both count. Rule: methods are
+    ranked by value (best first); the sentence gives both top-``top`` orders, the rank our run
+    gives the paper's best method, and the Spearman correlation of the two value lists ("the
+    same order" iff it is 1)."""
+    o = pd.Series(ours, dtype=float).dropna()
+    p = pd.Series(paper, dtype=float).dropna()
+    shared = [m for m in p.index if m in o.index]
+    if len(shared) < 2:
+        return "Fewer than two methods have both a value of ours and of the paper."
+    o, p = o[shared], p[shared]
+    asc = not higher_is_better
+    o_order = list(o.sort_values(ascending=asc).index)
+    p_order = list(p.sort_values(ascending=asc).index)
+    rho = spearman(o.to_numpy(), p.to_numpy())
+    best = p_order[0]
+    fmt = lambda order: " > ".join(label(m) for m in order[:top])  # noqa: E731
+    agree = "the same order" if np.isclose(rho, 1.0) else f"rank agreement {rho:+.2f}"
+    return (f"The paper's top {top}: {fmt(p_order)}; ours: {fmt(o_order)}. The paper's best "
+            f"method, {label(best)}, is our number {o_order.index(best) + 1} of {len(shared)}; "
+            f"{agree} (Spearman over {len(shared)} methods).")

@@ -166,7 +166,8 @@ def results_root() -> Path:
 #: Modules that only present or check results (notebook setup, the command line, coursework
 #: checkers, plots). No other module imports them (a test checks this), so they cannot change a
 #: result, and :func:`code_version` leaves them out: editing a plot does not recompute the book.
-PRESENTATION_MODULES = frozenset({"book.py", "cli.py", "exercises.py", "plotting.py"})
+PRESENTATION_MODULES = frozenset({"book.py", "book_runs.py", "cli.py", "exercises.py",
+                                  "plotting.py"})
 
 
 def code_version() -> str:
@@ -540,6 +541,28 @@ def _cls_methods(settings) -> list[str]:
     return list(settings["methods"])
 
 
+def _cls_rows_batch(bundle, batch: list[dict], methods: list[str]) -> list[dict[str, np.ndarray]]:
+    """For sentence-classification examples (target position 0, [CLS]): the final-layer [CLS] row
+    of each context-mixing method and rollout (:func:`_target_rows_batch`, level "input"), and each
+    gradient method of the predicted class's probability w.r.t. the word embeddings
+    (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time."""
+    from .gradients import ClassTarget, batch_attribute
+
+    mix = [m for m in methods if m not in GRADIENT_METHODS]
+    out = (_target_rows_batch(bundle, batch, mix, {}, level="input", seeds=[0] * len(batch))
+           if mix else [{} for _ in batch])
+    grad = [m for m in methods if m in GRADIENT_METHODS]
+    if grad:
+        ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+        res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),
+                              [GRADIENT_METHODS[m] for m in grad], "input", attention_mask=mask,
+                              tokenizer=bundle.tokenizer)
+        for b, ex in enumerate(batch):
+            for m in grad:
+                out[b][m] = res[GRADIENT_METHODS[m]][b][:len(ex["input_ids"])]
+    return [{m: o[m] for m in methods} for o in out]
+
+
 def _alti_fig6_compare(frames, paper):
     ours = frames["result"].rename(columns={"method": "cmix_method"})
     return comparison_table(ours, paper, ["cmix_method"])
@@ -556,10 +579,6 @@ def alti_fig6(ctx: Context) -> dict[str, pd.DataFrame]:
     dense ranks and the ranks of [CLS], [SEP], "." and "," are averaged; then the mean over sentences.
     ``condition="finetuned"`` trains an SST-2 classifier (cmixlib.training); ``"pretrained"`` uses
     the bare encoder (no gradient method then). Paper numbers: the ALTI repository's values."""
-    from . import core
-    from .attention import rollout
-    from .gradients import ClassTarget, attribute
-
     s = ctx.settings
     if s["condition"] == "finetuned":
         bundle, info = _load_classifier(ctx, "sst2")
@@ -572,24 +591,16 @@ def alti_fig6(ctx: Context) -> dict[str, pd.DataFrame]:
     if s["condition"] != "finetuned" and "grad_l2" in methods:
         methods = [m for m in methods if m not in GRADIENT_METHODS]
         ctx.note("gradient methods skipped: the pre-trained encoder has no classification head")
-    cm = [m for m in methods if m in core.METHODS]
-    bases = [m.split(":", 1)[1] for m in methods if m.startswith("rollout:")]
     per: dict[str, list[float]] = {m: [] for m in methods}
-    for ex in ctx.tqdm(examples, desc="sentences"):
-        ids = _ids(ex)
-        vecs = {}
-        if cm or bases:
-            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids},
-                                       methods=sorted(set(cm) | set(bases)))
-            for m in cm:
-                vecs[m] = maps[m][-1, 0]
-            for b in bases:
-                vecs[f"rollout:{b}"] = rollout(maps[b])[-1, 0]
+    vectors: dict[int, dict[str, np.ndarray]] = {}
+    with ctx.tqdm(None, total=len(examples), desc="sentences") as bar:
+        for idx in _length_batches(examples):
+            batch = [examples[i] for i in idx]
+            vectors.update(zip(idx, _cls_rows_batch(bundle, batch, methods)))
+            bar.update(len(idx))
+    for i, ex in enumerate(examples):
         for m in methods:
-            if m in GRADIENT_METHODS:
-                vecs[m] = attribute(bundle.model, ids, ClassTarget(None, score="prob"), method=GRADIENT_METHODS[m])
-        for m in methods:
-            per[m].append(ev.special_token_rank(vecs[m], ex["tokens"], scheme=s["rank_scheme"]))
+            per[m].append(ev.special_token_rank(vectors[i][m], ex["tokens"], scheme=s["rank_scheme"]))
     df = ev.correlation_table(per)
     return {"result": df}
 
@@ -785,7 +796,8 @@ def _vz_table3_compare(frames, paper):
 @register("vz-faithfulness", title="Spearman of aggregated scores with blank-out at [MASK]",
           paper="Value Zeroing (Table 3)",
           defaults={"condition": "pretrained", "methods": VZ_GLOBAL_METHODS, "replacement": "unk",
-                    "exclude": "special+target", "grad_score": "prob", "grad_aggregate": "l2", "ig_steps": IG_STEPS,
+                    "exclude": "special+target", "also_exclude": ["target"], "grad_score": "prob",
+                    "grad_aggregate": "l2", "ig_steps": IG_STEPS,
                     "ft_epochs": None, "ft_max_train_examples": None, "seed": 0},
           paper_numbers=pn.vz_table3, compare=_vz_table3_compare)
 def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
@@ -793,7 +805,10 @@ def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     over target and foil only), and each method's global score for the [MASK] row (rollout of the
     layer maps; gradients w.r.t. the input word embeddings). Spearman per example over the positions
     left after ``exclude`` (default: [CLS], [SEP] and the target; blank-out also replaces the
-    target itself, so its score is not 0 and is dropped), then mean ± std."""
+    target itself, so its score is not 0 and is dropped), then mean ± std. The same scores are
+    also correlated over the positions left by each mode in ``also_exclude`` (frame
+    ``exclusion``: columns exclude, method, mean, std, n), so a sensitivity check needs no
+    second run."""
     from .gradients import MLMTarget, blank_out
 
     s = ctx.settings
@@ -801,16 +816,20 @@ def vz_faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["model_description"] = _describe(bundle, info)
     examples = blimp_sample(bundle, ctx.limit)
     ctx.info["data_size"] = len(examples)
-    rho: dict[int, dict[str, float]] = {}
+    modes = [s["exclude"], *[m for m in s["also_exclude"] if m != s["exclude"]]]
+    rho: dict[str, dict[int, dict[str, float]]] = {mode: {} for mode in modes}
     for i, ex, sc in _batched_rows(ctx, bundle, examples, level="input", desc=f"faithfulness ({s['condition']})"):
         t = int(ex["target_index"])
         bo = blank_out(bundle.model, _ids(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
                        replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
-        excl = _exclude_positions(ex, s["exclude"])
-        rho[i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
-    per = {m: [rho[i][m] for i in sorted(rho)] for m in s["methods"]}
-    df = ev.correlation_table(per, condition=s["condition"])
-    return {"result": df}
+        for mode in modes:
+            excl = _exclude_positions(ex, mode)
+            rho[mode][i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
+    tables = {mode: ev.correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
+                                         condition=s["condition"])
+              for mode, r in rho.items()}
+    exclusion = pd.concat([t.assign(exclude=mode) for mode, t in tables.items()], ignore_index=True)
+    return {"result": tables[s["exclude"]], "exclusion": exclusion}
 
 
 # ============================================================================================
@@ -834,8 +853,9 @@ def alti_table2(ctx: Context) -> dict[str, pd.DataFrame]:
     final-layer [CLS] row of each method and grad-l2 of the predicted class probability w.r.t. the
     word embeddings. SVA (Linzen data, pre-trained MLM, ``limit`` or 500 random sentences): Spearman
     between the [MASK] row and blank-out (token -> ``blankout_replacement``, probability of the
-    correct verb over {correct, wrong}). [CLS]/[SEP] included unless ``include_special`` is False."""
-    from .gradients import ClassTarget, MLMTarget, attribute, blank_out
+    correct verb over {correct, wrong}). [CLS]/[SEP] included unless ``include_special`` is False;
+    frame ``special`` has both variants (column ``special``: "kept"/"dropped") from the same scores."""
+    from .gradients import MLMTarget, blank_out
 
     s = ctx.settings
     tables, descs, sizes = [], [], {}
@@ -850,24 +870,42 @@ def alti_table2(ctx: Context) -> dict[str, pd.DataFrame]:
             raise ValueError(f"unknown task {task!r}")
         descs.append(f"{task}: {_describe(bundle, info)}")
         sizes[task] = len(examples)
-        per: dict[str, list[float]] = {m: [] for m in s["methods"]}
-        for ex in ctx.tqdm(examples, desc=f"ALTI Table 2 ({task})"):
-            ids = _ids(ex)
-            t = int(ex["target_index"])
-            if task == "sst2":
-                ref = attribute(bundle.model, ids, ClassTarget(None, score="prob"), method="grad_l2")
-            else:
-                ref = blank_out(bundle.model, ids, MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
-                                replacement=s["blankout_replacement"], tokenizer=bundle.tokenizer,
-                                skip_special=False)
-            sc = _target_rows(bundle, {**ex, "target_index": t}, list(s["methods"]), {}, level="input", seed=0)
-            excl = None if s["include_special"] else [0, -1]
-            for m, v in sc.items():
-                per[m].append(ev.per_example_spearman([v], [ref], exclude=excl)[0])
-        tables.append(ev.correlation_table(per, task="SST-2" if task == "sst2" else "SVA"))
+        per: dict[bool, dict[str, list[float]]] = {keep: {m: [] for m in s["methods"]}
+                                                   for keep in (True, False)}
+        methods = list(s["methods"])
+        pairs: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
+        with ctx.tqdm(None, total=len(examples), desc=f"ALTI Table 2 ({task})") as bar:
+            for idx in _length_batches(examples):
+                batch = [examples[i] for i in idx]
+                if task == "sst2":   # reference = grad-L2 of the predicted class probability
+                    rows = _cls_rows_batch(bundle, batch, methods + ["grad_l2"])
+                    refs = [r.pop("grad_l2") for r in rows]
+                    rows = [{m: r[m] for m in methods} for r in rows]
+                else:
+                    rows = _target_rows_batch(bundle, batch, methods, {}, level="input",
+                                              seeds=[0] * len(batch))
+                    refs = [blank_out(bundle.model, _ids(ex),
+                                      MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
+                                                int(ex["foil_id"])),
+                                      replacement=s["blankout_replacement"],
+                                      tokenizer=bundle.tokenizer, skip_special=False)
+                            for ex in batch]
+                pairs.update(zip(idx, zip(refs, rows)))
+                bar.update(len(idx))
+        for i in range(len(examples)):
+            ref, sc = pairs[i]
+            for keep in (True, False):
+                excl = None if keep else [0, -1]
+                for m, v in sc.items():
+                    per[keep][m].append(ev.per_example_spearman([v], [ref], exclude=excl)[0])
+        name = "SST-2" if task == "sst2" else "SVA"
+        tables += [ev.correlation_table(per[keep], task=name, special="kept" if keep else "dropped")
+                   for keep in (True, False)]
     ctx.info["model_description"] = " | ".join(descs)
     ctx.info["data_size"] = sizes
-    return {"result": pd.concat(tables, ignore_index=True)}
+    both = pd.concat(tables, ignore_index=True)
+    chosen = both[both["special"] == ("kept" if s["include_special"] else "dropped")]
+    return {"result": chosen.drop(columns="special").reset_index(drop=True), "special": both}
 
 
 # ============================================================================================

@@ -33,6 +33,9 @@ VZ = "Value Zeroing"
 VZ_SRC = "Mohebbi et al. (2023), Quantifying Context Mixing in Transformers, EACL"
 #: BLiMP agreement accuracy of the paper's BERT-base on the test half (§4.2, Training setup).
 VZ_MLM_ACCURACY = {"pretrained": 0.96, "finetuned": 0.99}
+#: Shape of the papers' models (Devlin et al. 2019 for BERT): layers, hidden size, heads.
+PAPER_MODEL_SHAPES = {"bert-base-uncased": {"layers": 12, "hidden": 768, "heads": 12},
+                      "bert-large-uncased": {"layers": 24, "hidden": 1024, "heads": 16}}
 ALTI = "ALTI"
 ALTI_SRC = "Ferrando et al. (2022), Measuring the Mixing of Contextual Information in the Transformer, EMNLP"
 GE = "GlobEnc"

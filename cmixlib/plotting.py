@@ -86,14 +86,30 @@ SEQ_CMAP = "Blues"
 DIV_CMAP = "RdBu_r"
 
 
+#: Names the experiments use for a method that has another name here (the Value Zeroing
+#: experiments' Grad×Input is the L2-aggregated one).
+METHOD_ALIASES: dict[str, str] = {"grad_x_input": "grad_x_input_l2"}
+ROLLOUT_PREFIX = "rollout:"
+
+
+def _base_name(name: str) -> str:
+    """``name`` with an experiment alias resolved and a ``rollout:`` prefix dropped."""
+    name = name.removeprefix(ROLLOUT_PREFIX)
+    return METHOD_ALIASES.get(name, name)
+
+
 def method_color(name: str) -> str:
-    """Colour of method ``name`` (a neutral grey for names not in :data:`METHOD_COLORS`)."""
-    return METHOD_COLORS.get(name, "#7f7f7f")
+    """Colour of method ``name`` (a neutral grey for names not in :data:`METHOD_COLORS`); the
+    rollout of a layer map (``"rollout:X"``) has the colour of ``X``."""
+    return METHOD_COLORS.get(_base_name(name), "#7f7f7f")
 
 
 def method_label(name: str) -> str:
-    """Display label of method ``name`` (the name itself when unknown)."""
-    return METHOD_LABELS.get(name, name)
+    """Display label of method ``name`` (the name itself when unknown); ``"rollout:X"`` is
+    "<label of X> rollout", and experiment aliases (:data:`METHOD_ALIASES`) are resolved."""
+    if name.startswith(ROLLOUT_PREFIX):
+        return f"{method_label(name.removeprefix(ROLLOUT_PREFIX))} rollout"
+    return METHOD_LABELS.get(_base_name(name), name)
 
 
 def _plt():

@@ -237,6 +237,18 @@ def test_vz_faithfulness_on_fakes(fakes):
                          progress=False)
     assert set(r.result.method) == set(X.VZ_GLOBAL_METHODS)
     assert r.result["n"].max() <= 3
+    # the "exclusion" frame re-correlates the same scores: equal to a separate run per mode
+    alone = X.run_experiment("vz-faithfulness", model="fake", limit=3, progress=False,
+                             settings={**FAST, "exclude": "target", "also_exclude": []})
+    ex = r.frames["exclusion"]
+    assert set(ex["exclude"]) == {"special+target", "target"}
+    got = ex[ex["exclude"] == "target"].set_index("method")["mean"]
+    want = alone.result.set_index("method")["mean"]
+    np.testing.assert_allclose(got[want.index].to_numpy(), want.to_numpy(), equal_nan=True)
+    main = ex[ex["exclude"] == "special+target"].set_index("method")["mean"]
+    np.testing.assert_allclose(main[want.index].to_numpy(),
+                               r.result.set_index("method")["mean"][want.index].to_numpy(),
+                               equal_nan=True)
 
 
 def test_model_only_and_cls_experiments_on_fakes(fakes):
@@ -250,6 +262,13 @@ def test_model_only_and_cls_experiments_on_fakes(fakes):
     assert r.comparison() is not None
     r = X.run_experiment("alti-table2", model="fake", limit=2, progress=False)
     assert set(r.result.task) == {"SST-2", "SVA"}
+    # the "special" frame holds both variants; "dropped" equals a run with include_special=False
+    r2 = X.run_experiment("alti-table2", model="fake", limit=2, progress=False,
+                          settings={"include_special": False})
+    sp = r.frames["special"].set_index(["special", "task", "method"])["mean"]
+    for keep, res in [("kept", r), ("dropped", r2)]:
+        want = res.result.set_index(["task", "method"])["mean"]
+        np.testing.assert_allclose(sp[keep][want.index].to_numpy(), want.to_numpy(), equal_nan=True)
 
 
 def test_target_rows_of_a_padded_batch_equal_single_examples():
@@ -266,6 +285,34 @@ def test_target_rows_of_a_padded_batch_equal_single_examples():
             for m in methods:
                 assert got[m].shape[-1] == len(ex["input_ids"])
                 np.testing.assert_allclose(got[m], want[m], rtol=1e-6, atol=1e-9, err_msg=f"{m} {level}")
+
+
+def test_cls_rows_of_a_padded_batch_equal_the_slow_single_sentence_forms():
+    """ALTI Table 2 / Figure 6 batch sentences: each [CLS] row must equal the one-sentence
+    computation with the plain library calls (context_mixing + rollout, attribute)."""
+    from cmixlib.attention import rollout
+    from cmixlib.gradients import ClassTarget, attribute
+
+    model = cmixlib.random_model("bert", task="sequence-classification", layers=2, seed=2,
+                                 num_labels=2, dtype=torch.float64)
+    bundle = FakeBundle(model)
+    exs = [dict(e, target_index=0) for e in _examples(1, length=7, seed=1)
+           + _examples(1, length=10, seed=2) + _examples(1, length=5, seed=3)]
+    methods = ["attention", "attention_rollout", "rollout:attn_norm_res_ln", "alti", "grad_l2"]
+    batch = X._cls_rows_batch(bundle, exs, methods)
+    for ex, got in zip(exs, batch):
+        ids = torch.tensor([ex["input_ids"]])
+        maps = cmixlib.context_mixing(model, bundle.tokenizer, {"input_ids": ids},
+                                      methods=["attention", "attention_rollout",
+                                               "attn_norm_res_ln", "alti"])
+        want = {"attention": maps["attention"][-1, 0],
+                "attention_rollout": maps["attention_rollout"][-1, 0],
+                "rollout:attn_norm_res_ln": rollout(maps["attn_norm_res_ln"])[-1, 0],
+                "alti": maps["alti"][-1, 0],
+                "grad_l2": attribute(model, ids, ClassTarget(None, score="prob"),
+                                     method="grad_l2")}
+        for m in methods:
+            np.testing.assert_allclose(got[m], want[m], rtol=1e-6, atol=1e-9, err_msg=m)
 
 
 def test_vz_distance_ablation_on_fakes(fakes):

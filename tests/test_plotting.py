@@ -132,3 +132,10 @@ def test_plot_alignment_heatmap_and_lines():
     assert lo == pytest.approx(-hi)
     ax2 = plotting.plot_method_lines(df)
     assert [l.get_label() for l in ax2.get_lines()] == ["Attention", "ALTI", "Value Zeroing"]
+
+
+def test_method_label_resolves_aliases_and_rollouts():
+    assert plotting.method_label("grad_x_input") == plotting.METHOD_LABELS["grad_x_input_l2"]
+    assert plotting.method_label("rollout:attn_norm") == "N rollout"
+    assert plotting.method_color("rollout:attn_norm") == plotting.METHOD_COLORS["attn_norm"]
+    assert plotting.method_color("grad_x_input") == plotting.METHOD_COLORS["grad_x_input_l2"]

@@ -1,0 +1,137 @@
+"""The runs behind the book's evaluation chapters: their sizes and settings, in one place.
+
+Chapters 9-13 and the appendix do not choose data sizes or settings themselves: each asks for a
+run by name (:data:`BOOK_RUNS`) and :func:`run` calls :func:`cmixlib.experiments.run_experiment`
+with the size and settings written here. Two chapters that ask for the same run therefore get the
+same result from the result cache, and a reader changes a size in one place.
+
+Full mode uses the papers' sizes: the whole BLiMP agreement test half for Value Zeroing's
+evaluations (the paper's *Test set*), 500 sentences for ALTI's Table 2 (the paper: "500 random
+samples"). Quick mode (``CMIX_QUICK=1``, :func:`cmixlib.book.quick_mode`) runs 2 examples with
+barely trained models: its numbers only show that the code runs.
+
+Example::
+
+    from cmixlib.book_runs import run, describe_run
+    res = run("cue-alignment", "finetuned")
+    describe_run(res)
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .book import quick_mode
+
+__all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "run_arguments", "run",
+           "describe_run"]
+
+#: The two model conditions of the Value Zeroing evaluations, and how the text names them.
+CONDITIONS = ("pretrained", "finetuned")
+CONDITION_LABELS = {"pretrained": "pre-trained", "finetuned": "fine-tuned"}
+
+#: Quick mode only: a 3-step "fine-tuned" MLM, 2 IG steps, a barely trained classifier.
+_QUICK_FT = {"ft_epochs": 1, "ft_max_train_examples": 192}
+_QUICK_IG = {"ig_steps": 2}
+_QUICK_CLS = {"cls_epochs": 1, "cls_max_train_examples": 200}
+#: Full mode: the sentence classifiers of chapters 12-13 train 2 epochs on 1,500 sentences.
+_FULL_CLS = {"cls_max_train_examples": 1500}
+
+
+@dataclass(frozen=True)
+class BookRun:
+    """One run of the book: which experiment, on how much data, with which settings.
+
+    ``full_limit`` ``None`` means the experiment's whole data (see each experiment's docstring);
+    ``conditioned`` runs take a model condition (pre-trained or fine-tuned MLM)."""
+
+    experiment: str
+    full_limit: int | None
+    quick_limit: int
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    quick_settings: Mapping[str, Any] = field(default_factory=dict)
+    conditioned: bool = False
+    size_note: str = ""
+
+
+BOOK_RUNS: dict[str, BookRun] = {
+    "cue-alignment": BookRun(
+        "vz-cue-alignment", None, 2, quick_settings=_QUICK_IG, conditioned=True,
+        size_note="the whole BLiMP agreement test half, as the paper"),
+    "distance-ablation": BookRun(
+        "vz-distance-ablation", None, 2, settings={"condition": "pretrained"},
+        size_note="the whole BLiMP agreement test half"),
+    "mdl-probing": BookRun(
+        "vz-mdl-probing", None, 2, quick_settings=_QUICK_IG, conditioned=True,
+        size_note="the whole test half, for the probe and for the alignment"),
+    "faithfulness": BookRun(
+        "vz-faithfulness", None, 2, quick_settings=_QUICK_IG, conditioned=True,
+        size_note="the whole BLiMP agreement test half, as the paper"),
+    "alti-table2": BookRun(
+        "alti-table2", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS,
+        size_note="500 SST-2 dev sentences and 500 random SVA sentences, as the paper"),
+    "alti-fig6": BookRun(
+        "alti-fig6-special-ranks", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS,
+        size_note="the first 500 SST-2 dev sentences"),
+    "alti-fig7": BookRun(
+        "alti-fig7-consistency", 16, 3, settings={**_FULL_CLS, "b_cls_max_train_examples": 6000},
+        quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 10},
+        size_note="the first 16 SST-2 dev sentences (two classifiers, 100-step IG)"),
+    "globenc-correlations": BookRun(
+        "globenc-correlations", 60, 2, settings={**_FULL_CLS, "tasks": ["sst2"]},
+        quick_settings={**_QUICK_CLS, "tasks": ["sst2"]},
+        size_note="the first 60 SST-2 dev sentences"),
+    "globenc-fig4": BookRun(
+        "globenc-fig4-hta", 30, 1, settings={**_FULL_CLS, "max_tokens": 12},
+        quick_settings={**_QUICK_CLS, "max_tokens": 8},
+        size_note="the first 30 SST-2 dev sentences of at most 12 tokens (exact Jacobians)"),
+}
+
+
+def run_arguments(name: str, condition: str | None = None,
+                  **extra: Any) -> tuple[str, int | None, dict[str, Any]]:
+    """``(experiment, limit, settings)`` of book run ``name`` in the current mode.
+
+    ``condition`` ("pretrained"/"finetuned") is required by conditioned runs and refused by the
+    others; ``extra`` settings are added last (e.g. ``methods=[...]``, ``exclude="target"``)."""
+    if name not in BOOK_RUNS:
+        raise KeyError(f"Unknown book run {name!r}; known: {', '.join(BOOK_RUNS)}")
+    spec = BOOK_RUNS[name]
+    quick = quick_mode()
+    settings: dict[str, Any] = dict(spec.quick_settings if quick else spec.settings)
+    if spec.conditioned:
+        if condition not in CONDITIONS:
+            raise ValueError(f"Book run {name!r} needs condition= one of {CONDITIONS}, "
+                             f"not {condition!r}.")
+        settings["condition"] = condition
+        if quick and condition == "finetuned":
+            settings.update(_QUICK_FT)
+    elif condition is not None:
+        raise ValueError(f"Book run {name!r} takes no condition (got {condition!r}).")
+    settings.update(extra)
+    return spec.experiment, spec.quick_limit if quick else spec.full_limit, settings
+
+
+def run(name: str, condition: str | None = None, *, progress: bool = False, **extra: Any):
+    """Run (or load from the result cache) book run ``name``: a
+    :class:`cmixlib.experiments.RunResult` (see :func:`run_arguments`)."""
+    from .experiments import run_experiment
+
+    experiment, limit, settings = run_arguments(name, condition, **extra)
+    return run_experiment(experiment, limit=limit, settings=settings, progress=progress)
+
+
+def describe_run(res, *, settings: bool = False) -> None:
+    """Print what produced a result, from its metadata: experiment, model, data size, wall time
+    (and the settings with ``settings=True``)."""
+    m = res.meta
+    cached = "  (loaded from the result cache)" if res.from_cache else ""
+    print(f"experiment : {m['experiment']}  ->  {m['paper']}")
+    print(f"model      : {m['model']}")
+    print(f"data size  : {m['data_size']}  (limit={m['limit']})")
+    if settings:
+        print(f"settings   : {m['settings']}")
+    print(f"wall time  : {m['wall_time_s']:.1f} s{cached}")
+    for note in m.get("notes", []):
+        print(f"note       : {note}")

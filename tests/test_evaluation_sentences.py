@@ -1,0 +1,49 @@
+"""Sentences generated from computed values (cmixlib.evaluation.describe_*)."""
+import pandas as pd
+
+from cmixlib.evaluation import describe_claims
+
+
+def test_describe_claims_counts_and_names_the_failed_claims():
+    t = pd.DataFrame({"pre-trained": [True, False, True], "fine-tuned": [True, True, True]},
+                     index=["A is first", "B beats C", "D is low"])
+    text = describe_claims(t)
+    assert text.startswith("pre-trained: 2 of 3 of the paper's claims hold; not: B beats C.")
+    assert "fine-tuned: 3 of 3 of the paper's claims hold." in text
+    flipped = describe_claims(~t)
+    assert "pre-trained: 1 of 3" in flipped and "A is first" in flipped
+
+
+def test_describe_model_difference_from_the_config():
+    from types import SimpleNamespace
+
+    from cmixlib.evaluation import describe_model_difference
+
+    small = SimpleNamespace(num_hidden_layers=6, hidden_size=384, num_attention_heads=12,
+                            _name_or_path="tiny")
+    text = describe_model_difference(small)
+    assert "6 layers, hidden size 384" in text and "12 layers, hidden size 768" in text
+    assert "6/12 as long" in text
+    base = SimpleNamespace(num_hidden_layers=12, hidden_size=768, num_attention_heads=12,
+                           _name_or_path="bert-base-uncased")
+    assert "the same shape" in describe_model_difference(base)
+
+
+def test_describe_depth_trend_rule():
+    from cmixlib.evaluation import describe_depth_trend
+
+    assert "rises with depth" in describe_depth_trend({1: 1.0, 2: 1.5, 3: 2.0}, "compression")
+    assert "falls with depth" in describe_depth_trend({1: 3.0, 2: 2.0, 3: 1.0}, "x")
+    text = describe_depth_trend({1: 1.0, 2: 3.0, 3: 1.0}, "x")
+    assert "no clear trend" in text and "layer 2" in text
+
+
+def test_describe_ranking_names_orders_and_agreement():
+    from cmixlib.evaluation import describe_ranking
+
+    paper = {"a": 0.3, "b": 0.2, "c": 0.1, "d": 0.0}
+    same = describe_ranking({"a": 3, "b": 2, "c": 1, "d": 0, "extra": 9}, paper)
+    assert "the same order" in same and "our number 1 of 4" in same
+    flipped = describe_ranking({"a": 0, "b": 1, "c": 2, "d": 3}, paper)
+    assert "our number 4 of 4" in flipped and "rank agreement -1.00" in flipped
+    assert "ours: d > c > b" in flipped
