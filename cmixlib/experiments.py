@@ -167,7 +167,7 @@ def results_root() -> Path:
 #: checkers, plots). No other module imports them (a test checks this), so they cannot change a
 #: result, and :func:`code_version` leaves them out: editing a plot does not recompute the book.
 PRESENTATION_MODULES = frozenset({"book.py", "book_runs.py", "cli.py", "exercises.py",
-                                  "plotting.py"})
+                                  "plotting.py", "reproduction.py", "verdicts.py"})
 
 
 def code_version() -> str:

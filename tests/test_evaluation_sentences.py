@@ -1,7 +1,7 @@
 """Sentences generated from computed values (cmixlib.evaluation.describe_*)."""
 import pandas as pd
 
-from cmixlib.evaluation import describe_claims
+from cmixlib.verdicts import describe_claims
 
 
 def test_describe_claims_counts_and_names_the_failed_claims():
@@ -17,7 +17,7 @@ def test_describe_claims_counts_and_names_the_failed_claims():
 def test_describe_model_difference_from_the_config():
     from types import SimpleNamespace
 
-    from cmixlib.evaluation import describe_model_difference
+    from cmixlib.verdicts import describe_model_difference
 
     small = SimpleNamespace(num_hidden_layers=6, hidden_size=384, num_attention_heads=12,
                             _name_or_path="tiny")
@@ -30,7 +30,7 @@ def test_describe_model_difference_from_the_config():
 
 
 def test_describe_depth_trend_rule():
-    from cmixlib.evaluation import describe_depth_trend
+    from cmixlib.verdicts import describe_depth_trend
 
     assert "rises with depth" in describe_depth_trend({1: 1.0, 2: 1.5, 3: 2.0}, "compression")
     assert "falls with depth" in describe_depth_trend({1: 3.0, 2: 2.0, 3: 1.0}, "x")
@@ -39,7 +39,7 @@ def test_describe_depth_trend_rule():
 
 
 def test_describe_ranking_names_orders_and_agreement():
-    from cmixlib.evaluation import describe_ranking
+    from cmixlib.verdicts import describe_ranking
 
     paper = {"a": 0.3, "b": 0.2, "c": 0.1, "d": 0.0}
     same = describe_ranking({"a": 3, "b": 2, "c": 1, "d": 0, "extra": 9}, paper)
@@ -47,3 +47,39 @@ def test_describe_ranking_names_orders_and_agreement():
     flipped = describe_ranking({"a": 0, "b": 1, "c": 2, "d": 3}, paper)
     assert "our number 4 of 4" in flipped and "rank agreement -1.00" in flipped
     assert "ours: d > c > b" in flipped
+
+
+def test_alignment_claims_follow_their_rules():
+    from cmixlib.verdicts import alignment_claims
+
+    cols = ["random", "attention", "attn_norm", "attn_norm_res_ln", "globenc_layer", "alti_layer",
+            "value_zeroing", "deeplift"]
+    good = pd.DataFrame([[0.2, 0.1, 0.3, 0.2, 0.2, 0.2, 0.6, 0.5],
+                         [0.2, 0.1, 0.3, 0.2, 0.2, 0.2, 0.6, 0.3],
+                         [0.2, 0.1, 0.3, 0.2, 0.2, 0.2, 0.6, 0.1]], columns=cols)
+    c = alignment_claims(good, ["deeplift"])
+    assert c.all() and len(c) == 6
+    bad = good.copy()
+    bad["attention"] = 0.9          # attention now best and above random and N
+    c = alignment_claims(bad, ["deeplift"])
+    assert not c["Value Zeroing has the highest mean alignment of all methods"]
+    assert not c["raw attention is below the random baseline"]
+    assert c["N-ResLN is below N"]
+
+
+def test_ranking_verdict_rules():
+    from cmixlib.verdicts import ranking_verdict
+
+    paper = {"a": 0.5, "b": 0.3, "c": 0.1}
+    assert ranking_verdict({"a": 0.52, "b": 0.29, "c": 0.12}, paper, same_model=True)[0] == \
+        "reproduced"
+    # the same numbers from another model: at best the same ranking
+    assert ranking_verdict({"a": 0.52, "b": 0.29, "c": 0.12}, paper, same_model=False)[0] == \
+        "same ranking"
+    assert ranking_verdict({"a": 0.2, "b": 0.3, "c": 0.1}, paper, same_model=False)[0] == \
+        "same direction"
+    assert ranking_verdict({"a": 0.1, "b": 0.3, "c": 0.5}, paper, same_model=False)[0] == "differs"
+    assert ranking_verdict({"a": 0.1}, paper, same_model=False)[0] == "not run"
+    low = ranking_verdict({"a": 0.1, "b": 0.3, "c": 0.5}, {"a": 0.2, "b": 0.4, "c": 0.6},
+                          same_model=False, higher_is_better=False)
+    assert low[0] == "same ranking"

@@ -41,6 +41,8 @@ CONSTANTS = {
     "10%": "warm-up share of prompt fine-tuning", "15%": "BERT's masking rate",
     "50%": "an MDL block fraction", "100%": "an MDL block fraction",
     "95%": "confidence level of an interval", "99%": "confidence level of an interval",
+    "0.05": "verdicts.TOLERANCE, the tolerance of a 'reproduced' verdict",
+    "0.8": "verdicts.RANKING_AGREEMENT, the rank agreement of a 'same ranking' verdict",
 }
 #: Chapters that describe the offline fallback model as a fact of the library.
 MODEL_NAME_ALLOWED = {"01_preface.ipynb", "08_baselines.ipynb", "conventions.md"}
