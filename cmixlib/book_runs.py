@@ -52,40 +52,39 @@ class BookRun:
     settings: Mapping[str, Any] = field(default_factory=dict)
     quick_settings: Mapping[str, Any] = field(default_factory=dict)
     conditioned: bool = False
-    size_note: str = ""
 
 
 BOOK_RUNS: dict[str, BookRun] = {
+    # the whole BLiMP agreement test half, as the paper
     "cue-alignment": BookRun(
-        "vz-cue-alignment", None, 2, quick_settings=_QUICK_IG, conditioned=True,
-        size_note="the whole BLiMP agreement test half, as the paper"),
+        "vz-cue-alignment", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+    # the whole BLiMP agreement test half
     "distance-ablation": BookRun(
-        "vz-distance-ablation", None, 2, settings={"condition": "pretrained"},
-        size_note="the whole BLiMP agreement test half"),
+        "vz-distance-ablation", None, 2, settings={"condition": "pretrained"}),
+    # the whole test half, for the probe and for the alignment
     "mdl-probing": BookRun(
-        "vz-mdl-probing", None, 2, quick_settings=_QUICK_IG, conditioned=True,
-        size_note="the whole test half, for the probe and for the alignment"),
+        "vz-mdl-probing", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+    # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
-        "vz-faithfulness", None, 2, quick_settings=_QUICK_IG, conditioned=True,
-        size_note="the whole BLiMP agreement test half, as the paper"),
+        "vz-faithfulness", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+    # 500 SST-2 dev sentences and 500 random SVA sentences, as the paper
     "alti-table2": BookRun(
-        "alti-table2", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS,
-        size_note="500 SST-2 dev sentences and 500 random SVA sentences, as the paper"),
+        "alti-table2", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS),
+    # the first 500 SST-2 dev sentences
     "alti-fig6": BookRun(
-        "alti-fig6-special-ranks", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS,
-        size_note="the first 500 SST-2 dev sentences"),
+        "alti-fig6-special-ranks", 500, 2, settings=_FULL_CLS, quick_settings=_QUICK_CLS),
+    # the first 16 SST-2 dev sentences (two classifiers, 100-step IG)
     "alti-fig7": BookRun(
         "alti-fig7-consistency", 16, 3, settings={**_FULL_CLS, "b_cls_max_train_examples": 6000},
-        quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 10},
-        size_note="the first 16 SST-2 dev sentences (two classifiers, 100-step IG)"),
+        quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 10}),
+    # the first 60 SST-2 dev sentences
     "globenc-correlations": BookRun(
         "globenc-correlations", 60, 2, settings={**_FULL_CLS, "tasks": ["sst2"]},
-        quick_settings={**_QUICK_CLS, "tasks": ["sst2"]},
-        size_note="the first 60 SST-2 dev sentences"),
+        quick_settings={**_QUICK_CLS, "tasks": ["sst2"]}),
+    # the first 30 SST-2 dev sentences of at most 12 tokens (exact Jacobians)
     "globenc-fig4": BookRun(
         "globenc-fig4-hta", 30, 1, settings={**_FULL_CLS, "max_tokens": 12},
-        quick_settings={**_QUICK_CLS, "max_tokens": 8},
-        size_note="the first 30 SST-2 dev sentences of at most 12 tokens (exact Jacobians)"),
+        quick_settings={**_QUICK_CLS, "max_tokens": 8}),
 }
 
 

@@ -6,7 +6,7 @@ why it is not run here, or assesses our result with a stated rule (:mod:`cmixlib
 * numbers in the paper -> :func:`cmixlib.verdicts.ranking_verdict` ("reproduced" only when our
   model is the paper's and every value is within tolerance; else "same ranking", "same
   direction" or "differs" by the rank agreement of the methods);
-* a figure with qualitative claims -> :func:`claims_verdict` ("same ranking" when every claim
+* a figure with qualitative claims -> :func:`cmixlib.verdicts.claims_verdict` ("same ranking" when every claim
   holds, "same direction" when at least half do, else "differs");
 * "not run" with the reason (a model that does not load offline, an analysis not built yet);
 * "not scored": drawn in a chapter, but the paper states nothing a rule could test.
@@ -23,11 +23,14 @@ import pandas as pd
 
 from . import paper_numbers as pn
 from .book_runs import CONDITION_LABELS, run
-from .verdicts import alignment_claims, describe_depth_trend, ranking_verdict
+from .models import DEFAULT_MODEL
+from .verdicts import alignment_claims, claims_verdict, describe_depth_trend, ranking_verdict
 
-__all__ = ["Item", "ITEMS", "claims_verdict", "status_table", "verdict_counts"]
+__all__ = ["Item", "ITEMS", "MAIN_MODEL", "status_table", "verdict_counts"]
 
-MAIN_MODEL = "bert-base-uncased"
+#: The papers' main model (the library's default model): the only one whose numbers ours can
+#: "reproduce".
+MAIN_MODEL = DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,6 @@ class Item:
     chapter: str | None = None
     assess: Callable[[], dict] | None = None
     not_run: str = ""
-
-
-def claims_verdict(claims: pd.Series) -> tuple[str, str]:
-    """Verdict of a figure from its boolean claims: all hold -> "same ranking"; at least half ->
-    "same direction"; else "differs". Detail: "k of m claims hold" and the failed ones."""
-    k, m = int(claims.sum()), len(claims)
-    failed = [str(c) for c in claims.index[~claims.astype(bool)]]
-    detail = f"{k} of {m} claims hold" + ("" if not failed else "; not: " + "; ".join(failed))
-    if k == m:
-        return "same ranking", detail
-    return ("same direction" if 2 * k >= m else "differs"), detail
 
 
 def _short_model(description: str) -> str:
@@ -71,9 +63,18 @@ def _row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -> dict
 
 
 def _same_model(res) -> bool:
-    """Rule: the run's model description names the papers' model and no offline fallback."""
+    """Rule: the run's model description names the papers' model and no offline fallback (the
+    marker :meth:`cmixlib.ModelBundle.describe` writes)."""
     text = str(res.meta["model"])
-    return MAIN_MODEL in text and "MiniLM" not in text
+    return MAIN_MODEL in text and "offline fallback" not in text
+
+
+def _ranking(res, comp: pd.DataFrame, **kw) -> tuple[pd.DataFrame, tuple[str, str]]:
+    """The rows of a comparison table with both values, indexed by method, and their
+    :func:`cmixlib.verdicts.ranking_verdict` (``kw``: ``higher_is_better``)."""
+    comp = comp.dropna(subset=["ours", "paper"]).drop_duplicates("cmix_method")
+    comp = comp.set_index("cmix_method")
+    return comp, ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(res), **kw)
 
 
 # ---- Value Zeroing ---------------------------------------------------------------------------
@@ -95,15 +96,14 @@ def _vz_claims(condition: str) -> Callable[[], dict]:
 
 
 def _vz_probes() -> dict:
-    rows, claims = [], {}
+    claims = {}
     for c in CONDITION_LABELS:
         res = run("cue-alignment", c)
         r = res.result
         mean = r[r.metric == "probes_needed"].groupby("method")["mean"].mean()
         claims[f"Value Zeroing needs the fewest probes ({CONDITION_LABELS[c]})"] = \
             mean.idxmin() == "value_zeroing"
-        rows.append(res)
-    return _row(rows[0], claims_verdict(pd.Series(claims)), "heat map (no numbers)")
+    return _row(res, claims_verdict(pd.Series(claims)), "heat map (no numbers)")
 
 
 def _vz_fig3() -> dict:
@@ -120,8 +120,7 @@ def _vz_fig3() -> dict:
 def _vz_table(name: str, condition: str) -> Callable[[], dict]:
     def assess() -> dict:
         res = run(name, condition)
-        comp = res.comparison().dropna(subset=["ours", "paper"]).set_index("cmix_method")
-        v = ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(res))
+        comp, v = _ranking(res, res.comparison())
         best = comp["paper"].idxmax()
         return _row(res, v, f"{best}: {comp.loc[best, 'paper']:.2f}",
                     f"{best}: {comp.loc[best, 'ours']:.2f}")
@@ -143,10 +142,7 @@ def _alti_table2(task: str) -> Callable[[], dict]:
     def assess() -> dict:
         res = run("alti-table2")
         comp = res.comparison()
-        comp = comp[(comp.task == task) & (comp.paper_model == MAIN_MODEL)]
-        comp = comp.dropna(subset=["ours", "paper"]).drop_duplicates("cmix_method")
-        comp = comp.set_index("cmix_method")
-        v = ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(res))
+        comp, v = _ranking(res, comp[(comp.task == task) & (comp.paper_model == MAIN_MODEL)])
         return _row(res, v, f"ALTI {comp.loc['alti', 'paper']:.2f}",
                     f"ALTI {comp.loc['alti', 'ours']:.2f}")
     return assess
@@ -154,10 +150,7 @@ def _alti_table2(task: str) -> Callable[[], dict]:
 
 def _alti_fig6() -> dict:
     res = run("alti-fig6")
-    comp = res.comparison().dropna(subset=["ours", "paper"]).drop_duplicates("cmix_method")
-    comp = comp.set_index("cmix_method")
-    v = ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(res),
-                        higher_is_better=False)
+    comp, v = _ranking(res, res.comparison(), higher_is_better=False)
     return _row(res, v, f"ALTI {comp.loc['alti', 'paper']:.2f} (repository files)",
                 f"ALTI {comp.loc['alti', 'ours']:.2f}")
 
@@ -173,11 +166,9 @@ def _alti_fig7() -> dict:
 # ---- GlobEnc ---------------------------------------------------------------------------------
 def _globenc_table1() -> dict:
     raw = run("globenc-correlations", rollout_normalize=False)     # the paper's own code
-    comp = raw.comparison().dropna(subset=["ours", "paper"]).set_index("cmix_method")
-    v = ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(raw))
+    comp, v = _ranking(raw, raw.comparison())
     norm = run("globenc-correlations", rollout_normalize=True)
-    ncomp = norm.comparison().dropna(subset=["ours", "paper"]).set_index("cmix_method")
-    nv = ranking_verdict(ncomp["ours"], ncomp["paper"], same_model=_same_model(norm))
+    _, nv = _ranking(norm, norm.comparison())
     detail = f"{v[1]} (raw rollout, the paper's code); row-normalised rollout: {nv[0]}"
     return _row(raw, (v[0], detail), f"GlobEnc {comp.loc['globenc_layer', 'paper']:.2f}",
                 f"GlobEnc {comp.loc['globenc_layer', 'ours']:.2f} (raw rollout)")

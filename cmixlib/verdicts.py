@@ -11,7 +11,8 @@ docstring states its rule, and the chapters name the function next to the senten
 * :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2, tested on a
   layer x method table (chapter 9 and the reproduction status);
 * :func:`ranking_verdict` -- the verdict of a table of numbers: reproduced / same ranking /
-  same direction / differs.
+  same direction / differs;
+* :func:`claims_verdict` -- the verdict of a figure from its qualitative claims.
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from .evaluation import spearman
+from .models import DEFAULT_MODEL
 
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
-           "describe_ranking", "alignment_claims", "ranking_verdict", "VERDICTS",
+           "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict", "VERDICTS",
            "RANKING_AGREEMENT", "TOLERANCE"]
 
 #: The verdict vocabulary of the reproduction status, best first.
@@ -42,16 +44,29 @@ def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str
     Rule: a claim "holds" iff its cell is True; the sentence counts them and names the others.
     E.g. "pre-trained: 4 of 6 of the paper's claims hold; not: A; B."
     """
-    parts = []
-    for column in table.columns:
-        ok = table[column].astype(bool)
-        failed = [str(c) for c in table.index[~ok]]
-        parts.append(f"{column}: {int(ok.sum())} of {len(ok)} of {who} hold"
-                     + ("." if not failed else "; not: " + "; ".join(failed) + "."))
-    return " ".join(parts)
+    return " ".join(f"{column}: {_claims_held(table[column], f'of {who}')}."
+                    for column in table.columns)
 
 
-def describe_model_difference(model: Any, paper_model: str = "bert-base-uncased") -> str:
+def _claims_held(claims: pd.Series, noun: str) -> str:
+    """"k of m <noun> hold; not: A; B" for a boolean Series indexed by the claims' text."""
+    ok = claims.astype(bool)
+    failed = [str(c) for c in claims.index[~ok]]
+    return f"{int(ok.sum())} of {len(ok)} {noun} hold" + ("; not: " + "; ".join(failed)
+                                                            if failed else "")
+
+
+def claims_verdict(claims: pd.Series) -> tuple[str, str]:
+    """Verdict of a figure from its boolean claims: all hold -> "same ranking"; at least half ->
+    "same direction"; else "differs". Detail: "k of m claims hold" and the failed ones."""
+    k, m = int(claims.astype(bool).sum()), len(claims)
+    detail = _claims_held(claims, "claims")
+    if k == m:
+        return "same ranking", detail
+    return ("same direction" if 2 * k >= m else "differs"), detail
+
+
+def describe_model_difference(model: Any, paper_model: str = DEFAULT_MODEL) -> str:
     """A sentence comparing the shape of the model that ran (a :class:`cmixlib.ModelBundle`, or
     a transformers ``config``) with the paper's model
     (:data:`cmixlib.paper_numbers.PAPER_MODEL_SHAPES`).

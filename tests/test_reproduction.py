@@ -2,13 +2,14 @@
 import pandas as pd
 
 from cmixlib import reproduction as R
+from cmixlib.verdicts import claims_verdict
 
 
 def test_claims_verdict_rule():
-    assert R.claims_verdict(pd.Series({"a": True, "b": True}))[0] == "same ranking"
-    v, detail = R.claims_verdict(pd.Series({"a": True, "b": False}))
+    assert claims_verdict(pd.Series({"a": True, "b": True}))[0] == "same ranking"
+    v, detail = claims_verdict(pd.Series({"a": True, "b": False}))
     assert v == "same direction" and "1 of 2 claims hold; not: b" in detail
-    assert R.claims_verdict(pd.Series({"a": False, "b": False, "c": True}))[0] == "differs"
+    assert claims_verdict(pd.Series({"a": False, "b": False, "c": True}))[0] == "differs"
 
 
 def test_every_item_is_assessed_or_says_why_not():
