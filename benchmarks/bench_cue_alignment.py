@@ -6,7 +6,7 @@ fine-tuned model; both trained and cached by cmixlib.training on first use), it 
 of methods of ``vz-cue-alignment`` separately:
 
 * ``mixing``: the seven context-mixing maps (attention, N, N-Res, N-ResLN, N-Enc, ALTI, VZ),
-  target row only, one padded forward per batch (``cmixlib.experiments._target_rows_batch``);
+  target row only, one padded forward per batch (``cmixlib.experiments.target_rows_batch``);
 * ``grad_x_input``, ``integrated_gradients`` (``--ig-steps``), ``deeplift``: one
   ``cmixlib.gradients.batch_attribute`` call per batch;
 * the same groups the obvious way (``--reference N`` examples): one sentence at a time, every
@@ -37,11 +37,11 @@ def _reference_one(bundle, ex, group, ig_steps):
     from captum.attr import LayerDeepLift, LayerIntegratedGradients
 
     from cmixlib import core, gradients as G
-    from cmixlib.experiments import VZ_LAYER_METHODS, _mlm_target
+    from cmixlib.experiments import VZ_LAYER_METHODS, mlm_target
 
     model, tok = bundle.model, bundle.tokenizer
     ids = torch.as_tensor([ex["input_ids"]])
-    t = _mlm_target(ex, {"grad_score": "prob"})
+    t = mlm_target(ex, {"grad_score": "prob"})
     if group == "mixing":
         ms = [m for m in VZ_LAYER_METHODS if m in core.METHODS]
         return core.context_mixing(model, tok, {"input_ids": ids}, methods=ms, rows=[t.position])
@@ -65,13 +65,14 @@ def _reference_one(bundle, ex, group, ig_steps):
         if group == "integrated_gradients":
             out.append(LayerIntegratedGradients(Score(), layer).attribute(ids, baselines=base, n_steps=ig_steps))
         else:
-            with G._deeplift_activations(True):
+            with G.deeplift_rescale(model):
                 out.append(LayerDeepLift(Score(), layer).attribute(ids, baselines=base))
     return out
 
 
 def time_groups(bundle, examples, ig_steps, reference):
-    from cmixlib.experiments import _length_batches, _target_rows_batch
+    from cmixlib.batching import length_batches
+    from cmixlib.experiments import BATCH_SIZE, target_rows_batch
 
     groups = {"mixing": ["attention", "attn_norm", "attn_norm_res", "attn_norm_res_ln", "globenc_layer",
                          "alti_layer", "value_zeroing"],
@@ -81,8 +82,8 @@ def time_groups(bundle, examples, ig_steps, reference):
     rows = {}
     for g, methods in groups.items():
         t0 = time.perf_counter()
-        for idx in _length_batches(examples):
-            _target_rows_batch(bundle, [examples[i] for i in idx], methods, settings, level="layers", seeds=list(idx))
+        for idx in length_batches([len(e["input_ids"]) for e in examples], BATCH_SIZE):
+            target_rows_batch(bundle, [examples[i] for i in idx], methods, settings, level="layers", seeds=list(idx))
         batched = (time.perf_counter() - t0) / len(examples)
         ref = float("nan")
         if reference:
@@ -97,15 +98,16 @@ def time_groups(bundle, examples, ig_steps, reference):
 def ig_study(bundle, examples, steps_list=(2, 3, 4, 6, 8, 16), ref_steps=50):
     from scipy.stats import spearmanr
 
-    from cmixlib.experiments import _length_batches, _mlm_target, padded_batch
+    from cmixlib.batching import length_batches
+    from cmixlib.experiments import BATCH_SIZE, mlm_target, padded_batch
     from cmixlib.gradients import batch_attribute
 
     def run(steps):
         maps, deltas = {}, {}
-        for idx in _length_batches(examples):
+        for idx in length_batches([len(e["input_ids"]) for e in examples], BATCH_SIZE):
             exs = [examples[i] for i in idx]
             ids, mask = padded_batch(exs, bundle.tokenizer.pad_token_id)
-            r = batch_attribute(bundle.model, ids, [_mlm_target(e, {"grad_score": "prob"}) for e in exs],
+            r = batch_attribute(bundle.model, ids, [mlm_target(e, {"grad_score": "prob"}) for e in exs],
                                 ["integrated_gradients"], "layers", attention_mask=mask, tokenizer=bundle.tokenizer,
                                 n_steps=steps, aggregate="sum", return_delta=True)
             for k, i in enumerate(idx):

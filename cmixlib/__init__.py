@@ -1,16 +1,23 @@
 """cmixlib: context mixing in Transformer encoders.
 
-Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists every method.
-Families of methods live in their own modules: :mod:`cmixlib.norms` (N, N-Res, N-ResLN, GlobEnc,
-ALTI), :mod:`cmixlib.value_zeroing`, :mod:`cmixlib.attention` (rollout, flow),
-:mod:`cmixlib.gradients` (gradient and erasure baselines), :mod:`cmixlib.data`,
-:mod:`cmixlib.training`, :mod:`cmixlib.evaluation`, :mod:`cmixlib.probing`.
+Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists every
+context-mixing method (:mod:`cmixlib.registry` holds them with the baselines, labels and colours).
+
+Where is what: :mod:`~cmixlib.arch` (the module names of each model family, nothing else knows
+them), :mod:`~cmixlib.models` (loading, offline fallback, tiny random models),
+:mod:`~cmixlib.encoder` (one captured forward pass, the per-layer decomposition),
+:mod:`~cmixlib.norms`, :mod:`~cmixlib.value_zeroing` and :mod:`~cmixlib.attention` (the methods),
+:mod:`~cmixlib.core` (the entry point), :mod:`~cmixlib.gradients` (gradient, erasure and random
+baselines), :mod:`~cmixlib.data` (datasets, BLiMP annotation), :mod:`~cmixlib.training` (the
+trainers and their one ``fit`` loop), :mod:`~cmixlib.evaluation` and :mod:`~cmixlib.probing` (the
+papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by name and cached).
 """
 from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path, default_model_name
-from .encoder import UnsupportedModelError
+from .arch import UnsupportedModelError
 from .attention import rollout, attention_flow, normalize_rows
 from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
-                   describe_methods, tokens)
+                   tokens)
+from .registry import describe_methods
 from . import data, evaluation, gradients
 
 __version__ = "0.1.0"

@@ -58,3 +58,33 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     """SHA-256 (hex, truncated) of a canonical JSON dump of ``obj``."""
     text = json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def source_files(*names: str, exclude: frozenset[str] = frozenset()) -> list[Path]:
+    """The ``.py`` files of the named parts of cmixlib (``"arch.py"``, or a sub-package such as
+    ``"training"``; none named: the whole package), sorted, leaving out files whose path relative
+    to the package is in ``exclude``."""
+    roots = [PACKAGE_DIR / n for n in names] if names else [PACKAGE_DIR]
+    files: set[Path] = set()
+    for root in roots:
+        if root.is_dir():
+            files.update(root.rglob("*.py"))
+        elif root.is_file():
+            files.add(root)
+        else:
+            raise FileNotFoundError(f"cmixlib has no module or package {root.name!r}")
+    return sorted(f for f in files
+                  if f.relative_to(PACKAGE_DIR).as_posix() not in exclude
+                  and "__pycache__" not in f.parts)
+
+
+def source_hash(*names: str, exclude: frozenset[str] = frozenset()) -> str:
+    """Hash (12 hex) of the source of :func:`source_files` (paths and contents): a cache version
+    derived from the code a cached result depends on, so it never needs bumping by hand."""
+    h = hashlib.sha256()
+    for f in source_files(*names, exclude=exclude):
+        h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]

@@ -1,14 +1,15 @@
-"""The public entry point :func:`context_mixing` and the registry of method names."""
+"""The public entry point :func:`context_mixing`: one call, any context-mixing method of the
+registry (:data:`METHODS`, from :mod:`cmixlib.registry`), any supported encoder."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 
 from . import norms
+from .registry import ALL_METHODS, MIXING_KINDS, Method
 from .attention import attention_flow, normalize_rows, rollout
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
                       run_and_capture)
@@ -19,50 +20,8 @@ class InputError(ValueError):
     """Bad input text or ids; the message says what to do."""
 
 
-@dataclass(frozen=True)
-class Method:
-    """One registered context-mixing method."""
-
-    name: str
-    label: str
-    kind: str                 # "layer" (one map per layer) or "aggregated" (across layers)
-    reference: str
-    description: str
-    base: str | None = None   # for aggregated methods: the layer-wise method they roll out
-
-
-_REGISTRY: list[Method] = [
-    Method("attention", "W (attention)", "layer", "Vaswani et al. 2017",
-           "Raw attention weights averaged over heads."),
-    Method("attention_rollout", "Attention rollout", "aggregated", "Abnar & Zuidema 2020",
-           "Rollout of 0.5 A + 0.5 I.", base="attention"),
-    Method("attention_flow", "Attention flow", "aggregated", "Abnar & Zuidema 2020",
-           "Max-flow from each input token to each output token in the graph of 0.5 A + 0.5 I; rows normalised.",
-           base="attention"),
-    Method("attn_norm", "N", "layer", "Kobayashi et al. 2020",
-           "||sum_h alpha^h_ij f^h(x_j)||, f^h including the value bias."),
-    Method("attn_norm_res", "N-Res", "layer", "Kobayashi et al. 2021",
-           "N with the residual x_i added on the diagonal."),
-    Method("attn_norm_res_ln", "N-ResLN", "layer", "Kobayashi et al. 2021",
-           "N-Res vectors through the exact LN1 decomposition."),
-    Method("globenc_layer", "N-Enc", "layer", "Modarressi et al. 2022",
-           "N-ResLN vectors through the LN2 decomposition (FFN only via the LN2 scale)."),
-    Method("globenc", "GlobEnc", "aggregated", "Modarressi et al. 2022",
-           "Rollout of row-normalised N-Enc.", base="globenc_layer"),
-    Method("w_fixedres", "W-FixedRes", "layer", "Modarressi et al. 2022", "0.5 A + 0.5 I."),
-    Method("n_fixedres", "N-FixedRes", "layer", "Modarressi et al. 2022", "0.5 rownorm(N) + 0.5 I."),
-    Method("w_res", "W-Res", "layer", "Modarressi et al. 2022",
-           "Attention without its diagonal, mixed with I by N-Enc's context-mixing ratio."),
-    Method("alti_layer", "ALTI (layer)", "layer", "Ferrando et al. 2022",
-           "max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1), y_i the LN1 output."),
-    Method("alti", "ALTI", "aggregated", "Ferrando et al. 2022",
-           "Rollout of row-normalised ALTI contributions.", base="alti_layer"),
-    Method("value_zeroing", "Value Zeroing", "layer", "Mohebbi et al. 2023",
-           "Distance between the layer output with token j's value zeroed and the original."),
-    Method("value_zeroing_rollout", "Value Zeroing rollout", "aggregated", "Mohebbi et al. 2023",
-           "Rollout of row-normalised Value Zeroing maps.", base="value_zeroing"),
-]
-METHODS: dict[str, Method] = {m.name: m for m in _REGISTRY}
+#: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
+METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind in MIXING_KINDS}
 
 _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
     "attention": norms.attention_mean,
@@ -277,10 +236,3 @@ def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln")
             states = layer_states(capture, mods, b, keep)
             out.append(torch.stack([norms.mixing_ratio(st, kind) for st in states]).cpu().numpy())
     return out if is_batch else out[0]
-
-
-def describe_methods() -> Any:
-    """The registry as a pandas DataFrame (name, label, kind, reference, description)."""
-    import pandas as pd
-
-    return pd.DataFrame([m.__dict__ for m in _REGISTRY])

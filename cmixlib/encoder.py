@@ -20,89 +20,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
+from .arch import LayerParts, UnsupportedModelError, layer_parts, position_offset
 from .models import model_device
 
-
-class UnsupportedModelError(TypeError):
-    """The model is not a post-LN BERT-family encoder that cmixlib can read."""
-
-
-SUPPORTED_FAMILIES = "BERT, RoBERTa (also XLM-R/CamemBERT), ELECTRA and DistilBERT encoders"
+__all__ = ["LayerParts", "UnsupportedModelError", "encoder_layers", "max_positions", "Capture",
+           "run_and_capture", "layer_output", "record_layer_calls", "layer_norm_scale",
+           "layer_norm_linear", "LayerState", "iter_sentences", "layer_states"]
 
 
-@dataclass
-class LayerModules:
-    """The sub-modules of one encoder layer that the decomposition reads."""
-
-    layer: torch.nn.Module
-    query: torch.nn.Linear
-    key: torch.nn.Linear
-    value: torch.nn.Linear
-    out: torch.nn.Linear          # attention output projection W_O, b_O
-    ln1: torch.nn.LayerNorm       # post-attention LayerNorm
-    ffn_in: torch.nn.Linear
-    act: Callable[[torch.Tensor], torch.Tensor]
-    ffn_out: torch.nn.Linear
-    ln2: torch.nn.LayerNorm       # post-FFN LayerNorm
-    num_heads: int
-
-
-def _bert_like(layer: torch.nn.Module, num_heads: int) -> LayerModules:
-    att = layer.attention
-    return LayerModules(layer=layer, query=att.self.query, key=att.self.key, value=att.self.value,
-                        out=att.output.dense, ln1=att.output.LayerNorm, ffn_in=layer.intermediate.dense,
-                        act=layer.intermediate.intermediate_act_fn, ffn_out=layer.output.dense,
-                        ln2=layer.output.LayerNorm, num_heads=num_heads)
-
-
-def _distilbert(layer: torch.nn.Module, num_heads: int) -> LayerModules:
-    att = layer.attention
-    return LayerModules(layer=layer, query=att.q_lin, key=att.k_lin, value=att.v_lin, out=att.out_lin,
-                        ln1=layer.sa_layer_norm, ffn_in=layer.ffn.lin1, act=layer.ffn.activation,
-                        ffn_out=layer.ffn.lin2, ln2=layer.output_layer_norm, num_heads=num_heads)
-
-
-def encoder_layers(model: torch.nn.Module) -> list[LayerModules]:
-    """Adapters for every layer of a supported encoder (base model or any model with a head).
-
-    Raises :class:`UnsupportedModelError` with an explanation for anything else (decoders,
-    pre-LN models, unknown layouts).
-    """
-    base = getattr(model, "base_model", model)
-    cfg = getattr(model, "config", None)
-    if cfg is not None and (getattr(cfg, "is_decoder", False) or getattr(cfg, "is_encoder_decoder", False)):
-        raise UnsupportedModelError(
-            f"{type(model).__name__} is configured as a decoder; cmixlib supports {SUPPORTED_FAMILIES} "
-            "(bidirectional, post-LayerNorm). Load the encoder without is_decoder=True.")
-    heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_heads", None)
-    enc = getattr(base, "encoder", None)
-    if enc is not None and hasattr(enc, "layer"):
-        layers = list(enc.layer)
-        if layers and hasattr(layers[0], "attention") and hasattr(getattr(layers[0].attention, "self", None), "value") \
-                and hasattr(layers[0], "intermediate"):
-            return [_bert_like(layer, heads) for layer in layers]
-    tr = getattr(base, "transformer", None)
-    if tr is not None and hasattr(tr, "layer"):
-        layers = list(tr.layer)
-        if layers and hasattr(layers[0], "sa_layer_norm"):
-            return [_distilbert(layer, heads) for layer in layers]
-    raise UnsupportedModelError(
-        f"cmixlib cannot read {type(model).__name__} (model_type={getattr(cfg, 'model_type', '?')!r}). "
-        f"Supported: {SUPPORTED_FAMILIES} loaded with transformers (e.g. AutoModel / AutoModelForMaskedLM "
-        "/ AutoModelForSequenceClassification). Other architectures (pre-LN, decoders, ALBERT's shared "
-        "layers, DeBERTa's relative attention) are not covered.")
+def encoder_layers(model: torch.nn.Module) -> list[LayerParts]:
+    """The parts of every layer of a supported encoder (base model or any model with a head),
+    located by :mod:`cmixlib.arch`; raises :class:`UnsupportedModelError` with an explanation
+    for anything else (decoders, pre-LN models, unknown layouts)."""
+    return layer_parts(model)
 
 
 def max_positions(model: torch.nn.Module) -> int:
-    cfg = model.config
-    n = getattr(cfg, "max_position_embeddings", 512)
-    if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        n -= 2  # positions start after the padding index
-    return int(n)
+    """The longest input the model accepts (position embeddings minus reserved positions)."""
+    n = getattr(model.config, "max_position_embeddings", 512)
+    return int(n) - position_offset(model)
 
 
 @dataclass
@@ -216,7 +156,7 @@ class LayerState:
     n x n x d tensors are built (default: all).
     """
 
-    mods: LayerModules
+    mods: LayerParts
     x: torch.Tensor
     alpha: torch.Tensor
     o: torch.Tensor
@@ -307,7 +247,7 @@ def iter_sentences(capture: Capture) -> list[torch.Tensor]:
     return [torch.nonzero(m, as_tuple=False).flatten() for m in capture.attention_mask.bool()]
 
 
-def layer_states(capture: Capture, mods: list[LayerModules], b: int, keep: torch.Tensor,
+def layer_states(capture: Capture, mods: list[LayerParts], b: int, keep: torch.Tensor,
                  rows: torch.Tensor | None = None) -> list[LayerState]:
     """The :class:`LayerState` of every layer for sentence ``b`` cropped to positions ``keep``.
 

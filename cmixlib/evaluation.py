@@ -44,7 +44,7 @@ import pandas as pd
 
 __all__ = [
     "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
-    "cue_alignment", "alignment_rows", "aggregate_alignment", "random_scores", "spearman",
+    "cue_alignment", "alignment_rows", "aggregate_alignment", "spearman",
     "per_example_spearman", "mean_std", "correlation_table", "normalized_ranks",
     "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
     "MLM_TARGETS", "mlm_accuracy_table", "describe_mlm_accuracy",
@@ -158,12 +158,6 @@ def cue_alignment(scores: np.ndarray, cue_indices: Iterable[int], *,
         "ap": average_precision(s, cue),
         "probes_needed": probes_needed(s, cue, ties=ties),
     }
-
-
-def random_scores(n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
-    """Uniform(0, 1) scores, normalised: the paper's "Rand" baseline (one draw per sentence)."""
-    rng = np.random.default_rng(rng)
-    return normalize_scores(rng.uniform(0.0, 1.0, size=int(n)))
 
 
 def alignment_rows(maps: Mapping[str, np.ndarray], cue_indices: Sequence[int], *,

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .arch import UnsupportedModelError, family_of, mlm_head
+
 #: Folder with the adapted tensors (``adapted-*.safetensors``), ``manifest.json``, ``curve.jsonl``.
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_mlm"
 #: Sources of held-out text for the masked-word accuracy (never trained on): ``data/mlm_heldout/``.
@@ -93,8 +95,11 @@ def apply_adapted_weights(model: torch.nn.Module, folder: Path = ASSET_DIR) -> t
     """
     state = adapted_state(folder)
     params = dict(model.named_parameters())
-    emb = params.get("bert.embeddings.word_embeddings.weight")
-    if emb is None or not hasattr(model, "cls"):
+    try:
+        fits = family_of(model).name == "bert" and mlm_head(model) is not None
+    except (TypeError, UnsupportedModelError):
+        fits = False
+    if not fits:
         raise AdaptedWeightsError(f"{type(model).__name__} is not a BertForMaskedLM; the adapted "
                                   "weights fit only the packaged all-MiniLM-L6-v2.")
     for name, value in state.items():
@@ -105,6 +110,7 @@ def apply_adapted_weights(model: torch.nn.Module, folder: Path = ASSET_DIR) -> t
                                       "fit this model: it is not the packaged all-MiniLM-L6-v2.")
         params[name].copy_(value.to(params[name].dtype))
     mask_id = int(manifest()["mask_token_id"])
+    emb = model.get_input_embeddings().weight
     emb[mask_id] = state[_MASK_ROW].to(emb.dtype)
     return model
 
@@ -122,7 +128,7 @@ def heldout_texts(source: str = "eltec") -> list[str]:
     """Held-out passages shipped in ``data/mlm_heldout/`` (``"eltec"``: 1,000 passages of a novel
     left out of training; ``"wikitext2"``: the passages of the held-out WikiText-2 articles),
     read from the data folder of :func:`cmixlib.data.data_dir`."""
-    from .data import _data_file
+    from .data import data_file as _data_file
 
     if source not in HELDOUT_SOURCES:
         raise ValueError(f"Unknown held-out source {source!r}; choose one of {HELDOUT_SOURCES}.")

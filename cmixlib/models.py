@@ -13,9 +13,11 @@ import socket
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+
+from .arch import FAMILIES, random_config
 
 DEFAULT_MODEL = "bert-base-uncased"
 MODEL_ENV_VAR = "CMIX_MODEL"
@@ -211,7 +213,7 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
 # --------------------------------------------------------------------------------------------
 # Tiny random models (tests, benchmarks, exercises). Built from configs: nothing is downloaded.
 # --------------------------------------------------------------------------------------------
-RANDOM_ARCHS = ("bert", "roberta", "electra", "distilbert")
+RANDOM_ARCHS = tuple(FAMILIES)
 
 
 def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, layers: int = 2,
@@ -222,26 +224,9 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
     LayerNorm gains/biases and all linear biases are randomised too (the HF defaults of 1 and 0
     would hide bugs in bias and gain handling).
     """
-    import transformers as tf
-
     intermediate = intermediate or 4 * hidden
-    if arch == "bert":
-        cfg = tf.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                            num_attention_heads=heads, intermediate_size=intermediate,
-                            max_position_embeddings=128)
-    elif arch == "roberta":
-        cfg = tf.RobertaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                               num_attention_heads=heads, intermediate_size=intermediate,
-                               max_position_embeddings=130, pad_token_id=1, bos_token_id=0, eos_token_id=2)
-    elif arch == "electra":
-        cfg = tf.ElectraConfig(vocab_size=vocab, embedding_size=hidden // 2, hidden_size=hidden,
-                               num_hidden_layers=layers, num_attention_heads=heads,
-                               intermediate_size=intermediate, max_position_embeddings=128)
-    elif arch == "distilbert":
-        cfg = tf.DistilBertConfig(vocab_size=vocab, dim=hidden, n_layers=layers, n_heads=heads,
-                                  hidden_dim=intermediate, max_position_embeddings=128)
-    else:
-        raise ValueError(f"Unknown architecture {arch!r}; choose one of {RANDOM_ARCHS}.")
+    cfg = random_config(arch, hidden=hidden, layers=layers, heads=heads,
+                        intermediate=intermediate, vocab=vocab)
     for key, value in config_overrides.items():
         setattr(cfg, key, value)
     cfg._attn_implementation = "eager"
@@ -255,28 +240,3 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
             elif isinstance(module, torch.nn.Linear) and module.bias is not None:
                 module.bias.normal_(0.0, 0.1)
     return model.to(dtype).eval()
-
-
-def mlm_head(model: torch.nn.Module) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.nn.Linear]:
-    """``(transform, decoder)`` of a masked-LM head: logits = ``decoder(transform(h))`` for the
-    final hidden state ``h`` of one position (BERT, RoBERTa, ELECTRA, DistilBERT).
-
-    Lets callers compute logits at one position only, or only some rows of the decoder
-    (:math:`z_t = \\mathrm{transform}(h_t) \\cdot W_t + b_t`), instead of the full ``(n, vocab)``
-    logits (:mod:`cmixlib.gradients`, :mod:`cmixlib.training`; both are tested against the model's
-    own logits, and :func:`cmixlib.gradients.batch_attribute` checks it at every call).
-    """
-    if hasattr(model, "cls") and hasattr(model.cls, "predictions"):                      # BERT
-        return model.cls.predictions.transform, model.cls.predictions.decoder
-    if hasattr(model, "lm_head") and hasattr(model.lm_head, "layer_norm"):              # RoBERTa
-        from transformers.activations import gelu
-
-        head = model.lm_head
-        return (lambda h: head.layer_norm(gelu(head.dense(h)))), head.decoder
-    if hasattr(model, "generator_predictions") and hasattr(model, "generator_lm_head"):   # ELECTRA
-        return model.generator_predictions, model.generator_lm_head
-    if hasattr(model, "vocab_projector"):                                                 # DistilBERT
-        return (lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h)))), model.vocab_projector
-    raise TypeError(
-        f"Unsupported masked-LM head on {type(model).__name__}: cmixlib knows the heads of BERT, RoBERTa, "
-        "ELECTRA and DistilBERT.")

@@ -1,7 +1,7 @@
 """Plotting helpers shared by every chapter of the book.
 
-One fixed colour and one display label per method name, so that a method looks the same in
-every figure (:data:`METHOD_COLORS`, :data:`METHOD_LABELS`), and a handful of figure types:
+Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`method_color`,
+:func:`method_label`, re-exported here), so a method looks the same in every figure. Figure types:
 
 * :func:`plot_map` -- one context-mixing map (receiving token i in rows, contributing token j in
   columns) as a heatmap;
@@ -23,93 +23,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-#: Fixed colour per method (and per baseline), used by every figure in the book.
-METHOD_COLORS: dict[str, str] = {
-    # attention-weight family: blues
-    "attention": "#9ecae1",
-    "attention_rollout": "#4292c6",
-    "attention_flow": "#08519c",
-    # attention-norm family (Kobayashi et al.): purples
-    "attn_norm": "#bcbddc",
-    "attn_norm_res": "#807dba",
-    "attn_norm_res_ln": "#54278f",
-    # GlobEnc and its ablations: oranges / browns
-    "globenc_layer": "#fdae6b",
-    "globenc": "#e6550d",
-    "w_fixedres": "#fdd0a2",
-    "n_fixedres": "#a63603",
-    "w_res": "#d9a066",
-    # ALTI: greens
-    "alti_layer": "#74c476",
-    "alti": "#006d2c",
-    # Value Zeroing: reds
-    "value_zeroing": "#fb6a4a",
-    "value_zeroing_rollout": "#a50f15",
-    # gradient and erasure baselines: greys / teal / pink
-    "grad_l2": "#969696",
-    "grad_x_input_l2": "#636363",
-    "grad_x_input_abs": "#252525",
-    "integrated_gradients": "#1b9e77",
-    "deeplift": "#66a61e",
-    "blank_out": "#e7298a",
-    "random": "#d9d9d9",
-}
-
-#: Display names as used in the papers' tables.
-METHOD_LABELS: dict[str, str] = {
-    "attention": "Attention",
-    "attention_rollout": "Attention rollout",
-    "attention_flow": "Attention flow",
-    "attn_norm": "N",
-    "attn_norm_res": "N-Res",
-    "attn_norm_res_ln": "N-ResLN",
-    "globenc_layer": "GlobEnc (layer)",
-    "globenc": "GlobEnc",
-    "w_fixedres": "W-FixedRes",
-    "n_fixedres": "N-FixedRes",
-    "w_res": "W-Res",
-    "alti_layer": "ALTI (layer)",
-    "alti": "ALTI",
-    "value_zeroing": "Value Zeroing",
-    "value_zeroing_rollout": "Value Zeroing rollout",
-    "grad_l2": "Grad (L2)",
-    "grad_x_input_l2": "Grad×Input (L2)",
-    "grad_x_input_abs": "Grad×Input (|·|)",
-    "integrated_gradients": "Integrated gradients",
-    "deeplift": "DeepLift",
-    "blank_out": "Blank-out",
-    "random": "Random",
-}
+from .registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
 
 #: Colormap for non-negative context-mixing maps and one for signed quantities.
 SEQ_CMAP = "Blues"
 DIV_CMAP = "RdBu_r"
-
-
-#: Names the experiments use for a method that has another name here (the Value Zeroing
-#: experiments' Grad×Input is the L2-aggregated one).
-METHOD_ALIASES: dict[str, str] = {"grad_x_input": "grad_x_input_l2"}
-ROLLOUT_PREFIX = "rollout:"
-
-
-def _base_name(name: str) -> str:
-    """``name`` with an experiment alias resolved and a ``rollout:`` prefix dropped."""
-    name = name.removeprefix(ROLLOUT_PREFIX)
-    return METHOD_ALIASES.get(name, name)
-
-
-def method_color(name: str) -> str:
-    """Colour of method ``name`` (a neutral grey for names not in :data:`METHOD_COLORS`); the
-    rollout of a layer map (``"rollout:X"``) has the colour of ``X``."""
-    return METHOD_COLORS.get(_base_name(name), "#7f7f7f")
-
-
-def method_label(name: str) -> str:
-    """Display label of method ``name`` (the name itself when unknown); ``"rollout:X"`` is
-    "<label of X> rollout", and experiment aliases (:data:`METHOD_ALIASES`) are resolved."""
-    if name.startswith(ROLLOUT_PREFIX):
-        return f"{method_label(name.removeprefix(ROLLOUT_PREFIX))} rollout"
-    return METHOD_LABELS.get(_base_name(name), name)
 
 
 def _plt():

@@ -1,6 +1,6 @@
-"""Tests of the BLiMP cue annotation rules (cmixlib.data): constructed sentences parsed by spaCy
-and run through the real rule code, hand-built parses for the parser failures, and the shipped
-BLiMP files."""
+"""Tests of the BLiMP cue annotation rules (cmixlib.data.blimp_rules): constructed sentences
+parsed by spaCy and run through the real rule code (``annotate_pair``), hand-built parses for the
+parser failures (``cue_for``, ``noun_number``), the shipped BLiMP files and the cache key."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from cmixlib import data as D
 
-REPO_DATA = Path(D.__file__).resolve().parents[1] / "data"
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's own data/
 
 
 @pytest.fixture(scope="module")
@@ -19,15 +19,14 @@ def nlp() -> Any:
     """The spaCy pipeline used by the annotation (skips when it is not installed)."""
     pytest.importorskip("spacy")
     try:
-        return D._load_spacy()
+        return D.load_spacy()
     except D.DataError as err:  # pragma: no cover - depends on the environment
         pytest.skip(str(err))
 
 
 def annotate(nlp: Any, uid: str, good: str, bad: str) -> dict:
     """Annotate one constructed minimal pair with the real rule code."""
-    rows = [{"pairID": 0, "sentence_good": good, "sentence_bad": bad}]
-    return D._annotate_rows(uid, rows, nlp, progress=False)[0]
+    return D.annotate_pair(uid, good, bad, nlp)
 
 
 def cue_words(rec: dict) -> list[str]:
@@ -70,7 +69,7 @@ def test_determiner_attached_to_compound_modifier(nlp: Any) -> None:
                            ("train", "NN", "compound", 5), ("station", "NN", "dobj", 1),
                            (".", ".", "punct", 1)])
     doc[2].head = doc[4]
-    cue = D._det_cue(doc, doc[2])
+    cue = D.cue_for(doc, 2, "dnaa")
     assert [doc[i].text for i in cue.indices] == ["station"]
     assert cue.rule == "dep_compound_head"
 
@@ -121,18 +120,18 @@ def test_unreliable_parse_on_hand_built_parses(nlp: Any) -> None:
     doc = hand_parse(nlp, [("All", "DT", "nsubj", 1), ("drivers", "VBZ", "ROOT", 1),
                            ("walk", "NN", "dobj", 1), ("to", "IN", "prep", 1),
                            ("glaciers", "NNS", "pobj", 3), (".", ".", "punct", 1)])
-    assert D._sva_cue(doc, doc[2]).drop_reason == "unreliable_parse"
+    assert D.cue_for(doc, 2, "rpsv").drop_reason == "unreliable_parse"
     # a direct subject that is not the head of the sentence-initial noun phrase
     doc = hand_parse(nlp, [("The", "DT", "det", 1), ("reports", "NNS", "ROOT", 1),
                            ("about", "IN", "prep", 1), ("the", "DT", "det", 4),
                            ("storm", "NN", "nsubj", 5), ("worry", "VBP", "pobj", 2),
                            ("Sam", "NNP", "dobj", 5), (".", ".", "punct", 1)])
-    assert D._sva_cue(doc, doc[5]).drop_reason == "unreliable_parse"
+    assert D.cue_for(doc, 5, "darn").drop_reason == "unreliable_parse"
     # the verb tagged as a noun but a clean sentence-initial noun phrase: positional head
     doc = hand_parse(nlp, [("The", "DT", "det", 2), ("cups", "NNS", "compound", 2),
                            ("alarm", "NN", "compound", 3), ("Angela", "NNP", "ROOT", 3),
                            (".", ".", "punct", 3)])
-    cue = D._sva_cue(doc, doc[2])
+    cue = D.cue_for(doc, 2, "rpsv")
     assert cue.indices == [1] and cue.rule == "np_head"
 
 
@@ -161,7 +160,7 @@ def test_noun_number(nlp: Any) -> None:
                            ("nephews", "NN", "dep", 0), ("James", "NNP", "dep", 0),
                            ("children", "NNS", "dep", 0), ("Clintons", "NNS", "dep", 0),
                            ("politics", "NNS", "dep", 0)])
-    got = [D._noun_number(t) for t in doc]
+    got = [D.noun_number(t) for t in doc]
     assert got == [D.PLURAL, D.SINGULAR, None, None, D.PLURAL, D.PLURAL, None]
 
 
@@ -221,13 +220,17 @@ def test_cache_key_follows_rule_code(nlp: Any, tmp_path: Path,
     (tmp_path / "blimp" / f"{name}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     monkeypatch.setenv(D.DATA_ENV_VAR, str(tmp_path))
     monkeypatch.setenv(D.CACHE_ENV_VAR, str(tmp_path / "cache"))
-    first = D.annotate_blimp(["dna"], progress=False)
+    first = D.annotate_blimp(["dna"], progress=False, nlp=nlp)
     assert len(D.annotation_rules_hash()) == 16
+    cache_file = D.annotation_cache_file("dna")
+    # the annotation is stored in that one file, whose key is the rules' hash
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache_file.name]
+    assert D.annotation_cache_file("dna", rules_hash=D.annotation_rules_hash()) == cache_file
 
-    def boom() -> None:
-        raise AssertionError("spaCy was loaded")
-    monkeypatch.setattr(D, "_load_spacy", boom)
-    assert D.annotate_blimp(["dna"], progress=False) == json.loads(json.dumps(first))
-    monkeypatch.setattr(D, "annotation_rules_hash", lambda: "edited-rules")
-    with pytest.raises(AssertionError, match="spaCy was loaded"):
-        D.annotate_blimp(["dna"], progress=False)
+    class Unusable:  # a pipeline that fails when used: a result with it comes from the cache
+        def pipe(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("spaCy was used")
+    assert D.annotate_blimp(["dna"], progress=False, nlp=Unusable()) == json.loads(json.dumps(first))
+    # edited rules give another cache file, which does not exist: the pair would be parsed again
+    edited = D.annotation_cache_file("dna", rules_hash="edited-rules")
+    assert edited != cache_file and not edited.exists()

@@ -1,5 +1,6 @@
 """The `cmix` command, the experiment cache and result files; experiments run on tiny fakes."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -78,36 +79,78 @@ def test_code_version_enters_the_key():
     assert re.fullmatch(r"[0-9a-f]{12}", X.code_version())
 
 
-def test_code_version_covers_every_module_that_can_change_a_result(tmp_path, monkeypatch):
-    """Presentation modules are left out of the code version only because no computing module
-    imports them; and editing any other module changes the version."""
+def _cmixlib_imports(source: str, rel: Path) -> set[str]:
+    """The top-level modules or sub-packages of cmixlib (as in PRESENTATION_MODULES) that the
+    module at ``rel`` (path relative to the package) imports anything from: ``from X import Y``
+    (Y may be a module, X relative or absolute) or ``import cmixlib.X``."""
     import ast
 
-    pkg = Path(X.__file__).resolve().parent
-    for path in sorted(pkg.glob("*.py")):
-        if path.name in X.PRESENTATION_MODULES:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                names = [node.module or ""] + [a.name for a in node.names]
-                names = [n.split(".")[-1] for n in names] if (node.level or (node.module or "").startswith("cmixlib")) else []
-            elif isinstance(node, ast.Import):
-                names = [a.name.split(".")[-1] for a in node.names if a.name.startswith("cmixlib")]
+    here = list(rel.parent.parts)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            mod = [p for p in (node.module or "").split(".") if p]
+            if node.level:
+                base = here[:len(here) - node.level + 1]
+            elif mod[:1] == ["cmixlib"]:
+                base, mod = [], mod[1:]
             else:
                 continue
-            used = {f"{n}.py" for n in names} & X.PRESENTATION_MODULES
-            assert not used, f"{path.name} imports {used}: remove it from PRESENTATION_MODULES"
-    # a copy of the package: editing a computing module changes the version, a plot module does not
-    import shutil
+            targets = [base + mod] + [base + mod + [a.name] for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name.split(".")[1:] for a in node.names if a.name.split(".")[0] == "cmixlib"]
+        else:
+            continue
+        found |= {t[0] for t in targets if t}
+    return found
 
-    copy = tmp_path / "cmixlib"
-    shutil.copytree(pkg, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(X, "__file__", str(copy / "experiments.py"))
-    v0 = X.code_version()
-    (copy / "plotting.py").write_text((copy / "plotting.py").read_text() + "\n# a comment\n")
-    assert X.code_version() == v0
-    (copy / "norms.py").write_text((copy / "norms.py").read_text() + "\n# a comment\n")
-    assert X.code_version() != v0
+
+def test_no_computing_module_imports_a_presentation_module():
+    """Presentation modules are left out of the code version only because no computing module
+    (at any depth of the package) imports them."""
+    from cmixlib.cache import source_files
+
+    pkg = Path(cmixlib.__file__).resolve().parent
+    left_out = X.presentation_files()
+    assert {"plotting.py", "cli.py"} <= left_out and "experiments/runner.py" not in left_out
+    assert any(f.startswith("exercises") for f in left_out)
+    for path in source_files(exclude=left_out):
+        used = _cmixlib_imports(path.read_text(), path.relative_to(pkg)) & X.PRESENTATION_MODULES
+        assert not used, f"{path.relative_to(pkg)} imports {used}: remove it from PRESENTATION_MODULES"
+    # the check sees every way of writing such an import
+    for line in ["from .. import plotting", "from ..plotting import plot_maps", "from ..exercises.checking import x",
+                 "from cmixlib.plotting import x", "import cmixlib.plotting", "from cmixlib import plotting"]:
+        assert _cmixlib_imports(line, Path("experiments/probe.py")) & {"plotting", "exercises"}, line
+    assert _cmixlib_imports("from .plotting import x", Path("norms.py")) == {"plotting"}
+    assert _cmixlib_imports("from . import plotting", Path("experiments/probe.py")) == {"experiments"}
+
+
+def test_code_version_covers_every_module_that_can_change_a_result(tmp_path):
+    """Editing any computing module, at any depth of the package, changes the code version; a
+    presentation module does not. Run on a copy of the package, imported in a fresh process."""
+    import shutil
+    import subprocess
+    import sys
+
+    pkg = Path(cmixlib.__file__).resolve().parent
+    shutil.copytree(pkg, tmp_path / "cmixlib", ignore=shutil.ignore_patterns("__pycache__", "*.safetensors"))
+    script = """
+import sys
+from pathlib import Path
+import cmixlib
+from cmixlib.experiments import code_version
+pkg = Path(cmixlib.__file__).resolve().parent
+assert str(pkg).startswith(sys.argv[1]), pkg
+versions = [code_version()]
+for rel in ["plotting.py", "norms.py", "experiments/common.py", "assets/minilm_mlm/manifest.json"]:
+    (pkg / rel).write_text((pkg / rel).read_text() + "\\n# an edit\\n")
+    versions.append(code_version())
+print(versions[1] == versions[0], len(set(versions[1:])) == 4)
+"""
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
 
 
 def test_result_file_format(fake_experiment, tmp_path, capsys):
@@ -192,27 +235,47 @@ def _examples(n=8, length=8, seed=0):
     return out
 
 
+class FakeSources(X.Sources):
+    """Tiny random models and fake examples in place of the real ones (the documented seam)."""
+
+    def __init__(self):
+        self.mlm_bundle = FakeBundle(cmixlib.random_model("bert", task="mlm", layers=2, seed=1))
+        self.cls_bundle = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2,
+                                                          seed=2, num_labels=2))
+        self.base_bundle = FakeBundle(cmixlib.random_model("bert", layers=3, seed=3))
+
+    def mlm(self, condition):
+        return self.mlm_bundle, {"accuracy": 0.5}
+
+    def classifier(self, task):
+        return self.cls_bundle, {"accuracy": 0.5}
+
+    def base(self):
+        return self.base_bundle, None
+
+    def blimp(self, bundle, limit):
+        return _examples(limit or 8)
+
+    def sst2(self, bundle, limit):
+        return [dict(e, target_index=0, label=i % 2) for i, e in enumerate(_examples(limit or 4, seed=1))]
+
+    def sva(self, bundle, limit):
+        return _examples(limit or 4, seed=2)
+
+    def classification_inputs(self, bundle, task, limit):
+        return [dict(e, target_index=0, label=i % 2) for i, e in enumerate(_examples(limit or 4, seed=3))]
+
+
 @pytest.fixture
-def fakes(monkeypatch):
-    mlm = FakeBundle(cmixlib.random_model("bert", task="mlm", layers=2, seed=1))
-    cls = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, seed=2, num_labels=2))
-    base = FakeBundle(cmixlib.random_model("bert", layers=3, seed=3))
-    monkeypatch.setattr(X, "_load_mlm", lambda ctx, condition: (mlm, {"accuracy": 0.5}))
-    monkeypatch.setattr(X, "_load_classifier", lambda ctx, task: (cls, {"accuracy": 0.5}))
-    monkeypatch.setattr(X, "_load_base", lambda ctx: base)
-    monkeypatch.setattr(X, "blimp_sample", lambda bundle, limit: _examples(limit or 8))
-    monkeypatch.setattr(X, "_sst2", lambda bundle, limit: [dict(e, target_index=0, label=i % 2)
-                                                          for i, e in enumerate(_examples(limit or 4, seed=1))])
-    monkeypatch.setattr(X, "_sva", lambda bundle, limit: _examples(limit or 4, seed=2))
-    monkeypatch.setattr(X, "_classification_inputs", lambda bundle, task, limit: [
-        dict(e, target_index=0, label=i % 2) for i, e in enumerate(_examples(limit or 4, seed=3))])
+def fakes():
+    return FakeSources()
 
 
 FAST = {"ig_steps": 3}
 
 
 def test_vz_cue_alignment_runs_on_fakes(fakes):
-    r = X.run_experiment("vz-cue-alignment", model="fake", limit=2, settings=FAST, progress=False)
+    r = X.run_experiment("vz-cue-alignment", model="fake", limit=2, settings=FAST, progress=False, sources=fakes)
     df = r.result
     assert set(df.method) == set(X.VZ_LAYER_METHODS)
     assert set(df.metric) == {"dot", "ap", "probes_needed"} and set(df.layer) == {0, 1}
@@ -223,7 +286,7 @@ def test_vz_cue_alignment_runs_on_fakes(fakes):
 
 def test_vz_mdl_and_table2_on_fakes(fakes):
     r = X.run_experiment("vz-mdl-probing", model="fake", limit=8, settings={**FAST, "probe_hidden": 0},
-                         progress=False)
+                         progress=False, sources=fakes)
     comp = r.frames["compression"]
     assert list(comp.layer) == [0, 1, 2] and (comp.compression > 0).all()
     assert set(r.result.method) == set(X.VZ_LAYER_METHODS)
@@ -234,11 +297,11 @@ def test_vz_mdl_and_table2_on_fakes(fakes):
 
 def test_vz_faithfulness_on_fakes(fakes):
     r = X.run_experiment("vz-faithfulness", model="fake", limit=3, settings=FAST,
-                         progress=False)
+                         progress=False, sources=fakes)
     assert set(r.result.method) == set(X.VZ_GLOBAL_METHODS)
     assert r.result["n"].max() <= 3
     # the "exclusion" frame re-correlates the same scores: equal to a separate run per mode
-    alone = X.run_experiment("vz-faithfulness", model="fake", limit=3, progress=False,
+    alone = X.run_experiment("vz-faithfulness", model="fake", limit=3, progress=False, sources=fakes,
                              settings={**FAST, "exclude": "target", "also_exclude": []})
     ex = r.frames["exclusion"]
     assert set(ex["exclude"]) == {"special+target", "target"}
@@ -252,18 +315,18 @@ def test_vz_faithfulness_on_fakes(fakes):
 
 
 def test_model_only_and_cls_experiments_on_fakes(fakes):
-    r = X.run_experiment("globenc-fig5-ln-outliers", model="fake", progress=False)
+    r = X.run_experiment("globenc-fig5-ln-outliers", model="fake", progress=False, sources=fakes)
     assert list(r.result.layer) == [1, 2, 3]
-    r = X.run_experiment("alti-fig6-special-ranks", model="fake", limit=2, progress=False)
+    r = X.run_experiment("alti-fig6-special-ranks", model="fake", limit=2, progress=False, sources=fakes)
     vals = r.result.set_index("method")["mean"]
     assert ((vals > 0) & (vals <= 1)).all() and "grad_l2" in vals.index
-    r = X.run_experiment("globenc-correlations", model="fake", limit=3, progress=False)
+    r = X.run_experiment("globenc-correlations", model="fake", limit=3, progress=False, sources=fakes)
     assert set(r.result.aggregation) == {"rollout", "individual"} and set(r.result.layer) == {1, 2}
     assert r.comparison() is not None
-    r = X.run_experiment("alti-table2", model="fake", limit=2, progress=False)
+    r = X.run_experiment("alti-table2", model="fake", limit=2, progress=False, sources=fakes)
     assert set(r.result.task) == {"SST-2", "SVA"}
     # the "special" frame holds both variants; "dropped" equals a run with include_special=False
-    r2 = X.run_experiment("alti-table2", model="fake", limit=2, progress=False,
+    r2 = X.run_experiment("alti-table2", model="fake", limit=2, progress=False, sources=fakes,
                           settings={"include_special": False})
     sp = r.frames["special"].set_index(["special", "task", "method"])["mean"]
     for keep, res in [("kept", r), ("dropped", r2)]:
@@ -279,9 +342,9 @@ def test_target_rows_of_a_padded_batch_equal_single_examples():
            + _examples(1, length=4, seed=7)]
     settings = {"grad_score": "prob", "grad_aggregate": "l2", "ig_steps": 4}
     for level, methods in (("layers", X.VZ_LAYER_METHODS), ("input", X.VZ_GLOBAL_METHODS)):
-        batch = X._target_rows_batch(bundle, exs, methods, settings, level=level, seeds=[10, 11, 12])
+        batch = X.target_rows_batch(bundle, exs, methods, settings, level=level, seeds=[10, 11, 12])
         for ex, got, seed in zip(exs, batch, [10, 11, 12]):
-            want = X._target_rows(bundle, ex, methods, settings, level=level, seed=seed)
+            want = X.target_rows(bundle, ex, methods, settings, level=level, seed=seed)
             for m in methods:
                 assert got[m].shape[-1] == len(ex["input_ids"])
                 np.testing.assert_allclose(got[m], want[m], rtol=1e-6, atol=1e-9, err_msg=f"{m} {level}")
@@ -299,7 +362,7 @@ def test_cls_rows_of_a_padded_batch_equal_the_slow_single_sentence_forms():
     exs = [dict(e, target_index=0) for e in _examples(1, length=7, seed=1)
            + _examples(1, length=10, seed=2) + _examples(1, length=5, seed=3)]
     methods = ["attention", "attention_rollout", "rollout:attn_norm_res_ln", "alti", "grad_l2"]
-    batch = X._cls_rows_batch(bundle, exs, methods)
+    batch = X.cls_rows_batch(bundle, exs, methods)
     for ex, got in zip(exs, batch):
         ids = torch.tensor([ex["input_ids"]])
         maps = cmixlib.context_mixing(model, bundle.tokenizer, {"input_ids": ids},
@@ -316,7 +379,7 @@ def test_cls_rows_of_a_padded_batch_equal_the_slow_single_sentence_forms():
 
 
 def test_vz_distance_ablation_on_fakes(fakes):
-    r = X.run_experiment("vz-distance-ablation", model="fake", limit=3, progress=False)
+    r = X.run_experiment("vz-distance-ablation", model="fake", limit=3, progress=False, sources=fakes)
     df = r.result
     assert set(df.variant) == set(X.VZ_DISTANCE_VARIANTS) and set(df.layer) == {0, 1}
     agree = r.frames["agreement"].set_index(["variant", "layer"])["spearman"]
@@ -325,4 +388,29 @@ def test_vz_distance_ablation_on_fakes(fakes):
     assert not np.allclose(agree.loc["euclidean"], 1.0) or not np.allclose(agree.loc["spearman"], 1.0)
     with pytest.raises(ValueError, match="Unknown variant"):
         X.run_experiment("vz-distance-ablation", model="fake", limit=2, settings={"variants": ["manhattan"]},
-                         progress=False)
+                         progress=False, sources=fakes)
+
+
+def test_length_batches_sort_stably_by_length():
+    from cmixlib.batching import length_batches, pad_sequences
+
+    lengths = [5, 3, 5, 1, 3, 9, 3]
+    assert length_batches(lengths, size=3) == [[3, 1, 4], [6, 0, 2], [5]]
+    assert sorted(sum(length_batches(lengths, 32), [])) == list(range(len(lengths)))
+    assert length_batches([], 4) == []
+    ids, mask = pad_sequences([[7, 8, 9], [5]], pad_id=0)
+    assert ids.tolist() == [[7, 8, 9], [5, 0, 0]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_declared_inputs_are_listed_and_loaded_through_the_sources(fakes):
+    needs = X.list_experiments().set_index("name")["needs"]
+    assert needs["vz-cue-alignment"] == "MLM by condition, BLiMP agreement"
+    assert needs["alti-table2"] == "sst2: sst2 classifier, SST-2 dev; sva: pretrained MLM, SVA"
+    ctx = X.Context(experiment="vz-cue-alignment", model="fake", limit=5, settings={"condition": "finetuned"},
+                    progress=False, sources=fakes, inputs=X.REGISTRY["vz-cue-alignment"].inputs)
+    bundle, info, examples = ctx.load_inputs()
+    assert bundle is fakes.mlm_bundle and len(examples) == 5 and ctx.info["data_size"] == 5
+    assert ctx.info["model_description"].endswith("accuracy 0.500")
+    with pytest.raises(ValueError, match="condition"):
+        X.Context(experiment="alti-fig6-special-ranks", model="fake", limit=5, settings={"condition": "x"},
+                  sources=fakes, inputs=X.REGISTRY["alti-fig6-special-ranks"].inputs).load_inputs()

@@ -8,8 +8,20 @@ import pytest
 
 from cmixlib import data as D
 
-REPO_DATA = Path(D.__file__).resolve().parents[1] / "data"
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's own data/
 N_SMALL = 60  # pairs per BLiMP paradigm in the small copy used by the BLiMP tests
+
+
+class UnusablePipeline:
+    """Stands in for a spaCy pipeline (``nlp=``) and fails when used: an annotation obtained with
+    it came from the cache."""
+
+    def pipe(self, *args, **kwargs):
+        raise AssertionError("spaCy was used although a valid cache exists")
+
+    @property
+    def tokenizer(self):
+        raise AssertionError("spaCy was used although a valid cache exists")
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +100,8 @@ def test_linzen_and_blimp_raw():
 
 # ----------------------------------------------------------------------------- errors
 def test_missing_file_names_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(D.DATA_ENV_VAR, raising=False)
+    assert D.data_dir() == REPO_DATA  # found next to the package
     monkeypatch.setenv(D.DATA_ENV_VAR, str(tmp_path))
     with pytest.raises(D.DataFileNotFoundError, match=r"sst2.dev\.tsv"):
         D.load_sst2("dev")
@@ -260,21 +274,21 @@ def test_blimp_annotation_audit(use_small, tokenizer, blimp_sets):
     assert (counts["kept"] == audit["kept"]).all()
 
 
-def test_blimp_cache_is_used_and_keyed_by_input(use_small, tokenizer, monkeypatch):
+def test_blimp_cache_is_used_and_keyed_by_input(use_small, tokenizer):
     root, cache = use_small
     D.annotate_blimp(["dna"], progress=False)  # make sure the cache exists
-
-    def boom():
-        raise AssertionError("spaCy was loaded although a valid cache exists")
-    monkeypatch.setattr(D, "_load_spacy", boom)
-    assert len(D.annotate_blimp(["dna"], progress=False)) == N_SMALL
+    assert D.annotation_cache_file("dna").is_file()
+    assert len(D.annotate_blimp(["dna"], progress=False, nlp=UnusablePipeline())) == N_SMALL
     # a changed input file must not reuse the old annotation
     path = root / "blimp" / "determiner_noun_agreement_2.jsonl"
     original = path.read_text(encoding="utf-8")
     try:
         path.write_text("\n".join(original.splitlines()[:10]) + "\n", encoding="utf-8")
-        with pytest.raises(AssertionError, match="spaCy was loaded"):
-            D.annotate_blimp(["dna"], progress=False)
+        assert not D.annotation_cache_file("dna").is_file()
+        with pytest.raises(AssertionError, match="spaCy was used"):
+            D.annotate_blimp(["dna"], progress=False, nlp=UnusablePipeline())
+        with pytest.raises(AssertionError, match="spaCy was used"):  # nlp= is passed through
+            D.load_blimp_agreement(tokenizer, subsets=["dna"], progress=False, nlp=UnusablePipeline())
     finally:
         path.write_text(original, encoding="utf-8")
 
@@ -282,6 +296,8 @@ def test_blimp_cache_is_used_and_keyed_by_input(use_small, tokenizer, monkeypatc
 def test_unknown_subset_rejected():
     with pytest.raises(ValueError, match="unknown BLiMP"):
         D.annotate_blimp(["npi"], progress=False)
+    with pytest.raises(ValueError, match="unknown BLiMP"):
+        D.annotate_pair("npi", "Sam is here.", "Sam are here.", nlp=UnusablePipeline())
 
 
 # ----------------------------------------------------------------------------- ALTI / GlobEnc inputs

@@ -73,12 +73,6 @@ def test_alignment_rows_and_aggregate():
     assert set(agg.columns) >= {"method", "layer", "metric", "mean", "std", "n"}
 
 
-def test_random_scores_seeded():
-    a, b = ev.random_scores(5, 3), ev.random_scores(5, 3)
-    np.testing.assert_array_equal(a, b)
-    assert a.sum() == pytest.approx(1.0)
-
-
 def test_spearman_constant_vector_is_nan_and_mean_std_skips_it():
     assert math.isnan(ev.spearman([1, 1, 1], [1, 2, 3]))
     assert math.isnan(ev.spearman([1], [1]))

@@ -170,26 +170,35 @@ def _examples(n, seed=1):
             for i in range(n)]
 
 
+class TwoClassifiers(X.Sources):
+    """Model A, model B and SST-2 stand-ins for ALTI Figure 7 / GlobEnc Figure 4 (the documented
+    seam); ``calls`` records the ``model_b`` setting each run asked for."""
+
+    def __init__(self, a, b):
+        self.a, self.b, self.calls = a, b, {}
+
+    def classifier(self, task):
+        return self.a, {"accuracy": 0.5}
+
+    def model_b(self, bundle_a):
+        self.calls["model_b"] = self.context.settings["model_b"]
+        return self.b, {"accuracy": 0.5}, "student of the tiny model (test)"
+
+    def sst2(self, bundle, limit):
+        return _examples(limit or 6)
+
+
 @pytest.fixture
-def fakes(monkeypatch):
+def fakes():
     a = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, num_labels=2, seed=2))
     student = copy.deepcopy(a.model)
     training.keep_encoder_layers(student, [0])
-    b = FakeBundle(student)
-    calls = {}
-
-    def load_b(ctx, bundle_a):
-        calls["model_b"] = ctx.settings["model_b"]
-        return b, {"accuracy": 0.5}, "student of the tiny model (test)"
-
-    monkeypatch.setattr(X, "_load_classifier", lambda ctx, task: (a, {"accuracy": 0.5}))
-    monkeypatch.setattr(X, "_load_model_b", load_b)
-    monkeypatch.setattr(X, "_sst2", lambda bundle, limit: _examples(limit or 6))
-    return calls
+    return TwoClassifiers(a, FakeBundle(student))
 
 
-def test_alti_fig7_on_fakes(fakes, capsys, monkeypatch):
-    r = X.run_experiment("alti-fig7-consistency", model="fake", limit=6, settings={"ig_steps": 3}, progress=False)
+def test_alti_fig7_on_fakes(fakes, capsys):
+    r = X.run_experiment("alti-fig7-consistency", model="fake", limit=6, settings={"ig_steps": 3}, progress=False,
+                         sources=fakes)
     res = r.result.set_index("method")
     assert list(res.index) == X.FIG7_METHODS
     agr = r.frames["agreement"].iloc[0]
@@ -199,50 +208,61 @@ def test_alti_fig7_on_fakes(fakes, capsys, monkeypatch):
     assert ((ok >= -1) & (ok <= 1)).all()
     models = r.frames["models"].set_index("model")
     assert models.loc["A", "layers"] == 2 and models.loc["B", "layers"] == 1
-    assert fakes["model_b"] == "auto" and any("student" in n for n in r.meta["notes"])
+    assert fakes.calls["model_b"] == "auto" and any("student" in n for n in r.meta["notes"])
     paired = r.frames["vs_alti"].set_index("method")
     per = r.frames["per_example"].pivot(index="example", columns="method", values="spearman")
     assert list(paired.index) == X.FIG7_METHODS[1:]
     assert paired.loc["grad_l2", "mean_diff"] == pytest.approx((per["grad_l2"] - per["alti"]).mean())
     # same model on both sides: every method is perfectly consistent with itself
-    monkeypatch.setattr(X, "_load_model_b", lambda ctx, bundle_a: (bundle_a, {"accuracy": 0.5}, "model A itself"))
-    r2 = X.run_experiment("alti-fig7-consistency", model="fake", limit=4, settings={"ig_steps": 3}, progress=False)
+    same = TwoClassifiers(fakes.a, fakes.a)
+    r2 = X.run_experiment("alti-fig7-consistency", model="fake", limit=4, settings={"ig_steps": 3}, progress=False,
+                          sources=same)
     assert r2.frames["agreement"].iloc[0]["agreement_rate"] == 1.0
     np.testing.assert_allclose(r2.result["mean"], 1.0)
     with pytest.raises(ValueError, match="unknown method"):
-        X.run_experiment("alti-fig7-consistency", model="fake", limit=2, settings={"methods": ["nope"]}, progress=False)
+        X.run_experiment("alti-fig7-consistency", model="fake", limit=2, settings={"methods": ["nope"]},
+                         progress=False, sources=fakes)
+    # the command line prints the run (read from the cache: same model name, limit and settings)
     assert cli.main(["run", "alti-fig7-consistency", "--model", "fake", "--limit", "4", "--set", "ig_steps=3",
                      "--quiet"]) == 0
     assert "agreement" in capsys.readouterr().out
 
 
-def test_model_b_choice(monkeypatch):
-    """auto: DistilBERT only for a real bert-base-uncased, else the student (last layer kept)."""
-    from cmixlib.models import ModelLoadError
+class RecordedTraining(X.Sources):
+    """The default model-B policy with training replaced: records each call; DistilBERT is offline."""
 
-    calls = []
+    def __init__(self):
+        self.calls = []
 
-    def fake_train(task, name=None, **kw):
-        calls.append((name, kw))
-        if name == "distilbert-base-uncased":
+    def train_classifier(self, task, model, **kw):
+        from cmixlib.models import ModelLoadError
+
+        self.calls.append((model, kw))
+        if model == "distilbert-base-uncased":
             raise ModelLoadError("offline")
         return FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2, num_labels=2)), {}
 
-    monkeypatch.setattr(training, "train_classifier", fake_train)
+
+def test_model_b_choice():
+    """auto: DistilBERT only for a real bert-base-uncased, else the student (last layer kept)."""
     settings = dict(X.REGISTRY["alti-fig7-consistency"].defaults)
     ctx = X.Context(experiment="alti-fig7-consistency", model="bert-base-uncased", limit=None, settings=settings,
-                    progress=False)
+                    progress=False, sources=RecordedTraining())
+    calls = ctx.sources.calls
     a = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=6, num_labels=2))
-    _, _, how = X._load_model_b(ctx, a)                      # a stand-in, not bert-base-uncased: no DistilBERT
+    _, _, how = ctx.sources.model_b(a)                       # a stand-in, not bert-base-uncased: no DistilBERT
     assert calls[-1][0] == "bert-base-uncased" and calls[-1][1]["keep_layers"] == [1, 3, 5]
     assert calls[-1][1]["max_train_examples"] == 6000 and calls[-1][1]["epochs"] == 2 and "student" in how
     a.name, a.is_fallback = "bert-base-uncased", False       # the paper's model: try DistilBERT first
-    X._load_model_b(ctx, a)
+    ctx.sources.model_b(a)
     assert calls[-2][0] == "distilbert-base-uncased" and calls[-2][1]["allow_fallback"] is False
     assert calls[-1][1]["keep_layers"] == [1, 3, 5] and any("could not be loaded" in n for n in ctx.notes)
     ctx.settings = {**settings, "model_b": "student", "keep_layers": [0, 2], "b_cls_max_train_examples": None}
-    X._load_model_b(ctx, a)
+    ctx.sources.model_b(a)
     assert calls[-1][1]["keep_layers"] == [0, 2] and calls[-1][1]["max_train_examples"] == 1500
+    ctx.settings = {**settings, "model_b": "some/model"}     # any other value: that model, no fallback
+    assert ctx.sources.model_b(a)[2] == "some/model" and calls[-1][0] == "some/model"
+    assert calls[-1][1]["allow_fallback"] is False
 
 
 def test_map_agreement_definition():
@@ -266,7 +286,8 @@ def test_map_agreement_definition():
 
 
 def test_globenc_fig4_on_fakes(fakes, capsys):
-    r = X.run_experiment("globenc-fig4-hta", model="fake", limit=3, settings={"max_tokens": 7}, progress=False)
+    r = X.run_experiment("globenc-fig4-hta", model="fake", limit=3, settings={"max_tokens": 7}, progress=False,
+                         sources=fakes)
     res = r.result
     assert set(res.method) == set(X.FIG4_METHODS) and set(res.layer) == {1, 2}
     assert set(res["variant"]) == set(X.FIG4_VARIANTS) and len(res) == 3 * 3 * 2
@@ -278,7 +299,7 @@ def test_globenc_fig4_on_fakes(fakes, capsys):
     rows = per[per.variant == "rows"]
     assert ((rows.value >= -1) & (rows.value <= 1)).all()
     # the whole-map variant uses the raw (un-normalised) maps: recompute one value by hand
-    model = X._load_classifier(None, "sst2")[0].model
+    model = fakes.a.model
     ids = {"input_ids": torch.tensor([[e for e in _examples(6)[0]["input_ids"]]])}
     raw_h = hta(model, None, ids, normalize=False)[1]
     raw_m = cmixlib.context_mixing(model, None, ids, methods=["attn_norm_res_ln"], normalize=False)["attn_norm_res_ln"][1]
@@ -287,8 +308,10 @@ def test_globenc_fig4_on_fakes(fakes, capsys):
     assert len(r.meta["info"]["hta_seconds_per_sentence"]) == 3
     with pytest.raises(ValueError, match="correlation"):
         X.run_experiment("globenc-fig4-hta", model="fake", limit=1, settings={"correlation": "kendall"},
-                         progress=False)
-    assert cli.main(["run", "globenc-fig4-hta", "--model", "fake", "--limit", "1", "--quiet"]) == 0
+                         progress=False, sources=fakes)
+    # the command line prints the run (read from the cache: same model name, limit and settings)
+    assert cli.main(["run", "globenc-fig4-hta", "--model", "fake", "--limit", "3", "--set", "max_tokens=7",
+                     "--quiet"]) == 0
     assert "HTA" in capsys.readouterr().out
 
 
@@ -296,10 +319,10 @@ def test_mean_ci_is_a_t_interval():
     from scipy import stats
 
     v = [0.1, 0.4, 0.35, 0.2]
-    out = X._mean_ci(v + [float("nan")], 0.99)
+    out = X.mean_ci(v + [float("nan")], 0.99)
     lo, hi = stats.t.interval(0.99, 3, loc=np.mean(v), scale=stats.sem(v))
     assert out["n"] == 4 and out["ci_low"] == pytest.approx(lo) and out["ci_high"] == pytest.approx(hi)
-    assert np.isnan(X._mean_ci([0.3], 0.99)["ci_low"])
+    assert np.isnan(X.mean_ci([0.3], 0.99)["ci_low"])
 
 
 def test_new_plotting_helpers():

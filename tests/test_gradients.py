@@ -40,8 +40,7 @@ def mlm_target(score="auto"):
 
 
 def layer_blocks(m):
-    base = m.base_model
-    return list(base.encoder.layer) if hasattr(base, "encoder") else list(base.transformer.layer)
+    return cmixlib.arch.layer_list(m)
 
 
 def hand_input_grad(m, ids, target, mask=None):
@@ -86,7 +85,7 @@ def test_word_embedding_hook_keeps_forward(arch, task):
         torch.testing.assert_close(m(input_ids=IDS).logits, plain, rtol=0, atol=0)
     # the scored function used by captum is the plain model's score
     target = mlm_target() if task == "mlm" else G.ClassTarget(1, score="prob")
-    f = G._ScoreModule(m, [target])(IDS, torch.ones_like(IDS), *G._target_tensors([target], IDS.device))
+    f = G.ScoreModule(m, [target])(IDS, torch.ones_like(IDS), *G.target_tensors([target], IDS.device))
     assert f.shape == (1,)
     assert f.item() == pytest.approx(plain_score(m, IDS, target), abs=1e-12)
 
@@ -241,25 +240,100 @@ def test_deeplift_plain_captum_equals_gradient_times_delta(arch):
     assert layers.shape == (len(layer_blocks(m)), IDS.shape[1]) and np.all(np.isfinite(layers))
 
 
-@pytest.mark.filterwarnings("ignore:.*(require gradients|non-linear).*:UserWarning")
-def test_deeplift_activation_rule_is_exact_on_a_one_nonlinearity_net():
-    """For Linear -> GELUActivation -> Linear, DeepLift's rescale rule sums exactly to
-    f(x) - f(x'); with plain gradients through the GELU it does not. Also checks that captum's
-    module table is restored afterwards."""
-    from captum.attr import DeepLift
-    from captum.attr._core import deep_lift as dl
+def _one_gelu_net(seed=0):
+    """Linear(5, 7) -> GELUActivation -> Linear(7, 1); hidden unit 0 reads x_0 only."""
     from transformers.activations import GELUActivation
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(5, 7), GELUActivation(), torch.nn.Linear(7, 1)).double()
-    x, xb = torch.randn(1, 5, dtype=torch.float64), torch.zeros(1, 5, dtype=torch.float64)
+    with torch.no_grad():
+        net[0].weight[0] = torch.tensor([1.3, 0, 0, 0, 0], dtype=torch.float64)
+    return net
+
+
+@pytest.mark.filterwarnings("ignore:.*(require gradients|non-linear|hooks).*:UserWarning")
+def test_deeplift_rescale_rule_matches_a_hand_computation():
+    """DeepLift multipliers of Linear -> GELU -> Linear, two rows, computed by hand:
+    m_i = sum_k W1[k, i] r_k W2[k] with r_k = (gelu(z_k) - gelu(z'_k)) / (z_k - z'_k), and
+    r_k = gelu'(z_k) where z_k = z'_k (unit 0: x_0 = x'_0, captum's eps branch)."""
+    import math
+
+    from captum.attr import DeepLift
+
+    net = _one_gelu_net()
+    g = torch.Generator().manual_seed(1)
+    x, xb = (torch.randn(2, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    xb[:, 0] = x[:, 0]
+    with G.deeplift_rescale(net):
+        mult = DeepLift(net, multiply_by_inputs=False).attribute(x, xb, target=0).detach().numpy()
+        attr, delta = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
+    plain = DeepLift(net, multiply_by_inputs=False).attribute(x, xb, target=0).detach().numpy()
+
+    W1, b1, W2 = (p.detach().numpy() for p in (net[0].weight, net[0].bias, net[2].weight[0]))
+    gelu = np.vectorize(lambda u: 0.5 * u * (1 + math.erf(u / math.sqrt(2))))
+    dgelu = np.vectorize(lambda u: 0.5 * (1 + math.erf(u / math.sqrt(2)))
+                         + u * math.exp(-u * u / 2) / math.sqrt(2 * math.pi))
+    z, zb = x.numpy() @ W1.T + b1, xb.numpy() @ W1.T + b1
+    assert np.all(z[:, 0] == zb[:, 0]) and np.all(np.abs(z[:, 1:] - zb[:, 1:]) > 1e-3)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(z == zb, dgelu(z), (gelu(z) - gelu(zb)) / (z - zb))
+    want = (r * W2) @ W1
+    np.testing.assert_allclose(mult, want, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(attr.detach().numpy(), (x - xb).numpy() * want, rtol=1e-10, atol=1e-14)
+    assert np.all(np.abs(delta.detach().numpy()) < 1e-12)          # summation-to-delta, exact here
+    assert abs(want[:, 0]).min() > 1e-3                              # the eps branch is visible in m_0
+    assert not np.allclose(plain, want, rtol=1e-4, atol=0)           # the hooks are gone afterwards
+
+
+@pytest.mark.filterwarnings("ignore:.*(require gradients|non-linear|hooks).*:UserWarning")
+def test_deeplift_rescale_equals_captums_own_rule_and_leaves_captum_alone():
+    """A Tanh that captum does not recognise, under deeplift_rescale, gets exactly the multipliers
+    captum's built-in rule gives nn.Tanh; captum's module table is neither edited nor needed."""
+    from captum.attr import DeepLift
+    from captum.attr._core import deep_lift as dl   # read only: to check that nothing edits it
+
+    class OwnTanh(torch.nn.Module):
+        def forward(self, z):
+            return torch.tanh(z)
+
+    torch.manual_seed(2)
+    native = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).double()
+    own = torch.nn.Sequential(native[0], OwnTanh(), native[2])
+    with torch.no_grad():
+        native[0].weight[0] = torch.tensor([0.7, 0, 0, 0, 0], dtype=torch.float64)
+    x, xb = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    xb[:2, 0] = x[:2, 0]                                             # eps branch in two rows
     before = dict(dl.SUPPORTED_NON_LINEAR)
-    with G._deeplift_activations(True):
+    want = DeepLift(native, multiply_by_inputs=False).attribute(x, xb, target=1)
+    untreated = DeepLift(own, multiply_by_inputs=False).attribute(x, xb, target=1)
+    seen = []
+    with G.deeplift_rescale(own, types=(OwnTanh,)):
+        own[1].register_forward_hook(lambda *a: seen.append(dict(dl.SUPPORTED_NON_LINEAR)))
+        got = DeepLift(own, multiply_by_inputs=False).attribute(x, xb, target=1)
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-15)
+    assert not torch.allclose(untreated, want, rtol=1e-4, atol=0)
+    assert seen and all(t == before for t in seen) and dl.SUPPORTED_NON_LINEAR == before
+    # the default types are ones captum does not treat itself (else both rules would apply)
+    assert not set(G.rescaled_activation_types()) & set(dl.SUPPORTED_NON_LINEAR)
+    with G.deeplift_rescale(_one_gelu_net()):
+        assert dl.SUPPORTED_NON_LINEAR == before
+
+
+@pytest.mark.filterwarnings("ignore:.*(require gradients|non-linear).*:UserWarning")
+def test_deeplift_rescale_sums_to_delta_on_a_one_nonlinearity_net():
+    """For Linear -> GELUActivation -> Linear, DeepLift's rescale rule sums exactly to
+    f(x) - f(x'); with plain gradients through the GELU it does not."""
+    from captum.attr import DeepLift
+
+    net = _one_gelu_net()
+    x, xb = torch.randn(1, 5, dtype=torch.float64), torch.zeros(1, 5, dtype=torch.float64)
+    with G.deeplift_rescale(net):
         _, d_rule = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
-    assert dl.SUPPORTED_NON_LINEAR == before
+    with G.deeplift_rescale(net, enabled=False):
+        _, d_off = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
     _, d_plain = DeepLift(net).attribute(x, xb, target=0, return_convergence_delta=True)
     assert abs(d_rule.item()) < 1e-10
-    assert abs(d_plain.item()) > 1e-4
+    assert abs(d_plain.item()) > 1e-4 and d_off.item() == d_plain.item()
 
 
 def test_deeplift_classifier_uses_rescale_rule():
@@ -405,7 +479,7 @@ def _captum_layer_reference(m, ids, target, which, n_steps=12):
         if which == "ig":
             a = LayerIntegratedGradients(Score(), layer).attribute(ids, baselines=baseline_ids(ids), n_steps=n_steps)
         else:
-            with G._deeplift_activations(True):
+            with G.deeplift_rescale(m):
                 a = LayerDeepLift(Score(), layer).attribute(ids, baselines=baseline_ids(ids))
         rows.append(a[0].sum(-1).detach())
     return torch.stack(rows).numpy()
@@ -449,12 +523,22 @@ def test_padded_batch_equals_one_sequence_at_a_time(arch):
                 np.testing.assert_allclose(got[meth][b], one[meth][0], rtol=1e-6, atol=1e-9)
 
 
-def test_batch_attribute_checks_the_head(monkeypatch):
-    m = model("bert")
-    transform, decoder = G.mlm_head(m)
-    monkeypatch.setattr(G, "mlm_head", lambda model: (lambda h: transform(h) * 1.01, decoder))
+def test_batch_attribute_checks_the_head():
+    """The layer-wise path scores z_t = transform(h) . W_t + b_t from the decoder's weights; a head
+    whose decoder computes something else must be detected, not silently mis-scored."""
+    m = cmixlib.random_model("bert", task="mlm", dtype=torch.float64, seed=1)
+    _, decoder = cmixlib.arch.mlm_head(m)
+    linear = type(decoder).forward
+    decoder.forward = lambda h: linear(decoder, h) * 1.01      # logits no longer h W^T + b
     with pytest.raises(G.GradientAttributionError, match="does not reproduce"):
         G.batch_attribute(m, IDS, [mlm_target()], ["integrated_gradients"], "layers", baseline=BASE_ID, n_steps=4)
+
+
+def test_public_names():
+    assert set(G.__all__) <= set(dir(G))
+    assert G.mlm_head is cmixlib.arch.mlm_head                  # re-exported for older callers
+    for name in ("batch_attribute", "blank_out", "random_scores", "deeplift_rescale", "ScoreModule"):
+        assert name in G.__all__
 
 
 def test_batch_attribute_errors():

@@ -74,7 +74,7 @@ def test_batch_of_texts_with_real_tokenizer(packaged_bundle):
 
 @pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert"])
 def test_mlm_head_reproduces_the_model_logits(arch):
-    from cmixlib.models import mlm_head
+    from cmixlib.arch import mlm_head
     from cmixlib.training import mlm_head_logits
 
     m = cmixlib.random_model(arch, task="mlm", dtype=torch.float64, seed=4)
@@ -85,5 +85,5 @@ def test_mlm_head_reproduces_the_model_logits(arch):
         h = out.hidden_states[-1]
         torch.testing.assert_close(decoder(transform(h)), out.logits, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(mlm_head_logits(m, h), out.logits, rtol=1e-12, atol=1e-12)
-    with pytest.raises(TypeError, match="Unsupported masked-LM head"):
+    with pytest.raises(TypeError, match="has no masked-LM head"):
         mlm_head(cmixlib.random_model(arch, seed=4))

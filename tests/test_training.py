@@ -1,16 +1,21 @@
-"""Tests for cmixlib.training: cache keys and reuse, tied/frozen MLM head, prompt loss, schedule.
+"""Tests for cmixlib.training: cache keys and reuse, the code version derived from the source, the
+one fit loop of all trainers, tied/frozen MLM head, prompt loss, schedule, label ids.
 
-Everything runs on tiny random models with a 40-word tokenizer and a handful of steps.
+Everything runs on tiny random models with a 40-word tokenizer and a handful of steps. Whether a
+call trained is seen through :func:`cmixlib.training.watch_steps` (every step of the fit loop).
 """
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 import torch
 
+from cmixlib import cache as cmix_cache
 from cmixlib import random_model
 from cmixlib import training as T
+from cmixlib.training import common as training_common
 
 WORDS = ("the a dog dogs cat cats is are was were runs run good bad movie film very not "
          "this that these those man men woman women sees see likes like boring great story plot "
@@ -84,24 +89,25 @@ def test_model_fingerprint_tracks_weights(tok):
 
 
 # ------------------------------------------------------------------------------- MLM head
-def test_mlm_head_key_changes_and_cache_reused(tok, monkeypatch):
+def test_mlm_head_key_changes_and_cache_reused(tok):
     kw = dict(steps=5, batch_size=8, lr=1e-2, seed=1, progress=False)
-    m1, i1 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
-    assert not i1["from_cache"] and i1["data"]["n_texts"] == len(TEXTS)
+    with T.watch_steps() as steps:
+        m1, i1 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    assert not i1["from_cache"] and i1["data"]["n_texts"] == len(TEXTS) and len(steps) == 5
     head1 = _head(m1)
-    # same inputs: loaded from disk, no training (the training loop would fail)
-    monkeypatch.setattr(T, "make_linear_scheduler", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
-    m2, i2 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
-    assert i2["from_cache"] and i2["cache_key"] == i1["cache_key"]
+    # same inputs: loaded from disk, not one training step
+    with T.watch_steps() as steps:
+        m2, i2 = T.train_mlm_head((_mlm(tok), tok), TEXTS, **kw)
+    assert steps == [] and i2["from_cache"] and i2["cache_key"] == i1["cache_key"]
     for n, p in _head(m2).items():
         assert torch.equal(p, head1[n])
-    # a changed setting or changed data retrains
-    with pytest.raises(AssertionError, match="trained"):
-        T.train_mlm_head((_mlm(tok), tok), TEXTS, **{**kw, "lr": 2e-2})
-    with pytest.raises(AssertionError, match="trained"):
-        T.train_mlm_head((_mlm(tok), tok), TEXTS[:-1], **kw)
-    with pytest.raises(AssertionError, match="trained"):
-        T.train_mlm_head((_mlm(tok, seed=5), tok), TEXTS, **kw)  # another base model
+    # a changed setting, changed data or another base model retrains
+    for bundle, texts, extra in [((_mlm(tok), tok), TEXTS, {"lr": 2e-2}),
+                                 ((_mlm(tok), tok), TEXTS[:-1], {}),
+                                 ((_mlm(tok, seed=5), tok), TEXTS, {})]:
+        with T.watch_steps() as steps:
+            _, info = T.train_mlm_head(bundle, texts, **{**kw, **extra})
+        assert len(steps) == 5 and not info["from_cache"] and info["cache_key"] != i1["cache_key"]
     # only the head is stored
     blob = torch.load(i1["cache_file"], weights_only=True)
     assert set(blob["state_dict"]) == set(T.mlm_head_param_names(m1))
@@ -166,7 +172,7 @@ def test_prompt_loss_only_target_and_foil():
     assert torch.isclose(loss, -torch.log_softmax(two, -1)[:, 0].mean())
 
 
-def test_finetune_prompt_trains_copy_and_caches(tok, monkeypatch):
+def test_finetune_prompt_trains_copy_and_caches(tok):
     base = _mlm(tok)
     before = T.fingerprint_model(base)
     ex = _examples(tok)
@@ -177,11 +183,12 @@ def test_finetune_prompt_trains_copy_and_caches(tok, monkeypatch):
     assert info["settings"]["total_steps"] == 30 and info["settings"]["warmup_steps"] == 3
     assert info["accuracy"] == pytest.approx(T.mlm_agreement_accuracy(m, ex))
     assert info["accuracy"] > max(acc0, 0.5)
-    monkeypatch.setattr(T, "prompt_loss", lambda *a: (_ for _ in ()).throw(AssertionError("trained")))
-    m2, info2 = T.finetune_prompt(base, ex, **kw)
-    assert info2["from_cache"] and T.fingerprint_model(m2) == T.fingerprint_model(m)
-    with pytest.raises(AssertionError, match="trained"):
-        T.finetune_prompt(base, ex, **{**kw, "warmup": 0.2})
+    with T.watch_steps() as steps:
+        m2, info2 = T.finetune_prompt(base, ex, **kw)
+    assert steps == [] and info2["from_cache"] and T.fingerprint_model(m2) == T.fingerprint_model(m)
+    with T.watch_steps() as steps:
+        _, info3 = T.finetune_prompt(base, ex, **{**kw, "warmup": 0.2})
+    assert len(steps) == 30 and not info3["from_cache"]
 
 
 # ------------------------------------------------------------------------------- schedule
@@ -204,7 +211,7 @@ def test_linear_schedule_values():
 
 
 # ------------------------------------------------------------------------------- classifier
-def test_train_classifier_tiny(tok, monkeypatch):
+def test_train_classifier_tiny(tok):
     model = random_model("bert", task="sequence-classification", vocab=len(tok), hidden=16, layers=1,
                          heads=2, num_labels=2)
     xs = ["this movie is good", "a great story", "the film was bad", "a boring plot"] * 4
@@ -217,13 +224,92 @@ def test_train_classifier_tiny(tok, monkeypatch):
     assert "dev_accuracy" in T.format_info(info)
     fresh = random_model("bert", task="sequence-classification", vocab=len(tok), hidden=16, layers=1,
                          heads=2, num_labels=2)
-    monkeypatch.setattr(T, "make_linear_scheduler", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
-    _, info2 = T.train_classifier("sst2", bundle=(fresh, tok), **kw)
-    assert info2["from_cache"]
+    with T.watch_steps() as steps:
+        _, info2 = T.train_classifier("sst2", bundle=(fresh, tok), **kw)
+    assert steps == [] and info2["from_cache"]
     assert T.fingerprint_model(fresh) == T.fingerprint_model(b[0])
 
 
 def test_label_ids():
-    assert T._label_ids(["entailment", "contradiction", "neutral"], "mnli") == [0, 2, 1]
-    assert T._label_ids(["normal", "hatespeech", "offensive"], "hatexplain") == [1, 0, 2]
-    assert T._label_ids([0, 1], "sst2") == [0, 1]
+    assert T.label_ids(["entailment", "contradiction", "neutral"], "mnli") == [0, 2, 1]
+    assert T.label_ids(["Normal", " hatespeech", "offensive"], "hatexplain") == [1, 0, 2]
+    assert T.label_ids([0, 1, "1"], "sst2") == [0, 1, 1]
+    assert T.label_ids(["negative", "positive"], "sst2") == [T.LABELS["sst2"].index("negative"), 1]
+    with pytest.raises(ValueError):
+        T.label_ids(["maybe"], "sst2")
+
+
+# ------------------------------------------------------------------------------- the fit loop
+def test_every_trainer_runs_the_one_fit_loop(tok):
+    """Each trainer's steps are the fit loop's: as many as it reports, under its own name."""
+    xs = ["this movie is good", "a great story", "the film was bad", "a boring plot"] * 3
+    data = {"train": (xs, [1, 1, 0, 0] * 3), "dev": (xs[:4], [1, 1, 0, 0]), "train_pool": 12,
+            "description": "toy"}
+    clf = random_model("bert", task="sequence-classification", vocab=len(tok), hidden=16, layers=1,
+                       heads=2, num_labels=2)
+    with T.watch_steps() as steps:
+        _, head = T.train_mlm_head((_mlm(tok), tok), TEXTS, steps=4, batch_size=8, progress=False)
+        _, prompt = T.finetune_prompt(_mlm(tok), _examples(tok, 10), epochs=2, batch_size=4,
+                                      progress=False)
+        _, cls = T.train_classifier("sst2", bundle=(clf, tok), task_data=data, epochs=1,
+                                    batch_size=5, progress=False)
+    by_name = {}
+    for s in steps:
+        by_name.setdefault(s.name, []).append(s)
+    assert {k: len(v) for k, v in by_name.items()} == {
+        "mlm-head": head["settings"]["steps"],
+        "prompt fine-tuning": prompt["settings"]["total_steps"],
+        "fine-tuning sst2": cls["settings"]["total_steps"]}
+    assert [s.step for s in by_name["prompt fine-tuning"]] == list(range(6))
+    assert [s.epoch for s in by_name["prompt fine-tuning"]] == [0, 0, 0, 1, 1, 1]
+    assert len(prompt["metrics"]["train_loss_per_epoch"]) == 2
+    # the recorded lr follows the linear schedule (warm-up 10% of 6 steps = 1 step)
+    lrs = [s.lr for s in by_name["prompt fine-tuning"]]
+    assert lrs[0] == 0.0 and math.isclose(lrs[1], 3e-5) and math.isclose(lrs[3], 3e-5 * 3 / 5)
+    assert cls["metrics"]["final_train_loss"] == pytest.approx(
+        sum(s.loss for s in by_name["fine-tuning sst2"]) / 3)
+
+
+def test_fit_on_a_toy_problem():
+    """fit minimises the loss over the batches given; epoch means; the batch orders."""
+    target = torch.arange(10, dtype=torch.float32)
+    w = torch.nn.Parameter(torch.zeros(10))
+    run = T.fit([w], lambda b: ((w[b] - target[b]) ** 2).mean(), T.epoch_batches(10, 4, 30, seed=0),
+                total_steps=90, lr=0.5, progress=False)
+    assert len(run.losses) == 90 and len(run.epoch_losses) == 30
+    assert run.epoch_losses[-1] < 1e-2 * run.epoch_losses[0]
+    epochs = list(T.epoch_batches(10, 4, 2, seed=0))
+    assert [len(b) for _, b in epochs] == [4, 4, 2] * 2
+    assert sorted(sum((b for e, b in epochs if e == 1), [])) == list(range(10))
+    assert epochs == list(T.epoch_batches(10, 4, 2, seed=0))
+    assert epochs != list(T.epoch_batches(10, 4, 2, seed=1))
+    stream = list(T.stream_batches(10, 4, 5, seed=0))
+    assert [e for e, _ in stream] == [0, 0, 1, 1, 2] and all(len(b) == 4 for _, b in stream)
+    assert len(set(torch.cat([stream[0][1], stream[1][1]]).tolist())) == 8
+
+
+# ------------------------------------------------------------------------------- code version
+def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
+    """CODE_VERSION is the hash of the source it names: an edit there (and only there) changes
+    it, and with it every cache key, so no version is bumped by hand."""
+    assert T.CODE_VERSION == T.code_version() and T.CODE_VERSION.startswith("training-")
+    pkg = tmp_path / "cmixlib"
+    src = cmix_cache.PACKAGE_DIR
+    shutil.copytree(src / "training", pkg / "training",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("arch.py", "models.py", "batching.py", "plotting.py"):
+        shutil.copy(src / name, pkg / name)
+    monkeypatch.setattr(cmix_cache, "PACKAGE_DIR", pkg)
+    assert T.code_version() == T.CODE_VERSION  # an identical copy: the same version
+    (pkg / "plotting.py").write_text((pkg / "plotting.py").read_text() + "\n# not a dependency\n")
+    assert T.code_version() == T.CODE_VERSION
+    for part in ("training/loop.py", "arch.py", "models.py", "batching.py"):
+        path = pkg / part
+        text = path.read_text()
+        path.write_text(text + "\n# an edit\n")
+        assert T.code_version() != T.CODE_VERSION, part
+        path.write_text(text)
+    assert T.code_version() == T.CODE_VERSION
+    key = T.cache_key("x", a=1)
+    monkeypatch.setattr(training_common, "CODE_VERSION", "training-other")
+    assert T.cache_key("x", a=1) != key

@@ -1,0 +1,165 @@
+"""What every checker shares: :class:`CheckResult` (the report), the tiny random BERT and its
+inputs, calling the reader's function safely, and comparing shapes, values and normalised rows."""
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+OK, BAD, INFO = "✓", "✗", "·"
+
+
+@dataclass
+class CheckResult:
+    """Outcome of a checker: ``passed`` plus the report lines (truthy when passed)."""
+
+    name: str
+    passed: bool = True
+    messages: list[str] = field(default_factory=list)
+
+    def ok(self, text: str) -> None:
+        self.messages.append(f"{OK} {text}")
+
+    def fail(self, text: str) -> None:
+        self.passed = False
+        self.messages.append(f"{BAD} {text}")
+
+    def info(self, text: str) -> None:
+        self.messages.append(f"  {INFO} {text}")
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def report(self) -> str:
+        head = f"{self.name}: {'all checks passed' if self.passed else 'NOT correct yet'}"
+        return "\n".join([head, *self.messages])
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.name!r}, passed={self.passed})"
+
+    def _ipython_display_(self) -> None:  # the report was printed already: show nothing more
+        return None
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+def _tiny_bert(seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
+               dtype: torch.dtype = torch.float32):
+    from ..models import random_model
+
+    return random_model("bert", hidden=hidden, layers=layers, heads=heads, seed=seed, dtype=dtype)
+
+
+def _heads(layer: torch.nn.Module) -> int:
+    """Attention heads of a layer module (its self-attention records the count)."""
+    return next(int(m.num_attention_heads) for m in layer.modules()
+                if hasattr(m, "num_attention_heads"))
+
+
+def _tiny_inputs(model, n: int = 7, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, model.config.vocab_size, (1, n), generator=g)
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=True, output_attentions=True)
+    return ids, out
+
+
+def _to_numpy(x) -> np.ndarray | None:
+    if x is None:
+        return None
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().double().numpy()
+    try:
+        return np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        return None
+
+
+def _call(res: CheckResult, fn: Callable, *args):
+    """Call the reader's function; report an exception or a None result as a failure."""
+    try:
+        out = fn(*args)
+    except NotImplementedError:
+        res.fail("your function raised NotImplementedError: fill in the exercise first.")
+        return None
+    except Exception as exc:  # noqa: BLE001 - we show the reader what went wrong
+        tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        res.fail(f"your function raised an exception: {tb}")
+        return None
+    if out is None:
+        res.fail("your function returned None (not implemented yet, or a missing `return`).")
+        return None
+    arr = _to_numpy(out)
+    if arr is None:
+        res.fail(f"could not turn the result (a {type(out).__name__}) into an array of numbers.")
+    return arr
+
+
+def _check_shape(res: CheckResult, got: np.ndarray, want_shape: tuple, what: str) -> bool:
+    got_shape = tuple(got.shape)
+    squeezed = tuple(s for s in got_shape if s != 1)
+    if got_shape == tuple(want_shape):
+        res.ok(f"shape {got_shape} {what}")
+        return True
+    if squeezed == tuple(s for s in want_shape if s != 1) and got.size == math.prod(want_shape):
+        res.fail(f"shape is {got_shape}, expected {tuple(want_shape)} {what} (same entries: "
+                 f"drop or add the batch dimension).")
+    else:
+        res.fail(f"shape is {got_shape}, expected {tuple(want_shape)} {what}.")
+    return False
+
+
+def _close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float = 1e-4) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def _report_diff(res: CheckResult, got: np.ndarray, want: np.ndarray, names: Callable[[tuple], str],
+                 atol: float, max_items: int = 5) -> None:
+    diff = np.abs(got - want)
+    bad = np.argwhere(~np.isclose(got, want, atol=atol, rtol=1e-4))
+    res.fail(f"{len(bad)} of {got.size} entries differ from the reference "
+             f"(largest difference {diff.max():.3g}).")
+    for idx in bad[:max_items]:
+        idx = tuple(int(k) for k in idx)
+        res.info(f"{names(idx)}: yours {got[idx]:.5f}, expected {want[idx]:.5f}")
+    if len(bad) > max_items:
+        res.info(f"... and {len(bad) - max_items} more")
+
+
+def _diagnose(res: CheckResult, got: np.ndarray, candidates: dict[str, np.ndarray], atol: float) -> None:
+    for cause, wrong in candidates.items():
+        if wrong is not None and _close(got, wrong, atol):
+            res.info(f"likely cause: {cause}")
+            return
+
+
+def _check_normalised_row(res: CheckResult, got: np.ndarray | None, want: np.ndarray, label: str, what: str,
+                          atol: float) -> bool | None:
+    """Shape, row sum 1, non-negativity and closeness of one normalised row; reports each.
+
+    Returns None when there is no result (``got`` None, see :func:`_call`) or its shape is wrong
+    (stop checking), else whether the row matches ``want`` (a mismatch is reported entry by
+    entry; the caller adds a diagnosis).
+    """
+    if got is None:
+        return None
+    got = got.reshape(-1) if got.size == want.size else got
+    if not _check_shape(res, got, want.shape, f"[{label}{what}]"):
+        return None
+    if np.isclose(got.sum(), 1.0, atol=atol):
+        res.ok(f"{label}: the row sums to 1")
+    else:
+        res.fail(f"{label}: the row sums to {got.sum():.4f}, not 1 (normalise it).")
+    if (got < -1e-6).any():
+        res.fail(f"{label}: negative scores; this method's scores are never negative.")
+    if _close(got, want, atol=atol):
+        res.ok(f"{label}: matches the reference")
+        return True
+    _report_diff(res, got, want, lambda ix: f"{label}, token j={ix[0]}", atol)
+    return False

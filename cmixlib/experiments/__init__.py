@@ -1,0 +1,87 @@
+"""The papers' experiments, run by name, with results cached on disk.
+
+Each experiment is an :class:`Experiment` declaration: name, title, paper, default settings, the
+inputs it reads, its ``compute(ctx) -> {frame_name: DataFrame}`` function (the frame ``"result"``
+is required), the papers' numbers with how to compare them, and a summary. :func:`run_experiment`
+runs it (or loads it from the cache), writes every frame as CSV next to a JSON metadata sidecar
+and returns a :class:`RunResult`.
+
+**What every output states.** ``meta.json`` holds the experiment, the model asked for and the model
+actually used (:meth:`cmixlib.ModelBundle.describe`, which names an offline fallback), the data
+size, ``limit``, every setting (defaults merged with overrides), the wall time, the code version,
+the creation time, free-text notes (e.g. what could not be computed) and the published numbers the
+result is compared with (``paper.csv``; quotes from :mod:`cmixlib.paper_numbers`, never used in any
+computation).
+
+**Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
+``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version).
+The code version (:func:`code_version`) hashes the source of every ``.py`` file under
+``cmixlib/`` that can change a result (all but the presentation modules: plots, notebook setup,
+CLI, exercise checkers), so any such code change, a different model or any changed setting
+recomputes.
+
+**Your own models or data.** ``run_experiment(name, model="my-model", sources=MySources())``
+with a subclass of :class:`Sources` that overrides what it should load (e.g. ``mlm(condition)``,
+``classifier(task)``, ``blimp(bundle, limit)``); the tests run every experiment this way on tiny
+random models.
+
+Modules: :mod:`~cmixlib.experiments.runner` (declaration, registry, cache, run),
+:mod:`~cmixlib.experiments.sources` (models and examples), :mod:`~cmixlib.experiments.common`
+(shared batching and metrics), and one module per paper. Registered experiments (``cmix list``;
+each compute function's docstring gives the exact recipe):
+
+=============================  ===========================================  ====================  =============
+name                           what                                         needs                 module
+=============================  ===========================================  ====================  =============
+globenc-fig5-ln-outliers       LN#1/LN#2 outlier-gain correlation per layer model weights only    globenc
+alti-fig6-special-ranks        normalised rank of [CLS]/[SEP]/./, (SST-2)   SST-2 classifier*     alti
+vz-cue-alignment               dot / AP / probes-needed per layer × method  MLM (+ fine-tuned)*   value_zeroing
+vz-distance-ablation           VZ cue alignment with 4 distances, VZ A.1    MLM (+ fine-tuned)*   value_zeroing
+vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM, vz-cue-alignment value_zeroing
+vz-faithfulness                Spearman with blank-out, VZ Table 3          MLM (+ fine-tuned)*   value_zeroing
+alti-table2                    Spearman with grad-l2 (SST-2), blank-out     classifier*, MLM*     alti
+                               (SVA), ALTI Table 2
+globenc-correlations           Spearman with G×I saliency per layer,        classifier(s)*        globenc
+                               GlobEnc Table 1 / Figure 3 / Table 2
+alti-fig7-consistency          Spearman between two models' attributions    2 SST-2 classifiers*  alti
+                               (same prediction), ALTI Figure 7             (B: a layer-pruned
+                                                                            student offline)
+globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST-2 classifier*     globenc
+                               input per layer, GlobEnc Figure 4 (99% CI)   (slow: n·d backward
+                                                                            passes per layer)
+=============================  ===========================================  ====================  =============
+
+(*) trained and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such
+head (e.g. the offline MiniLM fallback); slow on CPU. ``--limit`` keeps the first N examples.
+"""
+from __future__ import annotations
+
+from ..cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
+from . import alti, globenc, value_zeroing
+from .alti import FIG7_METHODS
+from .common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch, comparison_table,
+                     map_agreement, mean_ci, mlm_target, padded_batch, target_rows,
+                     target_rows_batch)
+from .globenc import FIG4_METHODS, FIG4_VARIANTS, GLOBENC_METHODS
+from .runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment, RunResult, cache_key,
+                     code_version, list_experiments, presentation_files, register, results_root,
+                     run_experiment)
+from .sources import Data, Inputs, Model, ModelByCondition, Sources, blimp_sample, load_condition_mlm
+from .value_zeroing import VZ_DISTANCE_VARIANTS, VZ_GLOBAL_METHODS, VZ_LAYER_METHODS, align_key_note
+
+__all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
+           "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",
+           "results_root", "cache_key", "comparison_table", "Sources", "Model", "ModelByCondition", "Data", "Inputs",
+           "load_condition_mlm", "blimp_sample", "padded_batch",
+           "target_rows_batch", "target_rows", "cls_rows_batch", "mlm_target", "mean_ci",
+           "map_agreement", "align_key_note", "IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE",
+           "VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "GLOBENC_METHODS",
+           "FIG4_METHODS", "FIG4_VARIANTS", "FIG7_METHODS"]
+
+# Registered in the order of the table above (``cmix list``).
+for _experiment in (globenc.LN_OUTLIERS, alti.FIG6_SPECIAL_RANKS, value_zeroing.CUE_ALIGNMENT,
+                    value_zeroing.DISTANCE_ABLATION, value_zeroing.MDL_PROBING,
+                    value_zeroing.FAITHFULNESS, alti.TABLE2, globenc.CORRELATIONS,
+                    alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT):
+    register(_experiment)
+del _experiment

@@ -1,0 +1,276 @@
+"""Plumbing shared by the experiments of all three papers: batching examples by length, the
+target (or [CLS]) row of every method for a padded batch, excluded positions, means with
+t intervals, correlations of maps, and our numbers beside the papers'."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .. import evaluation as ev
+from ..arch import num_layers
+from ..batching import length_batches, pad_sequences
+
+if TYPE_CHECKING:
+    from .runner import Context
+
+__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "length_batches", "padded_batch",
+           "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
+           "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
+           "describe", "ids_tensor", "predicted_class", "batched"]
+
+#: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
+#: one pass through the layers above l for every step and layer, the largest share of
+#: vz-cue-alignment; benchmarks/bench_cue_alignment.py measures the trade-off (maps at 4 steps
+#: against 50: median Spearman 0.99 on the fine-tuned model) that keeps the whole experiment within
+#: 15 minutes on 2 CPU cores. Use ``--set ig_steps=16`` (or more) for converged maps.
+IG_STEPS = 4
+
+#: VZ Figure 1-2 / Table 2 methods -> how to compute them.
+GRADIENT_METHODS = {"grad_x_input": "grad_x_input_l2", "integrated_gradients": "integrated_gradients",
+                    "deeplift": "deeplift", "grad_l2": "grad_l2"}
+
+#: examples per batch in the experiments (sorted by length first, so padding stays small); results
+#: do not depend on it beyond float rounding (padded batches are tested against single runs)
+BATCH_SIZE = 32
+
+
+def describe(bundle, info: dict | None = None) -> str:
+    """The bundle's description (its ``describe()``, else its name), with the accuracy in ``info``."""
+    text = bundle.describe() if hasattr(bundle, "describe") else str(getattr(bundle, "name", bundle))
+    if info and info.get("accuracy") is not None:
+        text += f"; accuracy {info['accuracy']:.3f}"
+    return text
+
+
+def ids_tensor(ex) -> "Any":
+    """``(1, n)`` long tensor of one example's ``input_ids``."""
+    import torch
+
+    return torch.as_tensor([list(ex["input_ids"])], dtype=torch.long)
+
+
+def predicted_class(model, ids) -> int:
+    from ..gradients import ClassTarget, resolve_target
+
+    return resolve_target(model, ids, ClassTarget()).class_index
+
+
+def mlm_target(ex, settings: Mapping):
+    """The :class:`cmixlib.gradients.MLMTarget` of a BLiMP/SVA example (``grad_score`` setting)."""
+    from ..gradients import MLMTarget
+
+    return MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
+                     None if ex.get("foil_id") is None else int(ex["foil_id"]),
+                     score=settings.get("grad_score", "prob"))
+
+
+def _example_batches(examples: list[dict]) -> list[list[int]]:
+    return length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE)
+
+
+def padded_batch(examples: list[dict], pad_id: int = 0):
+    """``(input_ids, attention_mask)`` ``(B, n)`` long tensors of the examples' ``input_ids``,
+    right-padded with ``pad_id`` (:func:`cmixlib.batching.pad_sequences`)."""
+    return pad_sequences([ex["input_ids"] for ex in examples], int(pad_id))
+
+
+def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Mapping, *, level: str,
+                      seeds: list[int]) -> list[dict[str, np.ndarray]]:
+    """For each example, the scores of its target row for each method: ``(L, n)`` (level="layers")
+    or ``(n,)`` (level="input": the last layer of context-mixing maps and rollouts, gradients at the
+    word embeddings). One padded forward for the context-mixing maps and one
+    :func:`cmixlib.gradients.batch_attribute` call for all gradient methods serve the whole batch.
+    Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS` and
+    ``"random"`` (uniform, seeded per example with ``seeds``)."""
+    from .. import core
+    from ..attention import rollout
+    from ..gradients import batch_attribute
+
+    model, tok = bundle.model, bundle.tokenizer
+    lengths = [len(ex["input_ids"]) for ex in exs]
+    ids, mask = padded_batch(exs, getattr(tok, "pad_token_id", None) or 0)
+    pos = [int(ex["target_index"]) for ex in exs]
+    out: list[dict[str, np.ndarray]] = [{} for _ in exs]
+    cm_methods = [m for m in methods if m in core.METHODS]
+    roll_bases = [m.split(":", 1)[1] for m in methods if m.startswith("rollout:")]
+    need = sorted(set(cm_methods) | set(roll_bases))
+    if need:
+        rows = [[t] for t in pos] if not roll_bases and level == "layers" else None
+        maps = core.context_mixing(model, tok, {"input_ids": ids, "attention_mask": mask}, methods=need, rows=rows,
+                                   vz_distance=settings.get("vz_distance", "cosine"),
+                                   vz_standardize=settings.get("vz_standardize"))
+        maps = maps if isinstance(maps, list) else [maps]
+        for b, t in enumerate(pos):
+            for m in cm_methods:
+                out[b][m] = maps[b][m][:, t, :] if level == "layers" else maps[b][m][-1, t, :]
+            for base in roll_bases:
+                r = rollout(maps[b][base], add_identity=False, normalize=True)
+                out[b][f"rollout:{base}"] = r[:, t, :] if level == "layers" else r[-1, t, :]
+    grad = [m for m in methods if m in GRADIENT_METHODS]
+    if grad:
+        res = batch_attribute(model, ids, [mlm_target(ex, settings) for ex in exs],
+                              [GRADIENT_METHODS[m] for m in grad], level, attention_mask=mask, tokenizer=tok,
+                              aggregate=settings.get("grad_aggregate", "l2"), n_steps=settings.get("ig_steps", IG_STEPS))
+        for b in range(len(exs)):
+            for m in grad:
+                out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
+    if "random" in methods:
+        from ..gradients import random_scores
+
+        L = num_layers(model)
+        for b in range(len(exs)):
+            out[b]["random"] = random_scores(int(lengths[b]), seed=seeds[b],
+                                             num_layers=L if level == "layers" else None)
+    return [{m: o[m] for m in methods} for o in out]
+
+
+def target_rows(bundle, ex, methods: list[str], settings: Mapping, *, level: str, seed: int) -> dict[str, np.ndarray]:
+    """Scores of the target row of one example (see :func:`target_rows_batch`)."""
+    return target_rows_batch(bundle, [ex], methods, settings, level=level, seeds=[seed])[0]
+
+
+def batched_rows(ctx: "Context", bundle, examples: list[dict], *, level: str, desc: str):
+    """Yield ``(index, example, {method: target-row scores})`` for ``ctx.settings["methods"]``, one
+    length batch at a time (:func:`target_rows_batch`), with a progress bar; the random baseline of
+    example ``i`` is seeded with ``seed * 100003 + i``."""
+    s = ctx.settings
+    with ctx.tqdm(None, total=len(examples), desc=desc) as bar:
+        for idx in _example_batches(examples):
+            batch = [examples[i] for i in idx]
+            scores = target_rows_batch(bundle, batch, list(s["methods"]), s, level=level,
+                                       seeds=[int(s.get("seed", 0)) * 100003 + i for i in idx])
+            yield from zip(idx, batch, scores)
+            bar.update(len(idx))
+
+
+def batched(ctx: "Context", examples: list[dict], rows, *, desc: str) -> dict[int, Any]:
+    """``{index: rows(batch)[k]}`` over the length batches of ``examples`` (``rows`` maps a list of
+    examples to one value per example), with a progress bar."""
+    out: dict[int, Any] = {}
+    with ctx.tqdm(None, total=len(examples), desc=desc) as bar:
+        for idx in _example_batches(examples):
+            out.update(zip(idx, rows([examples[i] for i in idx])))
+            bar.update(len(idx))
+    return out
+
+
+def cls_rows_batch(bundle, batch: list[dict], methods: list[str]) -> list[dict[str, np.ndarray]]:
+    """For sentence-classification examples (target position 0, [CLS]): the final-layer [CLS] row
+    of each context-mixing method and rollout (:func:`target_rows_batch`, level "input"), and each
+    gradient method of the predicted class's probability w.r.t. the word embeddings
+    (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time."""
+    from ..gradients import ClassTarget, batch_attribute
+
+    mix = [m for m in methods if m not in GRADIENT_METHODS]
+    out = (target_rows_batch(bundle, batch, mix, {}, level="input", seeds=[0] * len(batch))
+           if mix else [{} for _ in batch])
+    grad = [m for m in methods if m in GRADIENT_METHODS]
+    if grad:
+        ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+        res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),
+                              [GRADIENT_METHODS[m] for m in grad], "input", attention_mask=mask,
+                              tokenizer=bundle.tokenizer)
+        for b, ex in enumerate(batch):
+            for m in grad:
+                out[b][m] = res[GRADIENT_METHODS[m]][b][:len(ex["input_ids"])]
+    return [{m: o[m] for m in methods} for o in out]
+
+
+def exclude_positions(ex, mode: str | None) -> list[int] | None:
+    """Positions left out of a per-example score: ``mode`` "none" (None), "special" ([CLS] and
+    [SEP]: first and last), "target" or "special+target"."""
+    if mode in (None, "none"):
+        return None
+    n = len(ex["input_ids"])
+    ex_pos: list[int] = []
+    if "special" in mode:
+        ex_pos += [0, n - 1]
+    if "target" in mode:
+        ex_pos.append(int(ex["target_index"]))
+    return sorted(set(ex_pos))
+
+
+def mean_ci(values, confidence: float) -> dict[str, float]:
+    r"""Mean, population std (as :func:`cmixlib.evaluation.mean_std`), ``n`` and a two-sided
+    Student-t confidence interval of the mean over the finite values (:func:`scipy.stats.t.interval`):
+
+    .. math:: \bar v \pm t_{(1+c)/2,\; n-1}\, s/\sqrt{n}, \qquad s = \text{sample std (ddof=1)}.
+
+    The bounds are NaN when fewer than 2 values are finite."""
+    from scipy import stats
+
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    out = {"mean": float(v.mean()) if v.size else float("nan"),
+           "std": float(v.std()) if v.size else float("nan"), "n": int(v.size),
+           "ci_low": float("nan"), "ci_high": float("nan"), "confidence": float(confidence)}
+    if v.size >= 2:
+        sem = float(v.std(ddof=1)) / np.sqrt(v.size)
+        if sem > 0:
+            lo, hi = stats.t.interval(confidence, df=v.size - 1, loc=out["mean"], scale=sem)
+        else:
+            lo = hi = out["mean"]
+        out["ci_low"], out["ci_high"] = float(lo), float(hi)
+    return out
+
+
+def correlate(a, b, kind: str) -> float:
+    """Pearson's r (:func:`scipy.stats.pearsonr`) or Spearman's rho of two vectors over their
+    finite entries; NaN when fewer than 2 remain or either is constant."""
+    from scipy.stats import pearsonr
+
+    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    if kind == "pearson":
+        return float(pearsonr(a, b).statistic)
+    return ev.spearman(a, b)
+
+
+def map_agreement(method_map: np.ndarray, reference_map: np.ndarray, *, correlation: str = "pearson",
+                  unit: str = "row", diagonal: bool = True) -> float:
+    r"""Agreement of one layer's ``(n, n)`` attribution map with a reference map (e.g. HTA).
+
+    ``unit="row"``: :math:`\frac{1}{n}\sum_i \mathrm{corr}(M_{i,:}, R_{i,:})`, the mean over output
+    tokens i of the correlation of their rows (GlobEnc's code correlates the maps row by row, "per
+    attender"; rows whose correlation is undefined are skipped). A row correlation is unchanged by
+    scaling a row, so row normalisation of either map does not matter. ``unit="map"``: one
+    correlation of the two flattened maps. ``correlation``: ``"pearson"`` (the caption of GlobEnc's
+    Figure 4) or ``"spearman"``. ``diagonal=False`` leaves out the entries j = i (a token's own
+    residual share, which dominates both maps), so that only how the rest is spread is compared.
+    """
+    if correlation not in ("pearson", "spearman"):
+        raise ValueError(f"correlation must be 'pearson' or 'spearman', not {correlation!r}")
+    if unit not in ("row", "map"):
+        raise ValueError(f"unit must be 'row' or 'map', not {unit!r}")
+    m, r = np.asarray(method_map, dtype=float), np.asarray(reference_map, dtype=float)
+    if m.shape != r.shape or m.ndim != 2:
+        raise ValueError(f"expected two (n, n) maps of the same shape, got {m.shape} and {r.shape}")
+    keep = np.ones(m.shape, dtype=bool) if diagonal else ~np.eye(m.shape[0], dtype=bool)
+    if unit == "map":
+        return correlate(m[keep], r[keep], correlation)
+    rows = [correlate(m[i][keep[i]], r[i][keep[i]], correlation) for i in range(m.shape[0])]
+    rows = [x for x in rows if np.isfinite(x)]
+    return float(np.mean(rows)) if rows else float("nan")
+
+
+def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,
+                     ours_value: str = "mean", paper_filter: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Outer-merge our numbers with the paper's on ``on`` (e.g. ``["cmix_method", "condition"]``).
+
+    Columns: the keys, ``ours`` (+ ``ours_std`` if present), ``paper``, ``paper_std``,
+    ``paper_model``, ``paper_method`` (the printed label).
+    """
+    p = paper.drop(columns=["paper"], errors="ignore")
+    for k, v in (paper_filter or {}).items():
+        p = p[p[k] == v]
+    if "method" in p.columns:
+        p["paper_method"] = p["method"]
+    p = p.rename(columns={"value": "paper", "std": "paper_std", "model": "paper_model"})
+    keep = [c for c in on + ["paper", "paper_std", "paper_model", "paper_method"] if c in p.columns]
+    o = ours.rename(columns={ours_value: "ours", "std": "ours_std"})
+    okeep = [c for c in on + ["ours", "ours_std", "n"] if c in o.columns]
+    return o[okeep].merge(p[keep], on=on, how="outer")

@@ -1,0 +1,195 @@
+"""The GlobEnc paper's experiments (Modarressi et al. 2022): correlation of attribution rows with
+gradient×input saliency (Table 1, Figure 3, Table 2), single-layer agreement with HTA maps
+(Figure 4) and the LayerNorm outlier weights (Figure 5)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import evaluation as ev
+from .. import paper_numbers as pn
+from .common import comparison_table, ids_tensor, map_agreement, mean_ci
+from .runner import Context, Experiment
+from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, whole_split
+
+__all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "FIG4_METHODS",
+           "FIG4_VARIANTS"]
+
+# ============================================================================================
+# Figure 5: LN#1 / LN#2 outlier weights
+# ============================================================================================
+def ln_outliers(ctx: Context) -> dict[str, pd.DataFrame]:
+    """Per layer: Pearson correlation between the LN#1 and LN#2 gains (gamma) on the outlier
+    dimensions (>= ``sigma`` std from the mean gain; ``outliers`` = "ln1", "ln2" or "union" of both
+    layers' outlier sets). Needs only the model weights. The paper prints no numbers (figure only)."""
+    from scipy.stats import pearsonr
+
+    from ..arch import layer_parts
+
+    bundle, _, _ = ctx.load_inputs()
+    layers = layer_parts(bundle.model)
+    ctx.info["data_size"] = f"{len(layers)} layers (weights only)"
+    sigma, which = float(ctx.settings["sigma"]), ctx.settings["outliers"]
+    rows, weights = [], []
+    for i, mods in enumerate(layers):
+        g1 = mods.ln1.weight.detach().cpu().numpy().astype(float)
+        g2 = mods.ln2.weight.detach().cpu().numpy().astype(float)
+        o1 = np.abs(g1 - g1.mean()) >= sigma * g1.std()
+        o2 = np.abs(g2 - g2.mean()) >= sigma * g2.std()
+        sel = {"ln1": o1, "ln2": o2, "union": o1 | o2}[which]
+        k = int(sel.sum())
+        r = float(pearsonr(g1[sel], g2[sel]).statistic) if k >= 3 and np.ptp(g1[sel]) > 0 and np.ptp(g2[sel]) > 0 else float("nan")
+        rows.append({"layer": i + 1, "pearson": r, "n_outlier_dims": k, "n_ln1_outliers": int(o1.sum()),
+                     "n_ln2_outliers": int(o2.sum()), "corr_all_dims": float(np.corrcoef(g1, g2)[0, 1])})
+        weights += [{"layer": i + 1, "dim": d, "ln1": g1[d], "ln2": g2[d], "outlier": bool(sel[d])}
+                    for d in range(g1.size)]
+    return {"result": pd.DataFrame(rows), "weights": pd.DataFrame(weights)}
+
+
+LN_OUTLIERS = Experiment(
+    name="globenc-fig5-ln-outliers", title="Correlation of LN#1 and LN#2 outlier weights per layer",
+    paper="GlobEnc (Figure 5)", inputs=Inputs(Model("base")), compute=ln_outliers,
+    defaults={"sigma": 3.0, "outliers": "union"})
+
+
+# ============================================================================================
+# Table 1, Figure 3, Table 2
+# ============================================================================================
+GLOBENC_METHODS = ["attention", "w_fixedres", "w_res", "attn_norm", "n_fixedres", "attn_norm_res",
+                   "attn_norm_res_ln", "globenc_layer"]
+_TASK_LABEL = {"sst2": "SST-2", "mnli": "MNLI", "hatexplain": "HateXplain"}
+
+
+def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
+    """For each validation example of a fine-tuned classifier: saliency = ||dz_c/de_j ⊙ e_j||_2 with
+    z_c the true-class logit and e_j the embedding-layer output (``hidden_states[0]``; level
+    "layers" row 0 of cmixlib.gradients); Spearman with the [CLS] row of (a) the rollout up to each
+    layer (Table 1 = last layer, Figure 3 = all layers) and (b) each single layer map (Table 2
+    "Indiv."). Rollout without identity, rows normalised (``rollout_normalize``)."""
+    from .. import core
+    from ..attention import rollout
+    from ..gradients import ClassTarget, attribute
+
+    s = ctx.settings
+    frames = []
+    for task in s["tasks"]:
+        bundle, _, examples = ctx.load_inputs(task)
+        per: dict[tuple[str, str, int], list[float]] = {}
+        for ex in ctx.tqdm(examples, desc=f"GlobEnc ({task})"):
+            ids = ids_tensor(ex)
+            target = ClassTarget(int(ex["label"]))
+            if s["saliency_level"] == "embeddings":
+                sal = attribute(bundle.model, ids, target, method="grad_x_input_l2", level="layers")[0]
+            else:
+                sal = attribute(bundle.model, ids, target, method="grad_x_input_l2")
+            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=list(s["methods"]),
+                                       normalize=bool(s["rollout_normalize"]))
+            for m in s["methods"]:
+                rolled = rollout(maps[m], add_identity=False, normalize=bool(s["rollout_normalize"]))
+                for layer in range(maps[m].shape[0]):
+                    per.setdefault((m, "rollout", layer + 1), []).append(ev.spearman(rolled[layer, 0], sal))
+                    per.setdefault((m, "individual", layer + 1), []).append(ev.spearman(maps[m][layer, 0], sal))
+        rows = [{"task": _TASK_LABEL[task], "method": m, "aggregation": agg, "layer": layer, **ev.mean_std(v)}
+                for (m, agg, layer), v in per.items()]
+        frames.append(pd.DataFrame(rows))
+    return {"result": pd.concat(frames, ignore_index=True)}
+
+
+def _correlations_compare(frames, paper):
+    r = frames["result"]
+    last = r[(r.aggregation == "rollout") & (r.layer == r.layer.max())].rename(columns={"method": "cmix_method"})
+    return comparison_table(last, paper, ["cmix_method", "task"], paper_filter={"table": "Table 1"})
+
+
+CORRELATIONS = Experiment(
+    name="globenc-correlations",
+    title="Spearman of [CLS] attribution rows with gradient×input saliency, per layer",
+    paper="GlobEnc (Table 1, Figure 3, Table 2)", compute=correlations,
+    inputs=Inputs(Model("classifier", "{task}"), Data("classification_inputs", "{task}")),
+    defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": True,
+              "saliency_level": "embeddings", **CLASSIFIER_SETTINGS},
+    paper_numbers=pn.globenc_table1, compare=_correlations_compare)
+
+
+# ============================================================================================
+# Figure 4: single-layer agreement with HTA
+# ============================================================================================
+#: GlobEnc Figure 4's attribution maps: N-Res, N-ResLN and N-Enc (single layers, no rollout).
+FIG4_METHODS = ["attn_norm_res", "attn_norm_res_ln", "globenc_layer"]
+
+#: The three readings of GlobEnc Figure 4's "Pearson correlation of HTA maps with attribution maps"
+#: that :func:`hta_agreement` reports side by side, all from the same maps. "map_raw" (the main
+#: one): the whole n x n maps flattened, **un-normalised** (the caption's literal reading; GlobEnc's
+#: code keeps raw norms and its HTA files are "undiv"), so that rows with larger totals weigh more.
+#: "rows": per row i over all columns, mean over rows (the granularity of GlobEnc's
+#: ``compute_spearman_correlation_hta``); "rows_off_diagonal": the same without j = i. A row-wise
+#: correlation cannot see a per-row rescaling, such as N-ResLN's division by token i's LN#1 scale.
+FIG4_VARIANTS: dict[str, dict] = {"map_raw": {"unit": "map", "diagonal": True},
+                                  "rows": {"unit": "row", "diagonal": True},
+                                  "rows_off_diagonal": {"unit": "row", "diagonal": False}}
+
+
+def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
+    """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (cmixlib.training): for
+    the first ``limit`` dev sentences with at most ``max_tokens`` tokens ([CLS]/[SEP] included;
+    GlobEnc: the first 256, at most 64 tokens), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
+    c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
+    ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
+    in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
+    the whole un-normalised maps, all rows and columns, [CLS]/[SEP] and the diagonal included). Per
+    layer: mean over sentences with a two-sided ``confidence`` t interval (the figure shows 99%
+    intervals). The paper prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res
+    and N-Enc."""
+    import time
+
+    from .. import core
+    from ..hta import hta
+
+    s = ctx.settings
+    map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting
+    methods = list(s["methods"])
+    bundle, _, pool = ctx.load_inputs()
+    examples = [ex for ex in pool if len(ex["input_ids"]) <= int(s["max_tokens"])]
+    examples = examples if ctx.limit is None else examples[:ctx.limit]
+    ctx.info["data_size"] = len(examples)
+    ctx.note(f"sentences: the first {len(examples)} SST-2 dev sentences with at most {s['max_tokens']} tokens "
+             f"(mean length {np.mean([len(e['input_ids']) for e in examples]) if examples else 0:.1f} tokens)")
+    rows, seconds = [], []
+    for k, ex in enumerate(ctx.tqdm(examples, desc="HTA")):
+        ids = {"input_ids": ids_tensor(ex)}
+        t0 = time.perf_counter()
+        ref = hta(bundle.model, bundle.tokenizer, ids, times_input=bool(s["times_input"]), normalize=False)
+        seconds.append(time.perf_counter() - t0)
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, ids, methods=methods, normalize=False)
+        for variant, kw in FIG4_VARIANTS.items():
+            for m in methods:
+                for layer in range(ref.shape[0]):
+                    rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "variant": variant, "method": m,
+                                 "layer": layer + 1,
+                                 "value": map_agreement(maps[m][layer], ref[layer], correlation=s["correlation"], **kw)})
+    per = pd.DataFrame(rows, columns=["example", "n_tokens", "variant", "method", "layer", "value"])
+    result = pd.DataFrame([{"variant": v, "method": m, "layer": layer, **mean_ci(g["value"], s["confidence"])}
+                           for (v, m, layer), g in per.groupby(["variant", "method", "layer"], sort=False)])
+    ctx.info["hta_seconds_per_sentence"] = [round(x, 2) for x in seconds]
+    return {"result": result, "per_example": per}
+
+
+def _fig4_summary(frames) -> str:
+    df = frames["result"]
+    df = df[df["variant"] == "map_raw"]
+    cell = df.assign(text=[f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in zip(df["mean"], df["ci_low"], df["ci_high"])])
+    cells = cell.pivot(index="layer", columns="method", values="text")
+    conf = df["confidence"].iloc[0] if len(df) else float("nan")
+    return (f"mean correlation with HTA × input per layer [{conf:.0%} t interval over sentences], "
+            f"n = {int(df['n'].max()) if len(df) else 0} sentences (variant 'map_raw'; 'rows' and "
+            "'rows_off_diagonal' are in result.csv):\n" + cells.to_string())
+
+
+HTA_AGREEMENT = Experiment(
+    name="globenc-fig4-hta",
+    title="Single-layer correlation of N-Res / N-ResLN / N-Enc maps with HTA × input maps (SST-2)",
+    paper="GlobEnc (Figure 4)", compute=hta_agreement,
+    inputs=Inputs(SST2_CLASSIFIER, Data("sst2", limit=whole_split)),
+    defaults={"methods": FIG4_METHODS, "correlation": "pearson", "max_tokens": 64,
+              "times_input": True, "confidence": 0.99, **CLASSIFIER_SETTINGS},
+    summary=_fig4_summary)

@@ -1,0 +1,298 @@
+"""Where the experiments' models and examples come from: :class:`Sources` (the seam for running
+an experiment on your own models or data, and for tests) and the declarations of what an
+experiment reads (:class:`Model`, :class:`Data`, :class:`Inputs`).
+
+The default :class:`Sources` loads the real models (the Value Zeroing experiments' MLM for a
+condition, :func:`load_condition_mlm`; a classifier fine-tuned on a task; the bare encoder; ALTI
+Figure 7's second classifier) through :mod:`cmixlib.training` / :mod:`cmixlib.models`, and the
+real data through :mod:`cmixlib.data` (BLiMP agreement, :func:`blimp_sample`; SST-2; SVA; the
+dev split of a classification task)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+
+from ..arch import num_layers
+
+if TYPE_CHECKING:
+    from .runner import Context
+
+__all__ = ["Sources", "Model", "ModelByCondition", "Data", "Inputs", "whole_split",
+           "load_condition_mlm", "blimp_sample", "SST2_CLASSIFIER",
+           "CLASSIFIER_SETTINGS", "FINETUNED_MLM_SETTINGS"]
+
+#: Settings (with their defaults) of an experiment that reads a classifier (:meth:`Sources.classifier`).
+CLASSIFIER_SETTINGS = {"cls_epochs": 2, "cls_max_train_examples": 1500}
+
+#: Settings of an experiment that reads the fine-tuned MLM (:func:`load_condition_mlm`; None:
+#: :mod:`cmixlib.training`'s defaults).
+FINETUNED_MLM_SETTINGS = {"ft_epochs": None, "ft_max_train_examples": None}
+
+
+def load_condition_mlm(condition: str, settings: Mapping | None = None, model: str | None = None,
+                       progress: bool = False):
+    """``(bundle, info)`` of the Value Zeroing experiments' MLM for ``condition``: the
+    pre-trained MLM (:func:`cmixlib.training.load_mlm_model`) or its prompt-fine-tuned copy
+    (:func:`cmixlib.training.load_finetuned_mlm`; ``settings`` may hold the experiments'
+    ``ft_epochs`` and ``ft_max_train_examples``), exactly as the experiments load them."""
+    from .. import training
+
+    settings = settings or {}
+    ft = {kw: settings[key] for key, kw in (("ft_epochs", "epochs"),
+                                            ("ft_max_train_examples", "max_train_examples"))
+          if settings.get(key) is not None}
+    loaders = {"pretrained": lambda: training.load_mlm_model(model, evaluate=False, progress=progress),
+               "finetuned": lambda: training.load_finetuned_mlm(model, progress=progress, **ft)}
+    if condition not in loaders:
+        raise ValueError(f"condition must be 'pretrained' or 'finetuned', not {condition!r}")
+    return loaders[condition]()
+
+
+def blimp_sample(bundle, limit: int | None) -> list[dict]:
+    """BLiMP agreement test split; with ``limit``, a seeded random sample (numpy seed 0) kept in
+    split order, so that a small run still mixes the five subsets (the split is grouped by subset)."""
+    from .. import data
+
+    ex = data.load_blimp_agreement(bundle.tokenizer, split="test")
+    if limit is None or limit >= len(ex):
+        return ex
+    keep = sorted(np.random.default_rng(0).choice(len(ex), size=limit, replace=False).tolist())
+    return [ex[i] for i in keep]
+
+
+class Sources:
+    """The models and examples of a run. Subclass it and override any method to run an
+    experiment on your own models or data: ``run_experiment(name, model="my-model",
+    sources=MySources())`` (the cache knows the model only by that name).
+
+    Models come as ``(bundle, info)``: ``bundle`` has ``.model`` and ``.tokenizer`` (and may have
+    ``.describe()``, ``.name``, ``.is_fallback``, as :class:`cmixlib.ModelBundle`); ``info`` is
+    a dict (``"accuracy"`` is reported) or None. Examples are lists of dicts as
+    :mod:`cmixlib.data` returns them: every one has ``input_ids``; BLiMP and SVA examples also
+    ``target_index``, ``target_id``, ``foil_id`` (BLiMP: ``cue_indices``, ``label``
+    singular/plural); SST-2 sentences ``tokens`` and ``label``; classification inputs ``label``.
+
+    :func:`run_experiment` hands the experiment a copy bound to the run (:meth:`bind`), so a
+    method can read :attr:`context` (model name, settings, progress, ``note()``).
+    """
+
+    context: "Context | None" = None
+
+    def bind(self, context: "Context") -> "Sources":
+        """A copy of these sources for the run ``context``."""
+        bound = copy.copy(self)
+        bound.context = context
+        return bound
+
+    # the run's model name, settings and progress flag (defaults when unbound)
+    @property
+    def _model(self) -> str | None:
+        return self.context.model if self.context is not None else None
+
+    @property
+    def _settings(self) -> Mapping:
+        return self.context.settings if self.context is not None else {}
+
+    @property
+    def _progress(self) -> bool:
+        return self.context.progress if self.context is not None else False
+
+    def mlm(self, condition: str) -> tuple[Any, dict | None]:
+        """The Value Zeroing experiments' MLM for ``condition`` (:func:`load_condition_mlm`)."""
+        return load_condition_mlm(condition, self._settings, self._model, self._progress)
+
+    def train_classifier(self, task: str, model: str | None, **kw) -> tuple[Any, dict | None]:
+        """``model`` fine-tuned on ``task`` (:func:`cmixlib.training.train_classifier`, cached):
+        how :meth:`classifier` and :meth:`model_b` get their classifiers."""
+        from .. import training
+
+        return training.train_classifier(task, model, **kw)
+
+    def classifier(self, task: str) -> tuple[Any, dict | None]:
+        """The run's model fine-tuned on ``task`` (settings ``cls_epochs``, ``cls_max_train_examples``)."""
+        s = self._settings
+        return self.train_classifier(task, self._model, max_train_examples=s.get("cls_max_train_examples"),
+                                     epochs=s.get("cls_epochs", 2), progress=self._progress)
+
+    def base(self) -> tuple[Any, dict | None]:
+        """The bare pre-trained encoder (:func:`cmixlib.load_model`)."""
+        from ..models import load_model
+
+        return load_model(self._model), None
+
+    def blimp(self, bundle, limit: int | None) -> list[dict]:
+        """BLiMP agreement test examples (:func:`blimp_sample`)."""
+        return blimp_sample(bundle, limit)
+
+    def sst2(self, bundle, limit: int | None) -> list[dict]:
+        """SST-2 dev sentences (the first ``limit``)."""
+        from .. import data
+
+        return data.load_sst2_inputs(bundle.tokenizer, split="dev", limit=limit)
+
+    def sva(self, bundle, limit: int | None) -> list[dict]:
+        """Subject-verb agreement sentences (Linzen et al.): ``limit`` or 500, seed 0."""
+        from .. import data
+
+        return data.load_sva(bundle.tokenizer, limit=limit if limit is not None else 500, seed=0)
+
+    def classification_inputs(self, bundle, task: str, limit: int | None) -> list[dict]:
+        """The dev examples of a classification task (:func:`cmixlib.training.classification_data`;
+        SST-2: :meth:`sst2`), target position 0 ([CLS])."""
+        if task == "sst2":
+            return self.sst2(bundle, limit)
+        from .. import training
+
+        xs, ys = training.classification_data(task, max_dev_examples=limit)["dev"]
+        out = []
+        for x, y in zip(xs, ys):
+            enc = bundle.tokenizer(*x) if isinstance(x, (list, tuple)) else bundle.tokenizer(x)
+            out.append({"input_ids": enc["input_ids"][:512], "label": int(y), "target_index": 0})
+        return out[:limit] if limit is not None else out
+
+    def model_b(self, bundle_a) -> tuple[Any, dict | None, str]:
+        """``(bundle, info, how)``: the second SST-2 classifier of ALTI Figure 7 (cmixlib.training).
+
+        Setting ``model_b="auto"``: ``distilbert-base-uncased`` when model A really is
+        ``bert-base-uncased`` and DistilBERT can be loaded (the paper's pair), else ``"student"``.
+        ``"student"``: model A's pre-trained encoder with only the layers ``keep_layers``, then
+        fine-tuned like model A (no distillation). DistilBERT's student was initialised from BERT
+        by "taking one layer out of two" (Sanh et al. 2019; Hugging Face's script kept layers 0,
+        2, 4, 7, 9, 11: the first and the last); the default here is every other layer counted
+        from the top, so that the last layer, the one the classification head reads, is kept: 1,
+        3, 5 of 6 (MiniLM), 1, 3, ..., 11 of 12. Any other value of ``model_b`` is a model name,
+        loaded without the offline fallback.
+
+        Model B is fine-tuned with model A's ``cls_*`` settings except ``b_cls_max_train_examples``
+        (default 6,000 sentences) and ``b_cls_epochs`` (None: A's). A pruned student does not learn
+        SST-2 from A's 1,500 sentences: with MiniLM, lr 3e-5, 2 epochs, layers 0, 2, 4 reach a dev
+        accuracy of 0.509 and layers 1, 3, 5 0.538 (majority class 0.509); with 6,000 sentences
+        layers 1, 3, 5 reach 0.798.
+        """
+        s = self._settings
+        kw = dict(max_train_examples=s.get("cls_max_train_examples"), epochs=s.get("cls_epochs", 2),
+                  progress=self._progress)
+        for key in ("max_train_examples", "epochs"):
+            if s.get(f"b_cls_{key}") is not None:
+                kw[key] = s[f"b_cls_{key}"]
+        choices = {"auto": self._model_b_auto, "student": self._model_b_student}
+        spec = s["model_b"]
+        return choices[spec](bundle_a, kw) if spec in choices else self._model_b_named(spec, kw)
+
+    def _model_b_named(self, name: str, kw: dict) -> tuple[Any, dict | None, str]:
+        b, info = self.train_classifier("sst2", name, allow_fallback=False, **kw)
+        return b, info, name
+
+    def _model_b_auto(self, bundle_a, kw: dict) -> tuple[Any, dict | None, str]:
+        from ..models import ModelLoadError
+
+        if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
+            try:
+                b, info, _ = self._model_b_named("distilbert-base-uncased", kw)
+                return b, info, "distilbert-base-uncased (the paper's second model)"
+            except ModelLoadError:
+                self.context.note("model_b=auto: distilbert-base-uncased could not be loaded; "
+                                  "a DistilBERT-style student is used")
+        return self._model_b_student(bundle_a, kw)
+
+    def _model_b_student(self, bundle_a, kw: dict) -> tuple[Any, dict | None, str]:
+        keep = self._settings["keep_layers"]
+        n = num_layers(bundle_a.model)
+        keep = list(keep) if keep is not None else list(range(n - 1, -1, -2))[::-1]
+        b, info = self.train_classifier("sst2", self._model, keep_layers=keep, **kw)
+        return b, info, (f"DistilBERT-style student of model A's pre-trained encoder: layers {list(keep)} "
+                         "kept, then fine-tuned on SST-2 like model A (no distillation)")
+
+
+# ----------------------------------------------------------------------------------------------
+# What an experiment reads, declared
+# ----------------------------------------------------------------------------------------------
+def _fill(arg: str | None, sources: Sources, task: str | None) -> tuple:
+    """``()`` or ``(arg,)`` with "{condition}" / "{task}" filled in from the run."""
+    if arg is None:
+        return ()
+    return (arg.format(condition=sources.context.settings.get("condition"), task=task),)
+
+
+def _named(what: str, arg: str | None) -> str:
+    """A declared input in words: e.g. MLM, pretrained MLM, MLM by condition."""
+    if arg is None:
+        return what
+    return f"{what} by {arg.strip('{}')}" if arg.startswith("{") else f"{arg} {what}"
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model an experiment reads: :class:`Sources` method ``kind`` (``"mlm"``, ``"classifier"``,
+    ``"base"``) called with ``arg``, where ``"{condition}"`` stands for the run's ``condition``
+    setting and ``"{task}"`` for the task being run."""
+
+    kind: str
+    arg: str | None = None
+
+    def load(self, sources: Sources, task: str | None = None) -> tuple[Any, dict | None]:
+        return getattr(sources, self.kind)(*_fill(self.arg, sources, task))
+
+    def __str__(self) -> str:
+        what = {"mlm": "MLM", "classifier": "classifier", "base": "base model"}.get(self.kind, self.kind)
+        return _named(what, self.arg)
+
+
+@dataclass(frozen=True)
+class ModelByCondition:
+    """The model named by the run's ``condition`` setting, one :class:`Model` per condition."""
+
+    choices: Mapping[str, Model]
+
+    def load(self, sources: Sources, task: str | None = None) -> tuple[Any, dict | None]:
+        condition = sources.context.settings["condition"]
+        if condition not in self.choices:
+            raise ValueError(f"condition must be one of {list(self.choices)}, not {condition!r}")
+        return self.choices[condition].load(sources, task)
+
+    def __str__(self) -> str:
+        return " / ".join(f"{model} if {c}" for c, model in self.choices.items())
+
+
+def whole_split(context: "Context") -> None:
+    """A :class:`Data` limit: every example (the experiment applies the run's limit itself)."""
+    return None
+
+
+@dataclass(frozen=True)
+class Data:
+    """Examples an experiment reads: :class:`Sources` method ``kind`` (``"blimp"``, ``"sst2"``,
+    ``"sva"``, ``"classification_inputs"``) called with the model's bundle, ``arg`` (as for
+    :class:`Model`) and ``limit(context)`` (default: the run's ``limit``)."""
+
+    kind: str
+    arg: str | None = None
+    limit: Callable[["Context"], int | None] | None = None
+
+    def load(self, sources: Sources, bundle, task: str | None = None) -> list[dict]:
+        limit = self.limit(sources.context) if self.limit is not None else sources.context.limit
+        return getattr(sources, self.kind)(bundle, *_fill(self.arg, sources, task), limit)
+
+    def __str__(self) -> str:
+        what = {"blimp": "BLiMP agreement", "sst2": "SST-2 dev", "sva": "SVA",
+                "classification_inputs": "dev split"}.get(self.kind, self.kind)
+        return _named(what, self.arg)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The model an experiment reads, its examples (optional) and anything else, in words."""
+
+    model: Model | ModelByCondition
+    data: Data | None = None
+    also: str = ""
+
+    def __str__(self) -> str:
+        return ", ".join(str(x) for x in (self.model, self.data, self.also or None) if x is not None)
+
+
+#: The classifier fine-tuned on SST-2 (ALTI Figures 6, 7 and Table 2, GlobEnc Figure 4).
+SST2_CLASSIFIER = Model("classifier", "sst2")

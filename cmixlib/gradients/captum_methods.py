@@ -1,0 +1,364 @@
+r"""Gradient, gradient × input, integrated gradients and DeepLift through captum, batched.
+
+Owns :func:`batch_attribute` (a padded batch, several methods at once), the one-sequence
+functions :func:`grad_l2`, :func:`grad_x_input_l2`, :func:`grad_x_input_abs`,
+:func:`integrated_gradients`, :func:`deeplift`, and :data:`GRADIENT_METHODS`. With
+:math:`g_j = \partial f/\partial x_j` (:math:`f`: :mod:`.targets`; :math:`x_j`: :mod:`.layers`),
+each returns one value per token:
+
+=========================  =========================================================
+``grad_l2``                :math:`\lVert g_j \rVert_2`
+``grad_x_input_l2``        :math:`\lVert g_j \odot x_j \rVert_2`
+``grad_x_input_abs``       :math:`\lvert g_j \cdot x_j \rvert = |\sum_d g_{jd} x_{jd}|`
+``integrated_gradients``   :math:`A_j = \sum_d (x_{jd}-x'_{jd}) \int_0^1 g_{jd}(x'+\alpha(x-x'))d\alpha`
+``deeplift``               :math:`A_j = \sum_d (x_{jd}-x'_{jd})\, m_{jd}` (DeepLift multipliers)
+=========================  =========================================================
+
+IG and DeepLift default to the signed sum over dimensions (``aggregate="sum"``; completeness
+:math:`\sum_j A_j \approx f(x)-f(x')` holds for IG); ``"l2"`` (ALTI's ``ig_l2``) and ``"abs"``
+are options. Scores are **not** normalised.
+
+**Baselines (IG, DeepLift)** are *input-id* sequences: every token replaced by ``baseline``
+([MASK] by default, as in the ALTI code; also ``"pad"``, ``"unk"``, an id, or a full ``(1, n)`` id
+tensor) with the special tokens kept; at layer :math:`\ell` the baseline is the layer-:math:`\ell`
+representation of that sequence. (RoBERTa derives position ids from the pad id, so a ``"pad"``
+baseline also moves its positions; prefer ``"mask"`` there.)
+
+How captum is used (on the model's own, unmodified modules):
+
+* grad-L2 and the G×I variants share one forward and backward pass (``LayerGradientXActivation``)
+  that gives the gradient at every hooked layer;
+* input-level IG / DeepLift: ``LayerIntegratedGradients`` / ``LayerDeepLift`` on the word
+  embeddings;
+* **layer-wise IG** integrates, for each layer :math:`\ell`, :math:`f(h_\ell)` alone
+  (``IntegratedGradients``; for an MLM only blocks :math:`\ell..L-1` and the head at the target
+  run at each step), which gives ``LayerIntegratedGradients``' numbers (tested);
+* **layer-wise DeepLift** of an MLM is a single ``DeepLift`` pass from layer 0: the multipliers
+  reaching ``hidden_states[ℓ]`` in it are exactly ``LayerDeepLift``'s at layer :math:`\ell`
+  (tested), because the forward activations the rescale rule compares are the same;
+* element-wise activations get the rescale rule through :func:`.rescale.deeplift_rescale`.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..encoder import layer_output
+from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls, _Substituted,
+                     _Tail, attribution_layers)
+from .rescale import deeplift_rescale
+from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
+                      _token_id, special_positions, target_tensors)
+
+__all__ = ["GRADIENT_METHODS", "batch_attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs",
+           "integrated_gradients", "deeplift"]
+
+GRADIENT_METHODS: tuple[str, ...] = ("grad_l2", "grad_x_input_l2", "grad_x_input_abs",
+                                     "integrated_gradients", "deeplift")
+_TOKENS_PER_CHUNK = 16384   # IG: expanded (steps x batch) sequences run in chunks of ~this many tokens
+
+
+def _aggregate(attr: torch.Tensor, how: str) -> torch.Tensor:
+    """(…, n, d) -> (…, n)."""
+    if how == "sum":
+        return attr.sum(-1)
+    if how == "abs":
+        return attr.sum(-1).abs()
+    if how == "l2":
+        return attr.norm(dim=-1)
+    raise GradientAttributionError(f"Unknown aggregate {how!r}; choose 'sum', 'abs' or 'l2'.")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+@contextlib.contextmanager
+def _frozen(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """No parameter gradients while attributing (only gradients w.r.t. activations are needed).
+
+    Not used for classifiers: their layer-wise path re-runs the blocks before the attributed layer,
+    where captum's DeepLift hooks need tensors that require gradients."""
+    flags = [(p, p.requires_grad) for p in model.parameters()] if enabled else []
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                          targets: Sequence[Target], level: Level,
+                          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per hooked module, ``(B, n, d)`` gradients :math:`\\partial f/\\partial x` (captum
+    ``LayerGradientXActivation`` without the multiplication) and the activations ``x`` themselves
+    (a forward hook on the same modules, in the same pass)."""
+    from captum.attr import LayerGradientXActivation
+
+    layers = attribution_layers(model, level)
+    acts: list[Any] = [None] * len(layers)
+
+    def keep(module, inputs, output, k):
+        acts[k] = layer_output(output).detach()
+
+    handles = [layer.register_forward_hook(lambda m, i, o, k=k: keep(m, i, o, k))
+               for k, layer in enumerate(layers)]
+    try:
+        method = LayerGradientXActivation(ScoreModule(model, targets), layers, multiply_by_inputs=False)
+        grads = method.attribute(ids, additional_forward_args=(mask, *target_tensors(targets, ids.device)))
+    finally:
+        for h in handles:
+            h.remove()
+    grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
+    return grads, acts
+
+
+def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                    baseline: int | str | torch.Tensor, tokenizer: Any) -> torch.Tensor:
+    if torch.is_tensor(baseline):
+        if baseline.dim() == 1:
+            baseline = baseline.unsqueeze(0)
+        if baseline.shape != ids.shape:
+            raise GradientAttributionError(
+                f"baseline id tensor has shape {tuple(baseline.shape)}, expected {tuple(ids.shape)}.")
+        return baseline.to(ids.device, dtype=torch.long)
+    tid = _token_id(model, baseline, tokenizer, "baseline")
+    keep = torch.as_tensor(np.stack([special_positions(ids[b], mask[b], tokenizer)
+                                     for b in range(ids.shape[0])]), device=ids.device)
+    return torch.where(keep, ids, torch.full_like(ids, tid))
+
+
+def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                       targets: Sequence[Target], level: Level, which: str, base_ids: torch.Tensor, *,
+                       n_steps: int, ig_method: str, internal_batch_size: int | None,
+                       rescale_activations: bool, with_delta: bool = True,
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """IG (``which="ig"``) or DeepLift (``"dl"``) attributions ``(B, n, d)`` and convergence deltas
+    ``(B,)`` for each attributed layer (see the module docstring for which captum class runs)."""
+    from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift, LayerIntegratedGradients
+
+    tg = target_tensors(targets, ids.device)
+    B, n = ids.shape
+    ibs = internal_batch_size or B * max(1, _TOKENS_PER_CHUNK // (B * n))
+    kind = targets[0].resolved_score()
+
+    def run(explainer, inputs, baselines, extra):
+        # the convergence delta costs two more forward passes: only computed when asked for
+        if which == "ig":
+            res = explainer.attribute(inputs, baselines=baselines, additional_forward_args=extra,
+                                      n_steps=n_steps, method=ig_method, internal_batch_size=ibs,
+                                      return_convergence_delta=with_delta)
+        else:
+            with warnings.catch_warnings(), deeplift_rescale(model, rescale_activations):
+                warnings.filterwarnings(
+                    "ignore", message=".*(hooks|non-linear|dtype of|Gradients cannot|require gradients).*")
+                res = explainer.attribute(inputs, baselines=baselines, additional_forward_args=extra,
+                                          return_convergence_delta=with_delta)
+        return res if with_delta else (res, None)
+
+    if level == "input":
+        cls = LayerIntegratedGradients if which == "ig" else LayerDeepLift
+        explainer = cls(ScoreModule(model, targets), model.get_input_embeddings(), multiply_by_inputs=True)
+        attr, delta = run(explainer, ids, base_ids, (mask, *tg))
+        return [attr], [None if delta is None else delta.reshape(B)]
+    mlm = isinstance(targets[0], MLMTarget)
+    h_in, calls = _hidden_states_and_calls(model, ids, mask)
+    h_base, _ = _hidden_states_and_calls(model, base_ids, mask)
+    extra = (*tg, *calls.tensors)
+    if mlm:
+        with torch.no_grad():
+            _check_tail(model, ids, mask, targets, _Tail(model, 0, calls, kind)(h_in[0], *extra))
+    if mlm and which == "dl":
+        # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
+        # layer l (on h_l(x) and h_l(x')) are those of the tail from layer 0, so the multipliers that
+        # reach hidden_states[l] in its backward pass are those captum's LayerDeepLift(l) computes.
+        f = _Tail(model, 0, calls, kind, tap=True)
+        attr0, delta0 = run(DeepLift(f, multiply_by_inputs=True), h_in[0], h_base[0], extra)
+        attrs = [attr0] + [(h_in[k] - h_base[k]) * f.tapped[k][:B] for k in range(1, len(h_in))]
+        if delta0 is None:
+            return attrs, [None] * len(attrs)
+        diff = attr0.sum(dim=(1, 2)) - delta0.reshape(B)          # f(x) - f(x') per row
+        return attrs, [a.sum(dim=(1, 2)) - diff for a in attrs]
+    attrs, deltas = [], []
+    for start in range(len(h_in)):
+        if mlm:
+            f = _Tail(model, start, calls, kind)
+        else:
+            f, extra = _Substituted(model, start, kind), (*tg, ids, mask)
+        explainer = (IntegratedGradients if which == "ig" else DeepLift)(f, multiply_by_inputs=True)
+        attr, delta = run(explainer, h_in[start], h_base[start], extra)
+        attrs.append(attr)
+        deltas.append(None if delta is None else delta.reshape(B))
+    return attrs, deltas
+
+
+def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence[Target],
+                    methods: Sequence[str] | str = ("grad_l2",), level: Level = "input", *,
+                    attention_mask: torch.Tensor | None = None, tokenizer: Any = None,
+                    baseline: int | str | torch.Tensor = "mask", n_steps: int = 50,
+                    ig_method: str = "gausslegendre", aggregate: str = "sum",
+                    rescale_activations: bool = True, internal_batch_size: int | None = None,
+                    return_delta: bool = False) -> dict[str, np.ndarray]:
+    r"""Gradient attributions of a batch, several methods at once.
+
+    ``input_ids`` ``(B, n)`` (padded; ``attention_mask`` marks the real tokens) and one target per
+    row (all :class:`MLMTarget` or all :class:`ClassTarget`, with one score kind). ``methods`` from
+    :data:`GRADIENT_METHODS`; the equations are those of :func:`grad_l2`, :func:`grad_x_input_l2`,
+    :func:`grad_x_input_abs`, :func:`integrated_gradients` and :func:`deeplift` (``aggregate``
+    applies to the last two). The three plain-gradient methods share one forward and backward pass.
+
+    Returns ``{method: (B, n)}`` for ``level="input"``, ``{method: (B, L, n)}`` for ``"layers"``,
+    padded positions 0; with ``return_delta`` also ``{method + "_delta": (B,) / (B, L)}`` for IG and
+    DeepLift (:math:`\sum_{j,d} A_{jd} - (f(x) - f(x'))`). Rows equal the one-sequence functions'
+    results up to float rounding (tested), so batching changes speed only.
+    """
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    unknown = [m for m in methods if m not in GRADIENT_METHODS]
+    if unknown:
+        raise GradientAttributionError(
+            f"Unknown gradient method(s) {unknown}; choose from {GRADIENT_METHODS}.")
+    _check_level(level)
+    if int(n_steps) < 2:
+        raise GradientAttributionError(f"n_steps must be >= 2 (captum's requirement); got {n_steps}.")
+    if aggregate not in ("sum", "abs", "l2"):
+        raise GradientAttributionError(f"Unknown aggregate {aggregate!r}; choose 'sum', 'abs' or 'l2'.")
+    ids, mask, targets = _prepare(model, input_ids, attention_mask, targets)
+    out: dict[str, torch.Tensor] = {}
+    with _frozen(model, enabled=isinstance(targets[0], MLMTarget)):
+        plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
+        if plain:
+            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level)
+            for m in plain:
+                rows = [_aggregate(g, "l2") if m == "grad_l2" else
+                        _aggregate(g * x, "l2" if m == "grad_x_input_l2" else "abs")
+                        for g, x in zip(grads, acts)]
+                out[m] = torch.stack(rows, dim=1)
+        for m, which in (("integrated_gradients", "ig"), ("deeplift", "dl")):
+            if m in methods:
+                base_ids = _baseline_batch(model, ids, mask, baseline, tokenizer)
+                attrs, deltas = _path_attributions(
+                    model, ids, mask, targets, level, which, base_ids, n_steps=int(n_steps),
+                    ig_method=ig_method, internal_batch_size=internal_batch_size,
+                    rescale_activations=rescale_activations, with_delta=return_delta)
+                out[m] = torch.stack([_aggregate(a, aggregate) for a in attrs], dim=1)
+                if return_delta:
+                    out[m + "_delta"] = torch.stack(deltas, dim=1)
+    pad = (mask == 0)[:, None, :]
+    result = {}
+    for m, v in out.items():
+        if not m.endswith("_delta"):
+            v = torch.where(pad, torch.zeros_like(v), v)
+        v = _np(v)
+        result[m] = v[:, 0] if level == "input" else v
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# One sequence
+# --------------------------------------------------------------------------------------------
+def _one(model, input_ids, target, method, level, attention_mask, return_delta=False, **options):
+    """One sequence through :func:`batch_attribute`: ``(n,)``/``(L, n)`` (and the delta)."""
+    res = batch_attribute(model, _single(input_ids), [target], [method], level,
+                          attention_mask=attention_mask, return_delta=return_delta, **options)
+    out = res[method][0]
+    return (out, np.atleast_1d(res[method + "_delta"][0])) if return_delta else out
+
+
+def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+            attention_mask: torch.Tensor | None = None, level: Level = "input",
+            tokenizer: Any = None) -> np.ndarray:
+    r"""Gradient norm :math:`s_j = \lVert \partial f / \partial x_j \rVert_2`.
+
+    ``x_j``: word embedding of token j (``level="input"``) or ``hidden_states[ℓ][j]``
+    (``level="layers"``). Returns ``(n,)`` or ``(L, n)``. Batches: :func:`batch_attribute`.
+    """
+    return _one(model, input_ids, target, "grad_l2", level, attention_mask)
+
+
+def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+                    attention_mask: torch.Tensor | None = None, level: Level = "input",
+                    tokenizer: Any = None) -> np.ndarray:
+    r"""Gradient × input, L2 over dims: :math:`s_j = \lVert (\partial f/\partial x_j) \odot x_j \rVert_2`.
+
+    GlobEnc's saliency aggregation. Returns ``(n,)`` or ``(L, n)``.
+    """
+    return _one(model, input_ids, target, "grad_x_input_l2", level, attention_mask)
+
+
+def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+                     attention_mask: torch.Tensor | None = None, level: Level = "input",
+                     tokenizer: Any = None) -> np.ndarray:
+    r"""Gradient × input, summed then absolute: :math:`s_j = \lvert (\partial f/\partial x_j)\cdot x_j \rvert`.
+
+    Returns ``(n,)`` or ``(L, n)``.
+    """
+    return _one(model, input_ids, target, "grad_x_input_abs", level, attention_mask)
+
+
+def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+                         attention_mask: torch.Tensor | None = None, level: Level = "input",
+                         baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
+                         n_steps: int = 50, method: str = "gausslegendre",
+                         internal_batch_size: int | None = None, aggregate: str = "sum",
+                         return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    r"""Integrated gradients (captum):
+
+    .. math:: A_j = \sum_d (x_{jd} - x'_{jd}) \int_0^1
+              \frac{\partial f(x' + \alpha (x - x'))}{\partial x_{jd}}\, d\alpha,
+              \qquad \sum_j A_j \approx f(x) - f(x').
+
+    ``x'`` is the representation of the baseline ids (module docstring; default every non-special
+    token -> [MASK], needing ``tokenizer`` or an integer ``baseline``). For ``level="layers"`` each
+    layer is integrated separately: the path is the straight line between the input's and the
+    baseline's ``hidden_states[ℓ]``, and only the rest of the network is differentiated.
+    ``method`` is captum's quadrature (Gauss-Legendre by default). ``aggregate``: ``"sum"``
+    (signed, default), ``"abs"`` or ``"l2"``.
+
+    Returns ``(n,)`` / ``(L, n)``; with ``return_delta`` also the convergence delta
+    :math:`\sum_{j,d} A_{jd} - (f(x) - f(x'))` as a ``(1,)`` / ``(L,)`` array.
+    """
+    return _one(model, input_ids, target, "integrated_gradients", level, attention_mask, return_delta,
+                baseline=baseline, tokenizer=tokenizer, n_steps=n_steps, ig_method=method,
+                internal_batch_size=internal_batch_size, aggregate=aggregate)
+
+
+def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+             attention_mask: torch.Tensor | None = None, level: Level = "input",
+             baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
+             aggregate: str = "sum", rescale_activations: bool = True,
+             return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    r"""DeepLift, rescale rule (captum): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
+
+    The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
+    that captum recognises **as an ``nn.Module`` of a known type** (``nn.ReLU``, ``nn.Tanh``,
+    ``nn.Sigmoid``, ``nn.Softmax``, ...) is replaced by the rescale multiplier
+    :math:`\Delta y / \Delta x` between input and baseline. Out of the box, most non-linearities
+    of a Hugging Face encoder are *not* such modules: the FFN's GELU is
+    ``transformers.activations.GELUActivation``, the attention softmax and RoBERTa's LM-head GELU
+    are functional calls, and LayerNorm is not treated as a non-linearity at all. Captum back-
+    propagates those with their ordinary gradient, so plain captum DeepLift on BERT is nearly
+    gradient × (x − x') (exactly so for the MLM models here).
+
+    ``rescale_activations=True`` (default) gives, for this call only, the element-wise activation
+    modules (GELU variants, SiLU, Mish; :func:`.rescale.rescaled_activation_types`) the same
+    rescale rule (:func:`.rescale.deeplift_rescale`), so the FFN GELUs are handled as DeepLift
+    prescribes; ``False`` gives captum's out-of-the-box behaviour. Either way the attention
+    softmax, the attention product and LayerNorm use plain gradients, so summation-to-delta
+    (:math:`\sum A = f(x) - f(x')`) holds only approximately: check ``return_delta``. The
+    ``nn.Tanh`` of the BERT/ELECTRA pooler and the ``nn.ReLU`` of DistilBERT's classifier always get
+    the rescale rule. Captum's warnings about hooks on non-linear modules are silenced.
+
+    Baseline and ``aggregate`` as in :func:`integrated_gradients`. Returns ``(n,)``/``(L, n)``,
+    with ``return_delta`` also :math:`\sum A - (f(x)-f(x'))` per row.
+    """
+    return _one(model, input_ids, target, "deeplift", level, attention_mask, return_delta,
+                baseline=baseline, tokenizer=tokenizer, aggregate=aggregate,
+                rescale_activations=rescale_activations)

@@ -1,0 +1,36 @@
+r"""The random baseline: seeded uniform scores, :math:`s_j \sim U(0, 1)`.
+
+Owns :func:`random_scores` (and its entry in :data:`cmixlib.gradients.METHODS`). Every method
+should beat it; it gives the chance level of a correlation or ranking metric.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import arch
+from .layers import Level, _check_level
+from .targets import GradientAttributionError, Target, _prepare, _single
+
+__all__ = ["random_scores"]
+
+
+def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np.ndarray:
+    """Uniform(0, 1) scores from ``numpy.random.default_rng(seed)``: ``(n,)`` or ``(num_layers, n)``."""
+    if n < 1:
+        raise GradientAttributionError("n must be >= 1.")
+    rng = np.random.default_rng(seed)
+    return rng.uniform(size=n if num_layers is None else (num_layers, n))
+
+
+def _random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+                   attention_mask: torch.Tensor | None = None, level: Level = "input",
+                   seed: int = 0, tokenizer: Any = None) -> np.ndarray:
+    """:func:`random_scores` shaped like the other methods' output for this input and ``level``."""
+    _check_level(level)
+    ids, _, _ = _prepare(model, _single(input_ids), attention_mask, [target])
+    layers = None if level == "input" else arch.num_layers(model)
+    return random_scores(ids.shape[1], num_layers=layers, seed=seed)

@@ -1,0 +1,349 @@
+r"""What is explained: target objects, the scalar :math:`f` they define, and input checking.
+
+Owns :class:`MLMTarget`, :class:`ClassTarget`, :func:`target_score` (:math:`f` from full logits),
+:func:`target_probability` (blank-out's :math:`p`), :func:`resolve_target`, :class:`ScoreModule`
+(the same :math:`f` as the forward function captum differentiates) with :func:`target_tensors`,
+:func:`special_positions`, and the batch validation every method of :mod:`cmixlib.gradients` runs.
+
+* :class:`MLMTarget` (``*ForMaskedLM``), at token ``position`` with logits :math:`z`:
+  ``"logit"``: :math:`f = z_t`; ``"logit_diff"``: :math:`f = z_t - z_f`; ``"prob"``:
+  :math:`f = e^{z_t}/(e^{z_t}+e^{z_f}) = \sigma(z_t-z_f)` (softmax over {target, foil}, the Value
+  Zeroing normalisation), or the full-vocabulary softmax :math:`p_t` without a foil. ``"auto"``
+  (default) = ``"logit_diff"`` with a foil, else ``"logit"``. ``grad_l2`` and the G×I variants of
+  ``"prob"`` and ``"logit_diff"`` differ only by the positive factor :math:`\sigma'(z_t-z_f)`, so
+  their *normalised* maps agree.
+* :class:`ClassTarget` (``*ForSequenceClassification``): ``"logit"`` (default): :math:`f = z_c`;
+  ``"prob"``: :math:`f = \mathrm{softmax}(z)_c` (ALTI's convention). ``class_index=None`` means
+  the class the model predicts for the input.
+
+An MLM is scored from the final hidden state of the target position only,
+:math:`z_t = \mathrm{transform}(h_{pos})\cdot W_t + b_t` (:func:`cmixlib.arch.mlm_head`), not
+from the full ``(n, vocab)`` logits.
+
+**Special tokens.** With a ``tokenizer``, special positions are those holding its CLS/SEP/BOS/EOS/
+PAD ids; without one, the first and last attended positions. Padding (``attention_mask == 0``)
+always counts as special.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Sequence, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import arch
+from ..models import model_device
+
+__all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
+           "target_probability", "resolve_target", "ScoreModule", "target_tensors",
+           "special_positions"]
+
+
+class GradientAttributionError(ValueError):
+    """Bad input to an attribution function (unknown method, bad target, headless model...)."""
+
+
+@dataclass(frozen=True)
+class MLMTarget:
+    """Explain a masked-LM prediction at token ``position`` (0-based, counting [CLS]).
+
+    ``score``: ``"logit"`` (:math:`z_t`), ``"logit_diff"`` (:math:`z_t - z_f`, needs a foil),
+    ``"prob"`` (:math:`\\sigma(z_t - z_f)` with a foil, full-vocabulary softmax without) or
+    ``"auto"`` (``"logit_diff"`` if a foil is given, else ``"logit"``).
+    """
+
+    position: int
+    target_id: int
+    foil_id: int | None = None
+    score: Literal["auto", "logit", "logit_diff", "prob"] = "auto"
+
+    def resolved_score(self) -> str:
+        if self.score == "auto":
+            return "logit_diff" if self.foil_id is not None else "logit"
+        return self.score
+
+
+@dataclass(frozen=True)
+class ClassTarget:
+    """Explain a sequence classifier's class ``class_index`` (None: the predicted class).
+
+    ``score``: ``"logit"`` (:math:`z_c`, default) or ``"prob"`` (:math:`\\mathrm{softmax}(z)_c`).
+    """
+
+    class_index: int | None = None
+    score: Literal["auto", "logit", "prob"] = "auto"
+
+    def resolved_score(self) -> str:
+        return "logit" if self.score == "auto" else self.score
+
+
+Target = Union[MLMTarget, ClassTarget]
+
+_MLM_SCORES = ("auto", "logit", "logit_diff", "prob")
+_CLS_SCORES = ("auto", "logit", "prob")
+
+
+def _logits(output: Any) -> torch.Tensor:
+    logits = getattr(output, "logits", None)
+    if logits is None and isinstance(output, (tuple, list)):
+        logits = output[0]
+    if logits is None:
+        raise GradientAttributionError("The model returned no logits; it needs a head.")
+    return logits
+
+
+def target_score(logits: torch.Tensor, target: Target) -> torch.Tensor:
+    """The explained scalar :math:`f` per batch row, from the model's ``logits``.
+
+    ``logits`` is ``(batch, n, vocab)`` for an :class:`MLMTarget`, ``(batch, classes)`` for a
+    :class:`ClassTarget`. Returns shape ``(batch,)``. See the module docstring for the formulas.
+    """
+    if isinstance(target, MLMTarget):
+        z = logits[:, target.position, :]
+        kind = target.resolved_score()
+        zt = z[:, target.target_id]
+        if kind == "logit":
+            return zt
+        if kind == "logit_diff":
+            return zt - z[:, target.foil_id]
+        if target.foil_id is None:  # "prob", full-vocabulary softmax
+            return torch.softmax(z, dim=-1)[:, target.target_id]
+        return torch.sigmoid(zt - z[:, target.foil_id])
+    if target.class_index is None:
+        raise GradientAttributionError("ClassTarget.class_index is None: call resolve_target first.")
+    kind = target.resolved_score()
+    if kind == "logit":
+        return logits[:, target.class_index]
+    return torch.softmax(logits, dim=-1)[:, target.class_index]
+
+
+def target_probability(logits: torch.Tensor, target: Target) -> torch.Tensor:
+    """Probability of the target used by blank-out, shape ``(batch,)``.
+
+    MLM: :math:`e^{z_t}/(e^{z_t}+e^{z_f})` with a foil (Value Zeroing §7), else the full-vocabulary
+    softmax. Classifier: :math:`\\mathrm{softmax}(z)_c`.
+    """
+    return target_score(logits, replace(target, score="prob"))
+
+
+def _is_mlm(model: nn.Module) -> bool:
+    return type(model).__name__.endswith("ForMaskedLM") or (
+        model.get_output_embeddings() is not None
+        and "ForSequenceClassification" not in type(model).__name__)
+
+
+def _is_classifier(model: nn.Module) -> bool:
+    return "ForSequenceClassification" in type(model).__name__
+
+
+def _check_model_and_target(model: nn.Module, target: Target, n: int) -> None:
+    name = type(model).__name__
+    if isinstance(target, MLMTarget):
+        if not _is_mlm(model):
+            raise GradientAttributionError(
+                f"MLMTarget needs a masked-LM model (*ForMaskedLM) with an output head; got {name}. "
+                "A base encoder (task='base') has no head to score; load it with task='mlm'.")
+        if target.score not in _MLM_SCORES:
+            raise GradientAttributionError(
+                f"Unknown MLM score {target.score!r}; choose one of {_MLM_SCORES}.")
+        if not isinstance(target.position, (int, np.integer)) or not 0 <= target.position < n:
+            raise GradientAttributionError(
+                f"MLMTarget.position={target.position} is out of range for a sequence of {n} "
+                f"tokens (0..{n - 1}).")
+        vocab = model.get_output_embeddings().weight.shape[0]
+        for label, tid in (("target_id", target.target_id), ("foil_id", target.foil_id)):
+            if tid is not None and not 0 <= int(tid) < vocab:
+                raise GradientAttributionError(
+                    f"MLMTarget.{label}={tid} is outside the vocabulary (0..{vocab - 1}).")
+        if target.resolved_score() == "logit_diff" and target.foil_id is None:
+            raise GradientAttributionError("score='logit_diff' needs MLMTarget.foil_id.")
+    elif isinstance(target, ClassTarget):
+        if not _is_classifier(model):
+            raise GradientAttributionError(
+                f"ClassTarget needs a sequence classifier (*ForSequenceClassification); got {name}. "
+                "A base encoder (task='base') has no head to score.")
+        if target.score not in _CLS_SCORES:
+            raise GradientAttributionError(
+                f"Unknown class score {target.score!r}; choose one of {_CLS_SCORES}.")
+        k = int(model.config.num_labels)
+        if target.class_index is not None and not 0 <= int(target.class_index) < k:
+            raise GradientAttributionError(
+                f"ClassTarget.class_index={target.class_index} is out of range (0..{k - 1}).")
+    else:
+        raise GradientAttributionError(
+            f"target must be an MLMTarget or a ClassTarget, not {type(target).__name__}.")
+
+
+def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+             targets: Sequence[Target]) -> tuple[torch.Tensor, torch.Tensor, list[Target]]:
+    """Validate and move a batch ``(B, n)`` of ids, its mask and one target per row; resolve
+    predicted-class targets. Returns ids, mask, targets."""
+    if not isinstance(model, nn.Module) or not hasattr(model, "get_input_embeddings"):
+        raise GradientAttributionError("model must be a Hugging Face PreTrainedModel.")
+    if not torch.is_tensor(input_ids) or input_ids.dtype not in (torch.long, torch.int, torch.int32):
+        raise GradientAttributionError("input_ids must be an integer torch tensor of shape (B, n).")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise GradientAttributionError(
+            f"input_ids must have shape (B, n); got {tuple(input_ids.shape)}.")
+    targets = list(targets)
+    if len(targets) != input_ids.shape[0]:
+        raise GradientAttributionError(
+            f"{len(targets)} target(s) for a batch of {input_ids.shape[0]} sequence(s): "
+            "give one per row.")
+    device = model_device(model)
+    input_ids = input_ids.to(device=device, dtype=torch.long)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    else:
+        attention_mask = attention_mask.reshape(input_ids.shape).to(device=device, dtype=torch.long)
+    for b, target in enumerate(targets):
+        _check_model_and_target(model, target, input_ids.shape[1])
+        if isinstance(target, MLMTarget) and attention_mask[b, target.position] == 0:
+            raise GradientAttributionError(
+                f"MLMTarget.position={target.position} is a padded position.")
+    kinds = {(type(t).__name__, t.resolved_score(), getattr(t, "foil_id", 0) is None)
+             for t in targets}
+    if len(kinds) > 1:
+        raise GradientAttributionError(
+            "All targets of a batch must be of one type and score, and all or none must have a "
+            f"foil; got {sorted(kinds)}. Split the batch.")
+    if isinstance(targets[0], ClassTarget) and any(t.class_index is None for t in targets):
+        pred = _predicted_classes(model, input_ids, attention_mask)
+        targets = [t if t.class_index is not None else replace(t, class_index=p)
+                   for t, p in zip(targets, pred)]
+    return input_ids, attention_mask, targets
+
+
+@torch.no_grad()
+def _predicted_classes(model: nn.Module, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor | None) -> list[int]:
+    device = model_device(model)
+    logits = _logits(model(input_ids=input_ids.to(device),
+                           attention_mask=None if attention_mask is None else attention_mask.to(device)))
+    return [int(c) for c in logits.argmax(-1).tolist()]
+
+
+def _single(input_ids: torch.Tensor) -> torch.Tensor:
+    """The one-sequence functions take ``(1, n)`` or ``(n,)`` ids."""
+    if not torch.is_tensor(input_ids):
+        raise GradientAttributionError("input_ids must be an integer torch tensor of shape (1, n).")
+    ids = input_ids.unsqueeze(0) if input_ids.dim() == 1 else input_ids
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise GradientAttributionError(
+            f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}. "
+            "Use batch_attribute for a batch.")
+    return ids
+
+
+@torch.no_grad()
+def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
+                   attention_mask: torch.Tensor | None = None) -> Target:
+    """Replace ``ClassTarget(class_index=None)`` by the class the model predicts; else no-op."""
+    if isinstance(target, ClassTarget) and target.class_index is None:
+        return replace(target, class_index=_predicted_classes(model, input_ids, attention_mask)[0])
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# The scored function, computed only where it is needed
+# --------------------------------------------------------------------------------------------
+def target_tensors(targets: Sequence[Target], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """``(position, target_or_class, foil)`` as ``(B,)`` long tensors (-1 where unused): the
+    extra arguments of :class:`ScoreModule` (captum's ``additional_forward_args``)."""
+    if isinstance(targets[0], MLMTarget):
+        rows = [(t.position, t.target_id, -1 if t.foil_id is None else t.foil_id) for t in targets]
+    else:
+        rows = [(0, t.class_index, -1) for t in targets]
+    return tuple(torch.tensor(col, dtype=torch.long, device=device) for col in zip(*rows))
+
+
+def _mlm_score(model: nn.Module, hidden: torch.Tensor, position: torch.Tensor, target: torch.Tensor,
+               foil: torch.Tensor, kind: str) -> torch.Tensor:
+    """:func:`target_score` from the final hidden states ``(B, n, d)``, at ``position`` only."""
+    transform, decoder = arch.mlm_head(model)
+    h = transform(hidden[torch.arange(hidden.shape[0], device=hidden.device), position])  # (B, d')
+    if kind == "prob" and bool((foil < 0).any()):          # full-vocabulary softmax
+        return torch.softmax(decoder(h), dim=-1).gather(1, target[:, None])[:, 0]
+
+    def logit(ids: torch.Tensor) -> torch.Tensor:
+        z = (h * decoder.weight[ids]).sum(-1)
+        return z if decoder.bias is None else z + decoder.bias[ids]
+
+    zt = logit(target)
+    if kind == "logit":
+        return zt
+    return zt - logit(foil) if kind == "logit_diff" else torch.sigmoid(zt - logit(foil))
+
+
+def _class_score(logits: torch.Tensor, cls: torch.Tensor, kind: str) -> torch.Tensor:
+    idx = cls[:, None]
+    return (logits if kind == "logit" else torch.softmax(logits, dim=-1)).gather(1, idx)[:, 0]
+
+
+class ScoreModule(nn.Module):
+    """``f(input_ids, attention_mask, position, target, foil) -> (B,)``: the model's real forward
+    and the score of each row's target (:func:`target_score`; for an MLM the base model, then the
+    head at the target position only). The last three arguments come from
+    :func:`target_tensors`; ``score`` overrides the targets' score kind (blank-out: ``"prob"``)."""
+
+    def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None):
+        super().__init__()
+        self.model = model
+        self.mlm = isinstance(targets[0], MLMTarget)
+        self.kind = score or targets[0].resolved_score()
+
+    def forward(self, input_ids, attention_mask, position, target, foil) -> torch.Tensor:
+        if self.mlm:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+            return _mlm_score(self.model, hidden, position, target, foil, self.kind)
+        logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
+        return _class_score(logits, target, self.kind)
+
+
+# --------------------------------------------------------------------------------------------
+# Special tokens and replacement ids
+# --------------------------------------------------------------------------------------------
+def special_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      tokenizer: Any = None) -> np.ndarray:
+    """Boolean ``(n,)`` mask of special positions ([CLS]/[SEP]/<s>/</s>/padding).
+
+    With ``tokenizer``: positions holding its CLS, SEP, BOS, EOS or PAD id. Without: the first and
+    last attended positions. Positions with ``attention_mask == 0`` are always special.
+    """
+    ids = input_ids.reshape(-1).cpu()
+    mask = torch.ones_like(ids) if attention_mask is None else attention_mask.reshape(-1).cpu()
+    special = mask == 0
+    if tokenizer is not None:
+        sid = {getattr(tokenizer, a, None) for a in
+               ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id", "pad_token_id")} - {None}
+        special |= torch.tensor([int(t) in sid for t in ids], dtype=torch.bool)
+    else:
+        att = torch.nonzero(mask).reshape(-1)
+        if len(att):
+            special[att[0]] = True
+            special[att[-1]] = True
+    return special.numpy()
+
+
+_TOKEN_ATTR = {"mask": "mask_token_id", "unk": "unk_token_id", "pad": "pad_token_id"}
+
+
+def _token_id(model: nn.Module, token: int | str, tokenizer: Any, purpose: str) -> int:
+    """The id of ``token`` (an id, or ``"mask"``/``"unk"``/``"pad"`` from the tokenizer or config)."""
+    if isinstance(token, (int, np.integer)):
+        return int(token)
+    if token not in _TOKEN_ATTR:
+        raise GradientAttributionError(
+            f"Unknown {purpose} token {token!r}; use 'mask', 'unk', 'pad' or an integer id.")
+    tid = getattr(tokenizer, _TOKEN_ATTR[token], None) if tokenizer is not None else None
+    if tid is None:
+        tid = getattr(model.config, _TOKEN_ATTR[token], None)
+    if tid is None:
+        raise GradientAttributionError(
+            f"Cannot find the id of the {token!r} token for the {purpose}: pass tokenizer=... or "
+            "an integer id.")
+    return int(tid)
