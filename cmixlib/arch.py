@@ -39,20 +39,14 @@ _BERT_LAYER = {"query": "attention.self.query", "key": "attention.self.key",
                "ln2": "output.LayerNorm"}
 
 
-def _gelu_head(dense: str, norm: str) -> Callable[[torch.nn.Module], Callable]:
-    """An MLM transform ``norm(gelu(dense(h)))`` whose modules sit on ``model``."""
+def _head(dense: str, norm: str, act: str | None = None) -> Callable[[torch.nn.Module], Callable]:
+    """An MLM transform ``norm(act(dense(h)))`` whose modules sit on ``model``; ``act`` is the
+    path of the activation module, or None for the GELU function (RoBERTa's head calls it)."""
     def transform(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         from transformers.activations import gelu
 
         d, ln = _get(model, dense), _get(model, norm)
-        return lambda h: ln(gelu(d(h)))
-    return transform
-
-
-def _act_head(dense: str, act: str, norm: str) -> Callable[[torch.nn.Module], Callable]:
-    """An MLM transform ``norm(act(dense(h)))`` whose modules sit on ``model``."""
-    def transform(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-        d, a, ln = _get(model, dense), _get(model, act), _get(model, norm)
+        a = _get(model, act) if act is not None else gelu
         return lambda h: ln(a(d(h)))
     return transform
 
@@ -66,7 +60,8 @@ class Family:
     ``hidden_states[0]`` (the first that exists); ``mlm_transform``/``mlm_decoder``: the masked-LM
     head on the ``*ForMaskedLM`` model (logits = decoder(transform(h))); ``position_offset``:
     positions reserved before the first token (RoBERTa's padding index); ``config``: the
-    ``transformers`` config class and how its names spell size, depth, heads, FFN width and vocab.
+    ``transformers`` config class and how its names spell size, depth, heads, FFN width and vocab;
+    ``config_extra``: further config values, or functions of those sizes.
     """
 
     name: str
@@ -95,7 +90,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            config=("BertConfig", _BERT_CONFIG_NAMES),
            config_extra={"max_position_embeddings": 128}),
     Family("roberta", ("roberta", "xlm-roberta", "camembert"), "encoder.layer", _BERT_LAYER,
-           ("embeddings",), mlm_transform=_gelu_head("lm_head.dense", "lm_head.layer_norm"),
+           ("embeddings",), mlm_transform=_head("lm_head.dense", "lm_head.layer_norm"),
            mlm_decoder="lm_head.decoder", position_offset=2,
            config=("RobertaConfig", _BERT_CONFIG_NAMES),
            config_extra={"max_position_embeddings": 130, "pad_token_id": 1, "bos_token_id": 0,
@@ -105,13 +100,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            mlm_transform=lambda m: _get(m, "generator_predictions"),
            mlm_decoder="generator_lm_head",
            config=("ElectraConfig", _BERT_CONFIG_NAMES),
-           config_extra={"max_position_embeddings": 128, "embedding_size": "hidden/2"}),
+           config_extra={"max_position_embeddings": 128,
+                         "embedding_size": lambda sizes: sizes["hidden"] // 2}),
     Family("distilbert", ("distilbert",), "transformer.layer",
            {"query": "attention.q_lin", "key": "attention.k_lin", "value": "attention.v_lin",
             "out": "attention.out_lin", "ln1": "sa_layer_norm", "ffn_in": "ffn.lin1",
             "act": "ffn.activation", "ffn_out": "ffn.lin2", "ln2": "output_layer_norm"},
            ("embeddings",),
-           mlm_transform=_act_head("vocab_transform", "activation", "vocab_layer_norm"),
+           mlm_transform=_head("vocab_transform", "vocab_layer_norm", "activation"),
            mlm_decoder="vocab_projector", layer_count_key="n_layers", heads_key="n_heads",
            config=("DistilBertConfig", {"hidden": "dim", "layers": "n_layers", "heads": "n_heads",
                                         "intermediate": "hidden_dim", "vocab": "vocab_size"}),
@@ -265,5 +261,5 @@ def random_config(arch: str, *, hidden: int, layers: int, heads: int, intermedia
              "vocab": vocab}
     kwargs = {names[k]: v for k, v in sizes.items()}
     for key, value in fam.config_extra.items():
-        kwargs[key] = hidden // 2 if value == "hidden/2" else value
+        kwargs[key] = value(sizes) if callable(value) else value
     return getattr(transformers, cls_name)(**kwargs)

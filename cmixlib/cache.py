@@ -63,19 +63,25 @@ def stable_hash(obj: Any, length: int = 16) -> str:
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def source_files(*names: str, exclude: frozenset[str] = frozenset()) -> list[Path]:
-    """The ``.py`` files of the named parts of cmixlib (``"arch.py"``, or a sub-package such as
-    ``"training"``; none named: the whole package), sorted, leaving out files whose path relative
-    to the package is in ``exclude``."""
-    roots = [PACKAGE_DIR / n for n in names] if names else [PACKAGE_DIR]
+def source_files(*names: str, exclude: frozenset[str] = frozenset(),
+                 missing_ok: bool = False) -> list[Path]:
+    """The ``.py`` files of the named parts of cmixlib (a module, ``"arch"`` or ``"arch.py"``, or
+    a sub-package such as ``"training"``; none named: the whole package), sorted, leaving out
+    files whose path relative to the package is in ``exclude``. A name that is neither is an
+    error, or skipped with ``missing_ok``."""
+    roots = [] if names else [PACKAGE_DIR]
+    for n in names:
+        found = [p for p in (PACKAGE_DIR / n, PACKAGE_DIR / f"{n}.py") if p.exists()]
+        if found:
+            roots.append(found[0])
+        elif not missing_ok:
+            raise FileNotFoundError(f"cmixlib has no module or package {n!r}")
     files: set[Path] = set()
     for root in roots:
         if root.is_dir():
             files.update(root.rglob("*.py"))
-        elif root.is_file():
-            files.add(root)
         else:
-            raise FileNotFoundError(f"cmixlib has no module or package {root.name!r}")
+            files.add(root)
     return sorted(f for f in files
                   if f.relative_to(PACKAGE_DIR).as_posix() not in exclude
                   and "__pycache__" not in f.parts)

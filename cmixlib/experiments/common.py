@@ -15,7 +15,7 @@ from ..batching import length_batches, pad_sequences
 if TYPE_CHECKING:
     from .runner import Context
 
-__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "length_batches", "padded_batch",
+__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
            "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
            "describe", "ids_tensor", "predicted_class", "batched"]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ..cache import PACKAGE_DIR, cache_root, jsonable, source_files, source_hash
+from ..cache import PACKAGE_DIR, cache_root, jsonable, source_files, source_hash, stable_hash
 from .common import describe
 from .sources import Inputs, Sources
 
@@ -198,9 +198,8 @@ _MLM_MANIFEST = Path("assets") / "minilm_mlm" / "manifest.json"
 def presentation_files() -> frozenset[str]:
     """The ``.py`` files of :data:`PRESENTATION_MODULES` (all files of a sub-package), as paths
     relative to the package (as :func:`cmixlib.cache.source_files` takes them)."""
-    parts = [p for name in sorted(PRESENTATION_MODULES)
-             for p in (name, f"{name}.py") if (PACKAGE_DIR / p).exists()]
-    return frozenset(f.relative_to(PACKAGE_DIR).as_posix() for f in source_files(*parts)) if parts else frozenset()
+    return frozenset(f.relative_to(PACKAGE_DIR).as_posix()
+                     for f in source_files(*sorted(PRESENTATION_MODULES), missing_ok=True))
 
 
 def code_version() -> str:
@@ -215,9 +214,9 @@ def code_version() -> str:
 
 
 def cache_key(experiment: str, model: str, limit: int | None, settings: Mapping, version: str) -> str:
-    blob = json.dumps(jsonable({"experiment": experiment, "model": model, "limit": limit,
-                                "settings": settings, "code_version": version}), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """The result folder's name: :func:`cmixlib.cache.stable_hash` of what produced the result."""
+    return stable_hash({"experiment": experiment, "model": model, "limit": limit,
+                        "settings": settings, "code_version": version})
 
 
 def _resolve_model(model: str | None) -> str:

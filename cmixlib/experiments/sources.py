@@ -111,11 +111,15 @@ class Sources:
 
         return training.train_classifier(task, model, **kw)
 
+    def _classifier_kw(self) -> dict:
+        """Training arguments from the run's ``cls_max_train_examples`` and ``cls_epochs``."""
+        s = self._settings
+        return dict(max_train_examples=s.get("cls_max_train_examples"),
+                    epochs=s.get("cls_epochs", 2), progress=self._progress)
+
     def classifier(self, task: str) -> tuple[Any, dict | None]:
         """The run's model fine-tuned on ``task`` (settings ``cls_epochs``, ``cls_max_train_examples``)."""
-        s = self._settings
-        return self.train_classifier(task, self._model, max_train_examples=s.get("cls_max_train_examples"),
-                                     epochs=s.get("cls_epochs", 2), progress=self._progress)
+        return self.train_classifier(task, self._model, **self._classifier_kw())
 
     def base(self) -> tuple[Any, dict | None]:
         """The bare pre-trained encoder (:func:`cmixlib.load_model`)."""
@@ -173,8 +177,7 @@ class Sources:
         layers 1, 3, 5 reach 0.798.
         """
         s = self._settings
-        kw = dict(max_train_examples=s.get("cls_max_train_examples"), epochs=s.get("cls_epochs", 2),
-                  progress=self._progress)
+        kw = self._classifier_kw()
         for key in ("max_train_examples", "epochs"):
             if s.get(f"b_cls_{key}") is not None:
                 kw[key] = s[f"b_cls_{key}"]

@@ -37,11 +37,9 @@ VERSION_SOURCES = ("training", "arch", "models", "batching")
 
 
 def code_version(sources: Sequence[str] = VERSION_SOURCES) -> str:
-    """``"training-<hash>"``: :func:`cmixlib.cache.source_hash` of ``sources`` (each a sub-package
-    or, failing that, a ``.py`` module of cmixlib)."""
-    root = _cache.PACKAGE_DIR
-    names = [n if (root / n).is_dir() else f"{n}.py" for n in sources]
-    return "training-" + _cache.source_hash(*names)
+    """``"training-<hash>"``: :func:`cmixlib.cache.source_hash` of ``sources`` (sub-packages or
+    modules of cmixlib)."""
+    return "training-" + _cache.source_hash(*sources)
 
 
 #: Version of the training code (:func:`code_version`, computed at import); part of every cache key.
