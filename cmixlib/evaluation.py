@@ -45,7 +45,7 @@ import pandas as pd
 __all__ = [
     "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
     "cue_alignment", "alignment_rows", "aggregate_alignment", "spearman",
-    "per_example_spearman", "mean_std", "correlation_table", "normalized_ranks",
+    "per_example_spearman", "spearman_rows", "spearman_to", "mean_std", "correlation_table", "normalized_ranks",
     "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
     "MLM_TARGETS", "mlm_accuracy_table", "describe_mlm_accuracy",
 ]
@@ -228,6 +228,53 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
         warnings.simplefilter("ignore")
         rho = spearmanr(x, y).statistic
     return float(rho)
+
+
+def spearman_rows(x, y) -> np.ndarray:
+    r"""Spearman's rho of many pairs of vectors at once, along the last axis (broadcast).
+
+    .. math:: \rho(x, y) = \frac{\langle r(x) - \bar r,\; r(y) - \bar r\rangle}
+              {\lVert r(x) - \bar r\rVert\,\lVert r(y) - \bar r\rVert},
+
+    with :math:`r` the average ranks (ties share their mean rank; :func:`scipy.stats.rankdata`),
+    i.e. Pearson's r of the ranks, the value :func:`spearman` returns one pair at a time. NaN
+    where a vector has fewer than 2 entries, a non-finite entry, or is constant (as
+    :func:`spearman`). ``x`` of shape (..., n) against ``y`` of shape (n,) correlates every row
+    of ``x`` with ``y``."""
+    from scipy.stats import rankdata
+
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    shape = x.shape[:-1]
+    if x.shape[-1] < 2:
+        return np.full(shape, np.nan)
+    bad = ~(np.isfinite(x).all(-1) & np.isfinite(y).all(-1))
+    bad |= (np.ptp(np.nan_to_num(x), axis=-1) == 0) | (np.ptp(np.nan_to_num(y), axis=-1) == 0)
+    rx = rankdata(np.nan_to_num(x), axis=-1)
+    ry = rankdata(np.nan_to_num(y), axis=-1)
+    rx -= rx.mean(-1, keepdims=True)
+    ry -= ry.mean(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
+    return np.where(bad, np.nan, np.clip(rho, -1.0, 1.0))
+
+
+def spearman_to(reference: Sequence[float], scores: Mapping[str, Sequence[float]],
+                exclude: Iterable[int] | None = None) -> dict[str, float]:
+    """Spearman's rho of each named score vector with one ``reference`` vector (as
+    :func:`spearman`, computed at once by :func:`spearman_rows`), after dropping the positions
+    ``exclude`` (e.g. ``[0, -1]`` for ``[CLS]``/``[SEP]``) from every vector."""
+    ref = np.asarray(reference, dtype=float).ravel()
+    names = list(scores)
+    if not names:
+        return {}
+    mat = np.stack([np.asarray(scores[m], dtype=float).ravel() for m in names])
+    if mat.shape[1] != ref.size:
+        raise ValueError(f"length mismatch: scores of length {mat.shape[1]} vs a reference of "
+                         f"length {ref.size}")
+    if exclude is not None:
+        keep = _keep_mask(ref.size, exclude)
+        mat, ref = mat[:, keep], ref[keep]
+    return dict(zip(names, spearman_rows(mat, ref).tolist()))
 
 
 def per_example_spearman(xs: Iterable[Sequence[float]], ys: Iterable[Sequence[float]],

@@ -40,8 +40,9 @@ def attn_norm_res_ln(st: LayerState) -> torch.Tensor:
 
 
 def globenc_layer(st: LayerState) -> torch.Tensor:
-    """N-Enc (Modarressi et al. 2022): ||gamma2 * (T_ij - mean(T_ij)) / sqrt(Var(q_i) + eps2)||_2,
-    q_i = FFN(y_i) + y_i the real LN2 input (the FFN enters only through this scale)."""
+    """N-Enc (Modarressi et al. 2022): ||T'_i(x_j)||_2 with
+    T'_i(x_j) = gamma2 * (T_i(x_j) - mean(T_i(x_j))) / sqrt(Var(u_i) + eps2),
+    u_i = y_i + FFN(y_i) the real LN2 input (the FFN enters only through this scale)."""
     return torch.linalg.vector_norm(st.ln2_vectors, dim=-1)
 
 
@@ -57,7 +58,8 @@ def alti_layer(st: LayerState) -> torch.Tensor:
 
 
 def mixing_ratio_of(vectors: torch.Tensor, st: LayerState) -> torch.Tensor:
-    """Context-mixing ratio r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), (r,)."""
+    """Context-mixing ratio r_i = ||sum_{j!=i} vec_ij|| / (||sum_{j!=i} vec_ij|| + ||vec_ii||), (r,),
+    vec_ij the given (r, n, d) vectors (z_ij, T_i(x_j) or T'_i(x_j); see :data:`MIXING_RATIO_VECTORS`)."""
     rr, cc = _diag_index(st)
     diag = vectors[rr, cc]                                            # (r, d)
     mix = torch.linalg.vector_norm(vectors.sum(dim=1) - diag, dim=-1)

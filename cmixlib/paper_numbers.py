@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["VZ_MLM_ACCURACY", "vz_table2", "vz_table3", "alti_table2", "alti_repo_correlations",
-           "alti_repo_special_token_ranks", "globenc_table1", "globenc_table2", "all_numbers",
-           "COLUMNS"]
+           "alti_repo_special_token_ranks", "alti_repo_anisotropy", "globenc_table1", "globenc_table2",
+           "all_numbers", "COLUMNS"]
 
 COLUMNS = ["paper", "table", "model", "condition", "task", "method", "cmix_method", "metric",
            "value", "std", "source"]
@@ -185,6 +185,38 @@ def alti_repo_special_token_ranks() -> pd.DataFrame:
     return _frame(rows)
 
 
+def alti_repo_anisotropy() -> pd.DataFrame:
+    """Mean cosine similarity of random token pairs per layer, BERT-base fine-tuned on SST-2
+    (``textattack/bert-base-uncased-SST-2``, the first 500 sentences of the GLUE SST-2 test
+    split): the quantity of ALTI Figure 3, whose values the paper does not print. From the
+    repository's committed ``cos_results/bert_sst2_cos_results.json`` (written by
+    ``get_cos_mean`` in ``src/utils_contributions.py``), rounded to three decimals, as quoted in
+    ``reference-code-conventions.md`` §4 ("ALTI isotropy").
+
+    ``method`` is the JSON key: "embeddings" (the solid line: cosine of the hidden states of one
+    random pair of distinct tokens per sentence, ``metric`` ``"mean_cosine_hidden"``) or
+    "transformed vectors" (the dashed line: for the same kind of pair (a, b), the cosine of
+    T_i(x_a) and T_i(x_b) for every query i, pooled over queries and sentences, ``metric``
+    ``"mean_cosine_transformed"``). ``condition`` holds the layer, as in :func:`globenc_table2`:
+    ``"L0"`` the embedding output and ``"Ll"`` layer l's output for the hidden states; for the
+    transformed vectors the JSON's ``layer_k`` (k = 0..11) is layer k + 1 (``"L1"``..``"L12"``),
+    the layer whose attention block they sum to. ``cmix_method`` is empty (no attribution method).
+    """
+    transformed = [0.040, 0.056, 0.061, 0.055, 0.057, 0.048, 0.071, 0.064, 0.089, 0.106, 0.172, 0.309]
+    embeddings = [0.084, 0.177, 0.216, 0.180, 0.195, 0.216, 0.217, 0.206, 0.221, 0.234, 0.325, 0.438,
+                  0.577]
+    src = ("mt-upc/transformer-contributions committed cos_results/bert_sst2_cos_results.json, "
+           "via reference-code-conventions.md §4")
+    rows = [dict(paper=ALTI, table="repo cos_results/bert_sst2_cos_results.json (Figure 3 quantity)",
+                 model="bert-base-uncased", condition=f"L{layer}", task="SST-2", method=label,
+                 metric=metric, value=v, source=src)
+            for label, metric, first, values in (("embeddings", "mean_cosine_hidden", 0, embeddings),
+                                                 ("transformed vectors", "mean_cosine_transformed", 1,
+                                                  transformed))
+            for layer, v in enumerate(values, start=first)]
+    return _frame(rows)
+
+
 _GE_MAP = {
     "W": "attention", "W-FixedRes": "w_fixedres", "W-Res": "w_res", "N": "attn_norm",
     "N-FixedRes": "n_fixedres", "N-Res": "attn_norm_res", "N-ResLN": "attn_norm_res_ln", "N-Enc": "globenc_layer",
@@ -250,5 +282,6 @@ def globenc_table2() -> pd.DataFrame:
 def all_numbers() -> pd.DataFrame:
     """All transcribed numbers in one frame."""
     return pd.concat([vz_table2(), vz_table3(), alti_table2(), alti_repo_correlations(),
-                      alti_repo_special_token_ranks(), globenc_table1(), globenc_table2()],
+                      alti_repo_special_token_ranks(), alti_repo_anisotropy(), globenc_table1(),
+                      globenc_table2()],
                      ignore_index=True)

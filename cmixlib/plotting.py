@@ -5,7 +5,9 @@ Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`m
 
 * :func:`plot_map` -- one context-mixing map (receiving token i in rows, contributing token j in
   columns) as a heatmap;
-* :func:`plot_layer_maps` -- a grid with one map per layer;
+* :func:`plot_layer_maps` -- a grid with one map per layer (or per method, with ``titles``);
+* :func:`plot_layer_rows` -- one row of a map (e.g. [CLS] or [MASK]) at every layer, one panel
+  per method or example (GlobEnc Figures 1, A.1, A.2, A.4);
 * :func:`plot_row` -- one row of a map (how much each token contributes to one token) as bars;
 * :func:`colour_tokens_html` -- a sentence with each token shaded by its score (ALTI-style
   saliency tables), as HTML for notebooks;
@@ -92,22 +94,26 @@ def plot_map(matrix, tokens: Sequence[str], ax=None, title: str | None = None, *
 
 def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None = None,
                     ncols: int = 4, title: str | None = None, shared_scale: bool = False,
-                    cmap: str | None = None, cell_size: float = 2.6, layer_offset: int = 1):
+                    cmap: str | None = None, cell_size: float = 2.6, layer_offset: int = 1,
+                    titles: Sequence[str] | None = None):
     """Grid of per-layer maps from an array ``(num_layers, n, n)``; returns the figure.
 
     ``layers`` selects layers (0-based indices into ``maps``); panels are titled ``layer ℓ`` with
-    ``ℓ = index + layer_offset`` (layers are numbered from 1 in the book). ``shared_scale`` puts
-    every panel on the same colour scale (useful for rollout, which flattens with depth).
+    ``ℓ = index + layer_offset`` (layers are numbered from 1 in the book), or ``titles`` (one per
+    panel, e.g. method labels when the maps are one per method). ``shared_scale`` puts every
+    panel on the same colour scale (useful for rollout, which flattens with depth).
     """
     plt = _plt()
     arr = np.asarray(maps.detach().cpu() if hasattr(maps, "detach") else maps, dtype=float)
     if arr.ndim != 3:
         raise ValueError(f"expected (num_layers, n, n), got shape {arr.shape}")
     idx = list(range(arr.shape[0])) if layers is None else list(layers)
+    if titles is not None and len(titles) != len(idx):
+        raise ValueError(f"{len(titles)} titles for {len(idx)} panels")
     ncols = max(1, min(ncols, len(idx)))
     nrows = int(np.ceil(len(idx) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(cell_size * ncols + 0.5, cell_size * nrows + 0.6),
-                             squeeze=False)
+                             squeeze=False, layout="constrained")
     vmin = vmax = None
     if shared_scale:
         vmin, vmax = float(np.nanmin(arr[idx])), float(np.nanmax(arr[idx]))
@@ -118,7 +124,8 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
             ax.axis("off")
             continue
         layer = idx[k]
-        plot_map(arr[layer], tokens, ax=ax, title=f"layer {layer + layer_offset}", cmap=cmap,
+        name = titles[k] if titles is not None else f"layer {layer + layer_offset}"
+        plot_map(arr[layer], tokens, ax=ax, title=name, cmap=cmap,
                  vmin=vmin, vmax=vmax, annotate=False, colorbar=False)
         ax.set_xlabel("")
         ax.set_ylabel("")
@@ -131,7 +138,52 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
             ax.set_xticklabels([])
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    return fig
+
+
+def plot_layer_rows(panels: Mapping[str, object], tokens, *, ncols: int = 2,
+                    title: str | None = None, cmap: str = "Reds", layer_offset: int = 1,
+                    highlight: Mapping[str, int] | int | None = None, cell: float = 0.42):
+    """One panel per entry of ``panels`` (title -> ``(num_layers, n)`` array: one row of a map at
+    every layer, e.g. the [CLS] row of each layer's rollout), layers in rows (``layer ℓ``, ℓ =
+    index + ``layer_offset``) and tokens in columns; each panel on its own scale from 0 (its
+    largest score is darkest). A key that is a method name is shown by its label. ``tokens``:
+    one list for every panel, or a mapping with one list per key. ``highlight``: a column to
+    outline (e.g. the [MASK]), one for all panels or one per key. Returns the figure."""
+    plt = _plt()
+    names = list(panels)
+    if not names:
+        raise ValueError("no panels to plot")
+    arrays = {k: np.asarray(panels[k].detach().cpu() if hasattr(panels[k], "detach") else panels[k],
+                            dtype=float) for k in names}
+    toks = {k: list(tokens[k] if isinstance(tokens, Mapping) else tokens) for k in names}
+    for k, a in arrays.items():
+        if a.ndim != 2 or a.shape[1] != len(toks[k]):
+            raise ValueError(f"panel {k!r}: expected (num_layers, {len(toks[k])}), got {a.shape}")
+    ncols = max(1, min(ncols, len(names)))
+    nrows = int(np.ceil(len(names) / ncols))
+    width = max(len(t) for t in toks.values()) * cell + 1.4
+    height = max(a.shape[0] for a in arrays.values()) * cell * 0.8 + 1.3
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                             layout="constrained")
+    for ax, k in zip(axes.flat, names):
+        a = arrays[k]
+        top = float(np.nanmax(a)) if np.isfinite(a).any() else 1.0
+        ax.imshow(a, cmap=cmap, vmin=min(0.0, float(np.nanmin(a))), vmax=top if top > 0 else 1.0,
+                  aspect="auto", interpolation="nearest")
+        ax.set_xticks(range(a.shape[1]))
+        ax.set_xticklabels(toks[k], rotation=60, ha="right", fontsize=8)
+        ax.set_yticks(range(a.shape[0]))
+        ax.set_yticklabels([f"layer {i + layer_offset}" for i in range(a.shape[0])], fontsize=8)
+        col = highlight.get(k) if isinstance(highlight, Mapping) else highlight
+        if col is not None:
+            ax.add_patch(plt.Rectangle((col - 0.5, -0.5), 1, a.shape[0], fill=False, lw=1.5,
+                                       edgecolor="black"))
+        ax.set_title(method_label(k), fontsize=9)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title)
     return fig
 
 

@@ -163,15 +163,31 @@ def _alti_fig7() -> dict:
     return _row(res, claims_verdict(claims), "bars (no numbers)", " > ".join(order))
 
 
+def _alti_fig3() -> dict:
+    from .experiments.alti import fig3_claims
+
+    res = run("alti-fig3")
+    r = res.result.set_index(["kind", "layer"])["mean"]
+    return _row(res, claims_verdict(fig3_claims(res.result)),
+                "curves (no numbers; the repository's BERT values in paper_numbers)",
+                f"layer 1: transformed {r[('transformed', 1)]:.2f}, "
+                f"token representations {r[('hidden', 1)]:.2f}")
+
+
 # ---- GlobEnc ---------------------------------------------------------------------------------
-def _globenc_table1() -> dict:
-    raw = run("globenc-correlations", rollout_normalize=False)     # the paper's own code
-    comp, v = _ranking(raw, raw.comparison())
-    norm = run("globenc-correlations", rollout_normalize=True)
-    _, nv = _ranking(norm, norm.comparison())
-    detail = f"{v[1]} (raw rollout, the paper's code); row-normalised rollout: {nv[0]}"
-    return _row(raw, (v[0], detail), f"GlobEnc {comp.loc['globenc_layer', 'paper']:.2f}",
-                f"GlobEnc {comp.loc['globenc_layer', 'ours']:.2f} (raw rollout)")
+def _globenc_table1(task: str) -> Callable[[], dict]:
+    def assess() -> dict:
+        from .experiments.globenc import variant_comparison
+
+        res = run("globenc-correlations")                 # the raw rollout: the paper's code
+        raw = res.comparison()
+        comp, v = _ranking(res, raw[raw.task == task])
+        norm = variant_comparison(res, "row-normalised")
+        _, nv = _ranking(res, norm[norm.task == task])
+        detail = f"{v[1]} (raw rollout, the paper's code); row-normalised rollout: {nv[0]}"
+        return _row(res, (v[0], detail), f"GlobEnc {comp.loc['globenc_layer', 'paper']:.2f}",
+                    f"GlobEnc {comp.loc['globenc_layer', 'ours']:.2f} (raw rollout)")
+    return assess
 
 
 def _globenc_fig4() -> dict:
@@ -197,7 +213,6 @@ def _globenc_fig5() -> dict:
 
 
 VZ, ALTI, GE = pn.VZ, pn.ALTI, pn.GE
-_NOT_BUILT = "not built yet (an open issue of the book)"
 ITEMS: list[Item] = [
     Item(VZ, "Figure 1", "layer-wise cue alignment, pre-trained", "09_cue_alignment",
          _vz_claims("pretrained")),
@@ -220,7 +235,8 @@ ITEMS: list[Item] = [
     Item(VZ, "Figure A.4", "cue alignment, ELECTRA", None, None,
          "not run (needs google/electra-base-discriminator)"),
     Item(VZ, "Figure 4, Figures A.5-A.18", "maps of example sentences per layer and method",
-         "07_value_zeroing", None, "not scored: single-sentence maps, no claim a rule can test"),
+         "14_paper_examples", None,
+         "not scored: single-sentence maps of the fine-tuned MLM, no claim a rule can test"),
     Item(ALTI, "Table 2 (SST-2)", "final-layer relevance vs grad-L2", "12_alti_evaluations",
          _alti_table2("SST-2")),
     Item(ALTI, "Table 2 (SVA)", "final-layer relevance vs blank-out", "12_alti_evaluations",
@@ -231,14 +247,20 @@ ITEMS: list[Item] = [
          _alti_fig6),
     Item(ALTI, "Figure 7", "consistency of explanations across two models",
          "12_alti_evaluations", _alti_fig7),
-    Item(ALTI, "Figure 3", "anisotropy of attention-block outputs", None, None, _NOT_BUILT),
+    Item(ALTI, "Figure 3", "anisotropy of token representations and transformed vectors",
+         "12_alti_evaluations", _alti_fig3),
     Item(ALTI, "Figure 5", "ALTI and rollout maps of one sentence", "06_alti", None,
          "not scored: one sentence's maps, no claim a rule can test"),
-    Item(ALTI, "Tables 1, 3-9", "saliency maps of example sentences", None, None, _NOT_BUILT),
+    Item(ALTI, "Tables 1, 3-9", "saliency maps of example sentences", "14_paper_examples",
+         None, "not scored: saliency rows of example sentences (the BERT rows)"),
+    Item(ALTI, "Tables 4-9 (RoBERTa, DistilBERT rows)", "the same for two more models", None,
+         None, "not run (needs roberta-base and distilbert-base-uncased)"),
     Item(GE, "Table 1 (SST-2)", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
-         _globenc_table1),
-    Item(GE, "Table 1 (MNLI, HateXplain)", "the same on two more datasets", None, None,
-         "not run in the default build (each needs one more CPU-trained classifier)"),
+         _globenc_table1("SST-2")),
+    Item(GE, "Table 1 (MNLI)", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
+         _globenc_table1("MNLI")),
+    Item(GE, "Table 1 (HateXplain)", "[CLS] rollout vs gradient×input",
+         "13_globenc_evaluations", _globenc_table1("HateXplain")),
     Item(GE, "Table 2", "individual layers vs rollout", "13_globenc_evaluations", None,
          "not scored: compared in the chapter column by column"),
     Item(GE, "Figure 3", "correlation per layer, rollout", "13_globenc_evaluations", None,
@@ -249,7 +271,10 @@ ITEMS: list[Item] = [
     Item(GE, "Table A.1", "Table 1 for BERT-large", None, None,
          "not run (needs bert-large-uncased)"),
     Item(GE, "Table A.2", "Table 1 for ELECTRA", None, None, "not run (needs electra-base)"),
-    Item(GE, "Figures A.1-A.6", "more layer-wise curves and maps", None, None, _NOT_BUILT),
+    Item(GE, "Figures A.1-A.4", "[CLS] attributions and maps of example sentences",
+         "14_paper_examples", None, "not scored: maps of example sentences"),
+    Item(GE, "Figures A.5-A.6", "the same for ELECTRA and BERT-large on MNLI", None, None,
+         "not run (needs electra-base and bert-large-uncased fine-tuned on MNLI)"),
 ]
 
 

@@ -3,37 +3,40 @@
 Definition (pinned to the paper and the authors' code): for layer l, token j and every query i
 (including i = j), zero j's value vector in all heads, bias included, after the attention weights
 are computed (queries and keys untouched, weights not renormalised); re-run only layer l from its
-original input; C^l[i, j] = distance(o~_i^(not j), o_i). The diagonal is kept. Rows are
-normalised by the caller.
+original input; C^l[i, j] = distance(o_i^(not j), o_i). The diagonal is kept. Rows are
+normalised by the caller. Symbols as in the book's notation table (book/conventions.md): p_i the
+LN1 input, F_ij = sum_h alpha^h_ij f^h(x_j), y_i the LN1 output, o_i the layer output, and the
+superscript (not j) marks the same quantity with v^h_j zeroed in every head.
 
-Batched form (``method="batched"``, the reference): zeroing v_j removes exactly
-F_ij = sum_h alpha^h_ij f^h(x_j) from the LN1 input of every query, so p~_i^(not j) = p_i - F_ij.
-All n x n perturbed LN1 inputs are formed at once and pushed through LN1, the FFN and LN2 as one
+Batched form (``method="batched"``, the reference): zeroing v^h_j in every head removes exactly
+F_ij from the LN1 input of every query, so p_i^(not j) = p_i - F_ij. All n x n perturbed LN1 inputs are formed at once and pushed through LN1, the FFN and LN2 as one
 large matrix batch, without re-running queries, keys, softmax or the value projection n times.
 Cost per layer: two (n^2, d) x (d, d_ff) matmuls, 4 n^2 d d_ff FLOPs.
 
 Factored form (``method="factored"``): the first FFN matmul is done per head, not per pair.
-With c(v) = v - mean_d(v) (linear), u_i = c(p_i), g^h_j = c(f^h(x_j)) and gamma, beta, eps of LN1:
+Centring is linear: w° = w - mean_d(w) (the book's ring, as in p°_i). With p°_i the centred LN1
+input, f°^h_j the centred f^h(x_j) and gamma, beta, eps of LN1:
 
-    z_ij     = c(p_i - F_ij) = u_i - sum_h alpha^h_ij g^h_j                  (r, n, d)
-    sigma_ij = sqrt(mean_d(z_ij^2) + eps)
-    y_ij     = LN1(p_i - F_ij) = gamma * z_ij / sigma_ij + beta
+    p°_ij    = (p_i^(not j))° = p°_i - sum_h alpha^h_ij f°^h_j              (r, n, d)
+    sigma_ij = sigma(p_i^(not j)) = sqrt(mean_d(p°_ij^2) + eps)
+    y_i^(not j) = LN1(p_i - F_ij) = gamma * p°_ij / sigma_ij + beta
 
 and, W1 being linear,
 
-    W1 y_ij + b1 = (A_i - sum_h alpha^h_ij B^h_j) / sigma_ij + (W1 beta + b1),
-    A_i = W1 (gamma * u_i)   (r queries),   B^h_j = W1 (gamma * g^h_j)   (H n head vectors).
+    W1 y_i^(not j) + b1 = (A_i - sum_h alpha^h_ij B^h_j) / sigma_ij + (W1 beta + b1),
+    A_i = W1 (gamma * p°_i)   (r queries),   B^h_j = W1 (gamma * f°^h_j)   (H n head vectors).
 
-Since g^h_j = c(W_O^h v^h_j) with v^h_j head h's value vector (bias included), B^h_j = M^h v^h_j
-with M = W1 diag(gamma) C W_O (C the centring matrix), a weight-only (d_ff, d) product that is
-computed once per layer and cached (:func:`w1_head_map`); B then costs 2 n d d_ff FLOPs, like one
-W1 pass over the n tokens, A costs 2 r d d_ff, and combining them costs 2 r n H d_ff instead of
-the batched form's 2 r n d d_ff. Only the activation, W2, the residual and LN2 stay per pair:
-o~_ij = LN2(W2 act(W1 y_ij + b1) + b2 + y_ij). sigma_ij is taken from z_ij itself, which the
-residual y_ij needs anyway (2 r n H d FLOPs to form): LayerNorm's own computation, so no
-cancellation can occur. (The same value follows from Gram matrices of centred vectors,
-d (sigma_ij^2 - eps) = |u_i|^2 - 2 sum_h alpha^h_ij <u_i, g^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <g^h_j, g^h'_j>,
-cheaper by a factor d / H but cancelling in float32 when |z_ij| << |u_i|; not needed here.)
+A_i, B^h_j and M^h are symbols local to this module (not the book's attention map A). In the code
+u = p°_i, g = f°^h_j and z = p°_ij. Since f°^h_j = (W_O^h v^h_j)° with v^h_j head h's value
+vector (bias included), B^h_j = M^h v^h_j with M = W1 diag(gamma) (I - 11^T/d) W_O, a weight-only
+(d_ff, d) product that is computed once per layer and cached (:func:`w1_head_map`); B then costs
+2 n d d_ff FLOPs, like one W1 pass over the n tokens, A costs 2 r d d_ff, and combining them costs
+2 r n H d_ff instead of the batched form's 2 r n d d_ff. Only the activation, W2, the residual and
+LN2 stay per pair: o_i^(not j) = LN2(W2 act(W1 y_i^(not j) + b1) + b2 + y_i^(not j)). sigma_ij is
+taken from p°_ij itself, which the residual y_i^(not j) needs anyway (2 r n H d FLOPs to form):
+LayerNorm's own computation, so no cancellation can occur. (The same value follows from Gram matrices of centred vectors,
+d (sigma_ij^2 - eps) = |p°_i|^2 - 2 sum_h alpha^h_ij <p°_i, f°^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <f°^h_j, f°^h'_j>,
+cheaper by a factor d / H but cancelling in float32 when |p°_ij| << |p°_i|; not needed here.)
 
 Which is cheaper: on CPU the factored form saves about 2 d_ff [r n (d - H) - (r + n) d] FLOPs per
 layer, i.e. it wins from two query rows on and loses slightly for one row (``rows=[i]``). On a
@@ -137,7 +140,7 @@ _HEAD_MAPS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKe
 
 
 def w1_head_map(m) -> torch.Tensor:
-    """M = W1 diag(gamma1) C W_O as (H, d_head, d_ff): B^h_j = W1 (gamma1 * c(f^h(x_j))) = M^h v^h_j.
+    """M = W1 diag(gamma1) (I - 11^T/d) W_O as (H, d_head, d_ff): B^h_j = W1 (gamma1 * f°^h_j) = M^h v^h_j.
 
     Depends on the weights only, so it is computed once per layer (2 d^2 d_ff FLOPs) and cached;
     the cache is keyed on the weight tensors' storage and version counters, so in-place updates
@@ -175,8 +178,8 @@ def _factored_outputs(st: LayerState, rows: torch.Tensor, step: int):
     n, d = st.x.shape
     ln1, w1, b1, w2 = m.ln1, m.ffn_in.weight, m.ffn_in.bias, m.ffn_out.weight
     gamma, beta = ln1.weight, ln1.bias
-    u = _centre(st.ln1_input[rows])                         # (r, d)       c(p_i)
-    g = _centre(st.head_vectors).transpose(0, 1).contiguous()   # (n, H, d)    c(f^h(x_j))
+    u = _centre(st.ln1_input[rows])                         # (r, d)       p°_i
+    g = _centre(st.head_vectors).transpose(0, 1).contiguous()   # (n, H, d)    f°^h_j
     A = torch.nn.functional.linear(gamma * u, w1)           # (r, d_ff)
     H = m.num_heads
     v = m.value(st.x).view(n, H, -1).transpose(0, 1)        # (H, n, d_head), value bias included
@@ -186,14 +189,14 @@ def _factored_outputs(st: LayerState, rows: torch.Tensor, step: int):
     for start in range(0, len(rows), step):
         sl = slice(start, start + step)
         a = st.alpha[:, rows[sl], :].permute(2, 1, 0)       # (n, c, H)     alpha^h_ij at [j, i, h]
-        z = torch.baddbmm(u[sl][None], a, g, alpha=-1)      # (n, c, d)     u_i - sum_h alpha g^h_j
+        z = torch.baddbmm(u[sl][None], a, g, alpha=-1)      # (n, c, d)     p°_ij = p°_i - sum_h alpha f°^h_j
         inv = torch.rsqrt(z.square().mean(dim=-1, keepdim=True) + ln1.eps)   # (n, c, 1)  1/sigma_ij
         pre = torch.addcmul(c1, A[sl][None], inv)           # A_i / sigma_ij + W1 beta + b1
         pre = torch.baddbmm(pre, a * inv, B, alpha=-1)      # - sum_h (alpha^h_ij / sigma_ij) B^h_j
         h = m.act(pre).view(-1, w1.shape[0])
         del pre
-        y = torch.addcmul(shift, z, gamma * inv).view(-1, d)    # y_ij + b2
-        q = torch.addmm(y, h, w2.t())                       # W2 act(.) + b2 + y_ij
+        y = torch.addcmul(shift, z, gamma * inv).view(-1, d)    # y_i^(not j) + b2
+        q = torch.addmm(y, h, w2.t())                       # W2 act(.) + b2 + y_i^(not j)
         yield sl, m.ln2(q).view(n, -1, d).transpose(0, 1)
 
 
@@ -202,7 +205,8 @@ def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=No
                         chunk_elements: int | None = None, method: str = "auto") -> torch.Tensor:
     """Raw Value Zeroing distances of one layer for the selected rows: (r, n), diagonal kept.
 
-    C[i, j] = distance(LN2(FFN(y~) + y~), o_i) with y~ = LN1(p_i - F_ij); o_i is the layer output
+    C[i, j] = distance(o_i^(not j), o_i) with o_i^(not j) = LN2(y + FFN(y)), y = y_i^(not j) =
+    LN1(p_i - F_ij); o_i is the layer output
     recomputed through the same path (identical to the model's output up to rounding).
     ``method``: ``"factored"`` (first FFN matmul per head, see the module docstring),
     ``"batched"`` (all n^2 perturbed LN1 inputs through the full FFN; the reference) or ``"auto"``

@@ -414,3 +414,43 @@ def test_declared_inputs_are_listed_and_loaded_through_the_sources(fakes):
     with pytest.raises(ValueError, match="condition"):
         X.Context(experiment="alti-fig6-special-ranks", model="fake", limit=5, settings={"condition": "x"},
                   sources=fakes, inputs=X.REGISTRY["alti-fig6-special-ranks"].inputs).load_inputs()
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert"])
+def test_globenc_batched_rows_equal_one_example_at_a_time(family):
+    """GlobEnc Table 1 / Figure 3 rows of a padded batch against a slow, obvious computation:
+    per example, the true class's gradient x input saliency at the embedding output (torch
+    autograd on hidden_states[0]) and scipy's Spearman against each [CLS] row, both rollouts."""
+    from scipy.stats import spearmanr
+
+    from cmixlib.attention import normalize_rows, rollout
+    from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlation_rows
+
+    model = cmixlib.random_model(family, task="sequence-classification", layers=2, seed=3,
+                                 dtype=torch.float64, num_labels=3)
+    bundle = FakeBundle(model)
+    exs = [dict(e, label=k % 3) for k, e in enumerate(_examples(1, 7, 1) + _examples(1, 10, 2)
+                                                      + _examples(1, 5, 3))]
+    got = _correlation_rows(bundle, exs, GLOBENC_METHODS, "layers")
+    for ex, rho in zip(exs, got):
+        ids = torch.tensor([ex["input_ids"]])
+        emb = {}
+        h = cmixlib.arch.embedding_output_module(model).register_forward_hook(
+            lambda mod, args, out: emb.update(e=out))
+        try:
+            with torch.enable_grad():
+                logits = model(input_ids=ids).logits
+                e = emb["e"]
+                (g,) = torch.autograd.grad(logits[0, ex["label"]], e)
+        finally:
+            h.remove()
+        sal = (g * e).detach()[0].norm(dim=-1).numpy()
+        maps = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=GLOBENC_METHODS,
+                                      normalize=False)
+        for m in GLOBENC_METHODS:
+            for variant, r in [("raw", rollout(maps[m], False, normalize=False)),
+                               ("row-normalised", rollout(normalize_rows(maps[m]), False))]:
+                want = [spearmanr(r[k, 0], sal).statistic for k in range(r.shape[0])]
+                np.testing.assert_allclose(rho[(variant, m, "rollout")], want, atol=1e-9)
+                single = [spearmanr(maps[m][k, 0], sal).statistic for k in range(r.shape[0])]
+                np.testing.assert_allclose(rho[(variant, m, "individual")], single, atol=1e-9)

@@ -136,3 +136,29 @@ def test_mlm_accuracy_sentence_follows_its_rule():
     table = mlm_accuracy_table({"pre-trained": good, "fine-tuned": good})
     assert table.loc["paper's BERT: agreement", "fine-tuned"] == 0.99
     assert table.loc["agreement: darn", "pre-trained"] == 0.7
+
+
+def test_spearman_rows_equals_scipy_one_pair_at_a_time():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 7, 20):
+        x = np.where(rng.random((5, n)) < 0.3, 1.0, rng.normal(size=(5, n)))   # with ties
+        y = rng.integers(0, 3, n).astype(float)                                 # heavy ties
+        if np.ptp(y) == 0:
+            y[0] += 1
+        got = ev.spearman_rows(x, y)
+        want = [spearmanr(r, y).statistic if np.ptp(r) > 0 else np.nan for r in x]
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    # NaN rules of ev.spearman: constant, non-finite, too short
+    assert np.isnan(ev.spearman_rows([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert np.isnan(ev.spearman_rows([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]))
+    assert np.isnan(ev.spearman_rows([1.0], [2.0]))
+    # spearman_to: named rows, positions excluded from both sides
+    ref = np.array([0.0, 3.0, 1.0, 2.0, 9.0])
+    scores = {"a": np.array([5.0, 1.0, 2.0, 3.0, 0.0]), "b": -ref}
+    got = ev.spearman_to(ref, scores, exclude=[0, -1])
+    assert got["b"] == pytest.approx(-1.0)
+    assert got["a"] == pytest.approx(spearmanr([1.0, 2.0, 3.0], [3.0, 1.0, 2.0]).statistic)
+    with pytest.raises(ValueError, match="length mismatch"):
+        ev.spearman_to(ref, {"a": np.ones(3)})

@@ -79,6 +79,10 @@ def test_ranking_verdict_rules():
     assert ranking_verdict({"a": 0.2, "b": 0.3, "c": 0.1}, paper, same_model=False)[0] == \
         "same direction"
     assert ranking_verdict({"a": 0.1, "b": 0.3, "c": 0.5}, paper, same_model=False)[0] == "differs"
+    # a weak positive agreement (rho = 0.3 over 5 methods) is below DIRECTION_AGREEMENT: differs
+    five = {"a": 5, "b": 4, "c": 3, "d": 2, "e": 1}
+    weak = ranking_verdict({"a": 3, "b": 5, "c": 1, "d": 4, "e": 2}, five, same_model=False)
+    assert weak[0] == "differs" and "Spearman +0.30" in weak[1]
     assert ranking_verdict({"a": 0.1}, paper, same_model=False)[0] == "not run"
     low = ranking_verdict({"a": 0.1, "b": 0.3, "c": 0.5}, {"a": 0.2, "b": 0.4, "c": 0.6},
                           same_model=False, higher_is_better=False)

@@ -101,11 +101,12 @@ def check_rollout(student_fn: Callable, *, seed: int = 0, verbose: bool = True) 
 # ------------------------------------------------------------------------------------------
 
 def reference_nenc(T: torch.Tensor, q: torch.Tensor, ln2: torch.nn.LayerNorm) -> torch.Tensor:
-    r""":math:`\lVert \gamma_2 \odot (T_i(x_j) - \mathrm{mean}(T_i(x_j))) / s(q_i) \rVert_2`, shape (n, n).
+    r"""N-Enc, :math:`\lVert T'_i(x_j) \rVert_2` with
+    :math:`T'_i(x_j) = \gamma_2 \odot (T_i(x_j) - \mu(T_i(x_j))) / \sigma(u_i)`, shape (n, n).
 
     ``T`` (n, n, d): the LN1 output split over source tokens (:math:`\sum_j T_i(x_j)` plus the
     attention-output and LN biases is :math:`y_i`); ``q`` (n, d): the real LN2 input
-    :math:`y_i + \mathrm{FFN}(y_i)`, whose standard deviation :math:`s(q_i)` scales every vector
+    :math:`u_i = y_i + \mathrm{FFN}(y_i)`, whose scale :math:`\sigma(u_i)` divides every vector
     of row i; :math:`\beta_2` is left out, as in :func:`cmixlib.norms.globenc_layer`.
     """
     s = torch.sqrt(q.var(-1, unbiased=False, keepdim=True) + ln2.eps)          # (n, 1)
@@ -115,10 +116,10 @@ def reference_nenc(T: torch.Tensor, q: torch.Tensor, ln2: torch.nn.LayerNorm) ->
 
 @torch.no_grad()
 def check_nenc(student_fn: Callable, *, seed: int = 0, verbose: bool = True) -> CheckResult:
-    r"""``student_fn(T, q, ln2) -> (n, n)``: GlobEnc's un-normalised N-Enc map of one layer.
+    r"""``student_fn(T, u, ln2) -> (n, n)``: GlobEnc's un-normalised N-Enc map of one layer.
 
-    ``T`` (n, n, d) holds the LN1 vectors :math:`T_i(x_j)`, ``q`` (n, d) the real input of LN2 and
-    ``ln2`` the layer's second LayerNorm. Each vector goes through LN2's linear part (centred,
+    ``T`` (n, n, d) holds the LN1 vectors :math:`T_i(x_j)`, ``u`` (n, d) the real LN2 input
+    :math:`u_i` and ``ln2`` the layer's second LayerNorm. Each vector goes through LN2's linear part (centred,
     times gamma, divided by the standard deviation of the *real* LN2 input of its row, no beta);
     the entry (i, j) is the L2 norm of the result. Do not normalise the rows.
     """
@@ -150,14 +151,14 @@ def check_nenc(student_fn: Callable, *, seed: int = 0, verbose: bool = True) -> 
                 "the rows were normalised; the exercise asks for the raw norms.":
                     (want_t / want_t.sum(-1, keepdim=True)).double().numpy(),
                 "the vectors were divided by the std of y_i (the sum of T) instead of the real LN2 input "
-                "q_i = y_i + FFN(y_i): the FFN's output is part of what LN2 normalises.":
+                "u_i = y_i + FFN(y_i): the FFN's output is part of what LN2 normalises.":
                     norm(ln2.weight * centred / s_y),
                 "beta_2 (ln2.bias) was added to every vector; leave it out.":
                     norm(ln2.weight * centred / s_q + ln2.bias),
                 "the vectors were not centred (subtract each vector's own mean over d).":
                     norm(ln2.weight * T / s_q),
                 "gamma_2 (ln2.weight) is missing.": norm(centred / s_q),
-                "each vector was divided by its own std; all vectors of row i share s(q_i).":
+                "each vector was divided by its own std; all vectors of row i share sigma(u_i).":
                     norm(ln2.weight * centred / own),
             }, atol=1e-5)
     if verbose:

@@ -49,6 +49,9 @@ alti-fig7-consistency          Spearman between two models' attributions    2 SS
 globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST-2 classifier*     globenc
                                input per layer, GlobEnc Figure 4 (99% CI)   (slow: n·d backward
                                                                             passes per layer)
+alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti
+                               representations, transformed vectors and     (or the encoder)
+                               attention-block outputs, ALTI Figure 3
 =============================  ===========================================  ====================  =============
 
 (*) trained and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such
@@ -82,6 +85,6 @@ __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_ex
 for _experiment in (globenc.LN_OUTLIERS, alti.FIG6_SPECIAL_RANKS, value_zeroing.CUE_ALIGNMENT,
                     value_zeroing.DISTANCE_ABLATION, value_zeroing.MDL_PROBING,
                     value_zeroing.FAITHFULNESS, alti.TABLE2, globenc.CORRELATIONS,
-                    alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT):
+                    alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT, alti.FIG3_ANISOTROPY):
     register(_experiment)
 del _experiment

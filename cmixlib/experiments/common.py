@@ -27,9 +27,9 @@ __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
 #: 15 minutes on 2 CPU cores. Use ``--set ig_steps=16`` (or more) for converged maps.
 IG_STEPS = 4
 
-#: VZ Figure 1-2 / Table 2 methods -> how to compute them.
+#: VZ Figure 1-2 / Table 2 methods -> how to compute them (and ALTI Appendix B's |gradient · input|).
 GRADIENT_METHODS = {"grad_x_input": "grad_x_input_l2", "integrated_gradients": "integrated_gradients",
-                    "deeplift": "deeplift", "grad_l2": "grad_l2"}
+                    "deeplift": "deeplift", "grad_l2": "grad_l2", "grad_x_input_abs": "grad_x_input_abs"}
 
 #: examples per batch in the experiments (sorted by length first, so padding stays small); results
 #: do not depend on it beyond float rounding (padded batches are tested against single runs)
@@ -156,22 +156,27 @@ def batched(ctx: "Context", examples: list[dict], rows, *, desc: str) -> dict[in
     return out
 
 
-def cls_rows_batch(bundle, batch: list[dict], methods: list[str]) -> list[dict[str, np.ndarray]]:
+def cls_rows_batch(bundle, batch: list[dict], methods: list[str],
+                   settings: Mapping | None = None) -> list[dict[str, np.ndarray]]:
     """For sentence-classification examples (target position 0, [CLS]): the final-layer [CLS] row
     of each context-mixing method and rollout (:func:`target_rows_batch`, level "input"), and each
     gradient method of the predicted class's probability w.r.t. the word embeddings
-    (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time."""
+    (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time. ``settings`` may set
+    ``ig_steps`` and ``grad_aggregate`` (IG / DeepLift; default: batch_attribute's 50 and "sum")."""
     from ..gradients import ClassTarget, batch_attribute
 
+    settings = settings or {}
     mix = [m for m in methods if m not in GRADIENT_METHODS]
-    out = (target_rows_batch(bundle, batch, mix, {}, level="input", seeds=[0] * len(batch))
+    out = (target_rows_batch(bundle, batch, mix, settings, level="input", seeds=[0] * len(batch))
            if mix else [{} for _ in batch])
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:
         ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+        kw = {k: settings[s] for s, k in (("ig_steps", "n_steps"), ("grad_aggregate", "aggregate"))
+              if s in settings}
         res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),
                               [GRADIENT_METHODS[m] for m in grad], "input", attention_mask=mask,
-                              tokenizer=bundle.tokenizer)
+                              tokenizer=bundle.tokenizer, **kw)
         for b, ex in enumerate(batch):
             for m in grad:
                 out[b][m] = res[GRADIENT_METHODS[m]][b][:len(ex["input_ids"])]

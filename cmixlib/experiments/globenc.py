@@ -8,11 +8,12 @@ import pandas as pd
 
 from .. import evaluation as ev
 from .. import paper_numbers as pn
-from .common import comparison_table, ids_tensor, map_agreement, mean_ci
+from .common import batched, comparison_table, ids_tensor, map_agreement, mean_ci, padded_batch
 from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, whole_split
 
-__all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "FIG4_METHODS",
+__all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "ROLLOUT_VARIANTS",
+           "variant_comparison", "FIG4_METHODS",
            "FIG4_VARIANTS"]
 
 # ============================================================================================
@@ -60,39 +61,80 @@ GLOBENC_METHODS = ["attention", "w_fixedres", "w_res", "attn_norm", "n_fixedres"
 _TASK_LABEL = {"sst2": "SST-2", "mnli": "MNLI", "hatexplain": "HateXplain"}
 
 
+#: The two ways of rolling out GlobEnc's maps (column ``rollout`` of the result): "raw" multiplies
+#: the un-normalised layer maps (GlobEnc's own code; the paper's numbers), "row-normalised"
+#: normalises every layer's rows first and every product's rows after (the book's other chapters).
+ROLLOUT_VARIANTS = ("raw", "row-normalised")
+
+
+def _variant(settings) -> str:
+    return ROLLOUT_VARIANTS[int(bool(settings["rollout_normalize"]))]
+
+
+def _correlation_rows(bundle, batch: list[dict], methods: list[str],
+                      level: str) -> list[dict[tuple[str, str, str], np.ndarray]]:
+    """For each example of a padded batch: ``{(rollout variant, method, aggregation): rho per
+    layer}``, the Spearman of the [CLS] rows with the true class's gradient × input saliency (one
+    :func:`cmixlib.gradients.batch_attribute` call and one padded forward for the maps)."""
+    from .. import core
+    from ..attention import normalize_rows, rollout
+    from ..gradients import ClassTarget, batch_attribute
+
+    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    targets = [ClassTarget(int(ex["label"])) for ex in batch]
+    sal = batch_attribute(bundle.model, ids, targets, "grad_x_input_l2", level,
+                          attention_mask=mask)["grad_x_input_l2"]
+    maps = core.context_mixing(bundle.model, bundle.tokenizer,
+                               {"input_ids": ids, "attention_mask": mask}, methods=methods,
+                               normalize=False)
+    maps = maps if isinstance(maps, list) else [maps]
+    out = []
+    for b, ex in enumerate(batch):
+        n = len(ex["input_ids"])
+        ref = sal[b][0, :n] if level == "layers" else sal[b][:n]
+        rho: dict[tuple[str, str, str], np.ndarray] = {}
+        for m in methods:
+            single = ev.spearman_rows(maps[b][m][:, 0], ref)                     # (L,)
+            rolled = {"raw": rollout(maps[b][m], add_identity=False, normalize=False),
+                      "row-normalised": rollout(normalize_rows(maps[b][m]), add_identity=False,
+                                                normalize=True)}
+            for variant, r in rolled.items():
+                rho[(variant, m, "rollout")] = ev.spearman_rows(r[:, 0], ref)
+                rho[(variant, m, "individual")] = single
+        out.append(rho)
+    return out
+
+
 def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
-    """For each validation example of a fine-tuned classifier: saliency = ||dz_c/de_j ⊙ e_j||_2 with
-    z_c the true-class logit and e_j the embedding-layer output (``hidden_states[0]``; level
+    """For each validation example of a fine-tuned classifier: saliency s_j = ||dλ_c/de_j ⊙ e_j||_2
+    with λ_c the true-class logit and e_j the embedding-layer output (``hidden_states[0]``; level
     "layers" row 0 of cmixlib.gradients); Spearman with the [CLS] row of (a) the rollout up to each
     layer (Table 1 = last layer, Figure 3 = all layers) and (b) each single layer map (Table 2
-    "Indiv."). Rollout without identity, rows normalised (``rollout_normalize``)."""
-    from .. import core
-    from ..attention import rollout
-    from ..gradients import ClassTarget, attribute
-
+    "Indiv."). Rollout without identity, in both :data:`ROLLOUT_VARIANTS` from the same maps
+    (column ``rollout``; a single layer's [CLS] row has the same ranks in both, so (b) is one
+    number reported under both). Frame ``variants`` has both; ``result`` (compared with the
+    paper) has the one ``rollout_normalize`` picks (default False: the raw rollout of GlobEnc's
+    code)."""
     s = ctx.settings
+    methods = list(s["methods"])
+    level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]
     frames = []
     for task in s["tasks"]:
         bundle, _, examples = ctx.load_inputs(task)
-        per: dict[tuple[str, str, int], list[float]] = {}
-        for ex in ctx.tqdm(examples, desc=f"GlobEnc ({task})"):
-            ids = ids_tensor(ex)
-            target = ClassTarget(int(ex["label"]))
-            if s["saliency_level"] == "embeddings":
-                sal = attribute(bundle.model, ids, target, method="grad_x_input_l2", level="layers")[0]
-            else:
-                sal = attribute(bundle.model, ids, target, method="grad_x_input_l2")
-            maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=list(s["methods"]),
-                                       normalize=bool(s["rollout_normalize"]))
-            for m in s["methods"]:
-                rolled = rollout(maps[m], add_identity=False, normalize=bool(s["rollout_normalize"]))
-                for layer in range(maps[m].shape[0]):
-                    per.setdefault((m, "rollout", layer + 1), []).append(ev.spearman(rolled[layer, 0], sal))
-                    per.setdefault((m, "individual", layer + 1), []).append(ev.spearman(maps[m][layer, 0], sal))
-        rows = [{"task": _TASK_LABEL[task], "method": m, "aggregation": agg, "layer": layer, **ev.mean_std(v)}
-                for (m, agg, layer), v in per.items()]
+        rhos = batched(ctx, examples, lambda batch: _correlation_rows(bundle, batch, methods, level),
+                       desc=f"GlobEnc ({task})")
+        per: dict[tuple[str, str, str], list[np.ndarray]] = {}
+        for i in range(len(examples)):
+            for key, v in rhos[i].items():
+                per.setdefault(key, []).append(v)
+        rows = [{"task": _TASK_LABEL[task], "rollout": variant, "method": m, "aggregation": agg,
+                 "layer": layer + 1, **ev.mean_std(v[:, layer])}
+                for (variant, m, agg), vals in per.items() for v in [np.stack(vals)]
+                for layer in range(v.shape[1])]
         frames.append(pd.DataFrame(rows))
-    return {"result": pd.concat(frames, ignore_index=True)}
+    both = pd.concat(frames, ignore_index=True)
+    chosen = both[both["rollout"] == _variant(s)].reset_index(drop=True)
+    return {"result": chosen, "variants": both}
 
 
 def _correlations_compare(frames, paper):
@@ -101,12 +143,22 @@ def _correlations_compare(frames, paper):
     return comparison_table(last, paper, ["cmix_method", "task"], paper_filter={"table": "Table 1"})
 
 
+def variant_comparison(res, variant: str) -> pd.DataFrame:
+    """Table 1 of a ``globenc-correlations`` result with rollout ``variant`` (one of
+    :data:`ROLLOUT_VARIANTS`) beside the paper's, like ``res.comparison()`` for the variant the
+    run was asked for."""
+    if variant not in ROLLOUT_VARIANTS:
+        raise ValueError(f"variant must be one of {ROLLOUT_VARIANTS}, not {variant!r}")
+    both = res.frames["variants"]
+    return _correlations_compare({"result": both[both["rollout"] == variant]}, res.paper)
+
+
 CORRELATIONS = Experiment(
     name="globenc-correlations",
     title="Spearman of [CLS] attribution rows with gradient×input saliency, per layer",
     paper="GlobEnc (Table 1, Figure 3, Table 2)", compute=correlations,
     inputs=Inputs(Model("classifier", "{task}"), Data("classification_inputs", "{task}")),
-    defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": True,
+    defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": False,
               "saliency_level": "embeddings", **CLASSIFIER_SETTINGS},
     paper_numbers=pn.globenc_table1, compare=_correlations_compare)
 

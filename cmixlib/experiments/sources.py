@@ -25,7 +25,7 @@ __all__ = ["Sources", "Model", "ModelByCondition", "Data", "Inputs", "whole_spli
            "CLASSIFIER_SETTINGS", "FINETUNED_MLM_SETTINGS"]
 
 #: Settings (with their defaults) of an experiment that reads a classifier (:meth:`Sources.classifier`).
-CLASSIFIER_SETTINGS = {"cls_epochs": 2, "cls_max_train_examples": 1500}
+CLASSIFIER_SETTINGS = {"cls_epochs": 2, "cls_max_train_examples": 1500, "cls_max_dev_examples": None}
 
 #: Settings of an experiment that reads the fine-tuned MLM (:func:`load_condition_mlm`; None:
 #: :mod:`cmixlib.training`'s defaults).
@@ -112,10 +112,14 @@ class Sources:
         return training.train_classifier(task, model, **kw)
 
     def _classifier_kw(self) -> dict:
-        """Training arguments from the run's ``cls_max_train_examples`` and ``cls_epochs``."""
+        """Training arguments from the run's ``cls_max_train_examples``, ``cls_epochs`` and
+        ``cls_max_dev_examples`` (the dev rows its accuracy is measured on; None: all)."""
         s = self._settings
-        return dict(max_train_examples=s.get("cls_max_train_examples"),
-                    epochs=s.get("cls_epochs", 2), progress=self._progress)
+        kw = dict(max_train_examples=s.get("cls_max_train_examples"),
+                  epochs=s.get("cls_epochs", 2), progress=self._progress)
+        if s.get("cls_max_dev_examples") is not None:
+            kw["max_dev_examples"] = s["cls_max_dev_examples"]
+        return kw
 
     def classifier(self, task: str) -> tuple[Any, dict | None]:
         """The run's model fine-tuned on ``task`` (settings ``cls_epochs``, ``cls_max_train_examples``)."""

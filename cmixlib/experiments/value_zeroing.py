@@ -111,9 +111,9 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
                 rows += ev.alignment_rows(maps, ex["cue_indices"], example_id=i,
                                           exclude=exclude_positions(ex, s["exclude"]), ties=s["ties"])
                 if "cosine" in maps:
-                    agree += [{"example": i, "variant": v, "layer": layer,
-                               "spearman": ev.spearman(maps[v][layer], maps["cosine"][layer])}
-                              for v in maps for layer in range(maps[v].shape[0])]
+                    agree += [{"example": i, "variant": v, "layer": layer, "spearman": rho}
+                              for v in maps for layer, rho in
+                              enumerate(ev.spearman_rows(maps[v], maps["cosine"]))]
             bar.update(len(idx))
     per_ex = pd.DataFrame(rows).sort_values("example", kind="stable").rename(columns={"method": "variant"})
     agg = ev.aggregate_alignment(per_ex, by=("variant", "layer"))
@@ -242,7 +242,7 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
                        replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
         for mode in modes:
             excl = exclude_positions(ex, mode)
-            rho[mode][i] = {m: ev.per_example_spearman([v], [bo], exclude=excl)[0] for m, v in sc.items()}
+            rho[mode][i] = ev.spearman_to(bo, sc, exclude=excl)
     tables = {mode: ev.correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
                                          condition=s["condition"])
               for mode, r in rho.items()}

@@ -1,24 +1,30 @@
-r"""What is explained: target objects, the scalar :math:`f` they define, and input checking.
+r"""What is explained: target objects, the scalar :math:`\phi` they define, and input checking.
 
-Owns :class:`MLMTarget`, :class:`ClassTarget`, :func:`target_score` (:math:`f` from full logits),
-:func:`target_probability` (blank-out's :math:`p`), :func:`resolve_target`, :class:`ScoreModule`
-(the same :math:`f` as the forward function captum differentiates) with :func:`target_tensors`,
-:func:`special_positions`, and the batch validation every method of :mod:`cmixlib.gradients` runs.
+Notation as in the book's conventions page: logits :math:`\lambda`, the explained scalar
+:math:`\phi`, :math:`P(t \mid w)` the probability of the target over {target, foil}.
 
-* :class:`MLMTarget` (``*ForMaskedLM``), at token ``position`` with logits :math:`z`:
-  ``"logit"``: :math:`f = z_t`; ``"logit_diff"``: :math:`f = z_t - z_f`; ``"prob"``:
-  :math:`f = e^{z_t}/(e^{z_t}+e^{z_f}) = \sigma(z_t-z_f)` (softmax over {target, foil}, the Value
-  Zeroing normalisation), or the full-vocabulary softmax :math:`p_t` without a foil. ``"auto"``
-  (default) = ``"logit_diff"`` with a foil, else ``"logit"``. ``grad_l2`` and the G×I variants of
-  ``"prob"`` and ``"logit_diff"`` differ only by the positive factor :math:`\sigma'(z_t-z_f)`, so
-  their *normalised* maps agree.
-* :class:`ClassTarget` (``*ForSequenceClassification``): ``"logit"`` (default): :math:`f = z_c`;
-  ``"prob"``: :math:`f = \mathrm{softmax}(z)_c` (ALTI's convention). ``class_index=None`` means
-  the class the model predicts for the input.
+Owns :class:`MLMTarget`, :class:`ClassTarget`, :func:`target_score` (:math:`\phi` from full
+logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`resolve_target`,
+:class:`ScoreModule` (the same :math:`\phi` as the forward function captum differentiates) with
+:func:`target_tensors`, :func:`special_positions`, and the batch validation every method of
+:mod:`cmixlib.gradients` runs.
+
+* :class:`MLMTarget` (``*ForMaskedLM``), at token ``position`` with logits :math:`\lambda`:
+  ``"logit"``: :math:`\phi = \lambda_t`; ``"logit_diff"``: :math:`\phi = \lambda_t - \lambda_f`;
+  ``"prob"``: :math:`\phi = e^{\lambda_t}/(e^{\lambda_t}+e^{\lambda_f}) =
+  \mathrm{sigmoid}(\lambda_t-\lambda_f) = P(t \mid w)` (softmax over {target, foil}, the Value
+  Zeroing normalisation), or the full-vocabulary softmax :math:`P_t` without a foil. ``"auto"``
+  (default) = ``"logit_diff"`` with a foil, else ``"logit"``. ``grad_l2`` and the G×I variants
+  of ``"prob"`` and ``"logit_diff"`` differ only by the positive factor :math:`P(1-P)` (the
+  sigmoid's derivative at the point), so their *normalised* maps agree; so do DeepLift's (one
+  secant multiplier for the sigmoid), not integrated gradients' (a path integral).
+* :class:`ClassTarget` (``*ForSequenceClassification``): ``"logit"`` (default):
+  :math:`\phi = \lambda_c`; ``"prob"``: :math:`\phi = P_c = \mathrm{softmax}(\lambda)_c` (ALTI's
+  convention). ``class_index=None`` means the class the model predicts for the input.
 
 An MLM is scored from the final hidden state of the target position only,
-:math:`z_t = \mathrm{transform}(h_{pos})\cdot W_t + b_t` (:func:`cmixlib.arch.mlm_head`), not
-from the full ``(n, vocab)`` logits.
+:math:`\lambda_t = \mathrm{transform}(o_{pos})\cdot W_t + b_t` (:func:`cmixlib.arch.mlm_head`),
+not from the full ``(n, vocab)`` logits.
 
 **Special tokens.** With a ``tokenizer``, special positions are those holding its CLS/SEP/BOS/EOS/
 PAD ids; without one, the first and last attended positions. Padding (``attention_mask == 0``)
@@ -49,8 +55,8 @@ class GradientAttributionError(ValueError):
 class MLMTarget:
     """Explain a masked-LM prediction at token ``position`` (0-based, counting [CLS]).
 
-    ``score``: ``"logit"`` (:math:`z_t`), ``"logit_diff"`` (:math:`z_t - z_f`, needs a foil),
-    ``"prob"`` (:math:`\\sigma(z_t - z_f)` with a foil, full-vocabulary softmax without) or
+    ``score``: ``"logit"`` (:math:`\\lambda_t`), ``"logit_diff"`` (:math:`\\lambda_t - \\lambda_f`,
+    needs a foil), ``"prob"`` (:math:`P(t \\mid w)` with a foil, full-vocabulary softmax without) or
     ``"auto"`` (``"logit_diff"`` if a foil is given, else ``"logit"``).
     """
 
@@ -122,7 +128,7 @@ def target_score(logits: torch.Tensor, target: Target) -> torch.Tensor:
 def target_probability(logits: torch.Tensor, target: Target) -> torch.Tensor:
     """Probability of the target used by blank-out, shape ``(batch,)``.
 
-    MLM: :math:`e^{z_t}/(e^{z_t}+e^{z_f})` with a foil (Value Zeroing §7), else the full-vocabulary
+    MLM: :math:`e^{\\lambda_t}/(e^{\\lambda_t}+e^{\\lambda_f})` with a foil (Value Zeroing §7), else the full-vocabulary
     softmax. Classifier: :math:`\\mathrm{softmax}(z)_c`.
     """
     return target_score(logits, replace(target, score="prob"))

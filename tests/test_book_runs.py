@@ -1,0 +1,60 @@
+"""The book's runs: what the chapters ask for is what `make book` prewarms, and run arguments."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from cmixlib import book_runs as B
+from cmixlib.experiments import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+_CALL = re.compile(r"\brun\(\s*\"([\w-]+)\"\s*(?:,\s*([^)]*))?\)")
+
+
+def _chapter_calls() -> list[tuple[str, str, str]]:
+    """(notebook, run name, arguments) of every run("...") call in the chapters' code."""
+    calls = []
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                calls += [(path.name, m.group(1), (m.group(2) or "").strip())
+                          for m in _CALL.finditer(cell.source)]
+    return calls
+
+
+def test_every_book_run_names_an_experiment_and_a_group():
+    for name, spec in B.BOOK_RUNS.items():
+        assert spec.experiment in REGISTRY, name
+        assert spec.group in {"mlm", "classifier"}, name
+
+
+def test_book_calls_cover_every_run_and_condition():
+    calls = B.book_calls()
+    assert len(calls) == len(set(calls))
+    for name, spec in B.BOOK_RUNS.items():
+        want = {(name, c) for c in B.CONDITIONS} if spec.conditioned else {(name, None)}
+        assert want <= set(calls), name
+
+
+def test_the_chapters_ask_only_for_prewarmed_runs():
+    """`make book` computes book_calls() before executing the chapters; a chapter that asked for
+    a run with extra settings (another cache key) would compute it again, unprewarmed."""
+    calls = _chapter_calls()
+    assert calls, "no run(...) call found: the pattern no longer matches the chapters"
+    for nb, name, args in calls:
+        assert name in B.BOOK_RUNS, f"{nb}: unknown book run {name!r}"
+        assert args in ("", "c", "condition"), \
+            f"{nb}: run({name!r}, {args}) adds settings that `cmix prewarm` does not compute"
+
+
+def test_run_arguments_check_the_condition():
+    with pytest.raises(ValueError, match="needs condition"):
+        B.run_arguments("cue-alignment")
+    with pytest.raises(ValueError, match="takes no condition"):
+        B.run_arguments("alti-table2", "pretrained")
+    with pytest.raises(KeyError, match="Unknown book run"):
+        B.run_arguments("nope")
