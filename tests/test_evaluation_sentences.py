@@ -83,6 +83,10 @@ def test_ranking_verdict_rules():
     five = {"a": 5, "b": 4, "c": 3, "d": 2, "e": 1}
     weak = ranking_verdict({"a": 3, "b": 5, "c": 1, "d": 4, "e": 2}, five, same_model=False)
     assert weak[0] == "differs" and "Spearman +0.30" in weak[1]
+    # exactly at the threshold (rho = 0.4 over 4 methods, which floating point may round below)
+    four = {"a": 4, "b": 3, "c": 2, "d": 1}
+    at = ranking_verdict({"a": 2, "b": 4, "c": 3, "d": 1}, four, same_model=False)
+    assert "Spearman +0.40" in at[1] and at[0] == "same direction"
     assert ranking_verdict({"a": 0.1}, paper, same_model=False)[0] == "not run"
     low = ranking_verdict({"a": 0.1, "b": 0.3, "c": 0.5}, {"a": 0.2, "b": 0.4, "c": 0.6},
                           same_model=False, higher_is_better=False)
