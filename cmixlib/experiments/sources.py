@@ -115,11 +115,9 @@ class Sources:
         """Training arguments from the run's ``cls_max_train_examples``, ``cls_epochs`` and
         ``cls_max_dev_examples`` (the dev rows its accuracy is measured on; None: all)."""
         s = self._settings
-        kw = dict(max_train_examples=s.get("cls_max_train_examples"),
-                  epochs=s.get("cls_epochs", 2), progress=self._progress)
-        if s.get("cls_max_dev_examples") is not None:
-            kw["max_dev_examples"] = s["cls_max_dev_examples"]
-        return kw
+        return dict(max_train_examples=s.get("cls_max_train_examples"),
+                    max_dev_examples=s.get("cls_max_dev_examples"),
+                    epochs=s.get("cls_epochs", 2), progress=self._progress)
 
     def classifier(self, task: str) -> tuple[Any, dict | None]:
         """The run's model fine-tuned on ``task`` (settings ``cls_epochs``, ``cls_max_train_examples``)."""
