@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test book book-clean bench bench-mlm mlm-weights clean
+.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights clean
 
 install: $(STAMP)
 
@@ -51,6 +51,18 @@ book: $(STAMP)
 
 book-clean:
 	rm -rf _build
+
+# Coursework: the student edition (editions/student/, committed; solutions, model answers and
+# grading notes removed by nbconvert's TagRemovePreprocessor) and the instructor edition
+# (_build/editions/instructor/) of chapters 2-14, from the tagged chapter notebooks.
+editions: $(STAMP)
+	$(PY) -m cmixlib.cli editions
+
+# JupyterLab on the project's environment (installed on first use), opened on the chapters.
+lab: $(STAMP)
+	@$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q "jupyterlab>=4,<5" \
+	  2> >(grep -v "is ignored: it is neither" >&2)
+	$(VENV)/bin/jupyter lab notebooks/
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_methods.py

@@ -3,7 +3,7 @@
 Everything here is plain numpy / scipy / scikit-learn and works on 1-D score vectors (one row of a
 context-mixing map, e.g. the ``[MASK]`` row at one layer) or on stacks of them. No model is needed.
 
-Conventions pinned here (the papers leave them open; see ``reference-code-conventions.md`` §2):
+Conventions pinned here (the papers leave them open; see book/reference_code.md §3):
 
 Normalisation
     :func:`normalize_scores` clips negative values to 0 and divides by the sum, so a row is a

@@ -14,7 +14,8 @@ Every function returns a tidy :class:`pandas.DataFrame` with one row per number 
 * ``source``: a human-readable citation of the exact place.
 
 Transcribed from the paper texts (the project's seed copies of the three papers: 000 = Value Zeroing, 001 = ALTI,
-004 = GlobEnc) and from ``reference-code-conventions.md`` §4 (ALTI repository values). Each
+004 = GlobEnc) and from the ALTI repository's committed result files (book/reference_code.md §6
+names them). Each
 number was checked against the seed text by a second read (see ``tests`` for spot checks).
 """
 from __future__ import annotations
@@ -136,8 +137,8 @@ def alti_table2() -> pd.DataFrame:
 
 def alti_repo_correlations() -> pd.DataFrame:
     """ALTI **repository** correlations (not the paper): the JSON files committed to
-    ``mt-upc/transformer-contributions`` (last versions at bc7f494 / 4c0759a, deleted in b4f7251), as
-    quoted in ``reference-code-conventions.md`` §4. Three decimals; includes raw attention; sample
+    ``mt-upc/transformer-contributions`` (last versions at bc7f494 / 4c0759a, deleted in
+    b4f7251; book/reference_code.md §6). Three decimals; includes raw attention; sample
     count not recorded. ``table`` is ``"repo data/*_correlations.json"``.
     """
     models = {"BERT": "bert-base-uncased", "DistilBERT": "distilbert-base-uncased", "RoBERTa": "roberta-base"}
@@ -159,15 +160,14 @@ def alti_repo_correlations() -> pd.DataFrame:
                              method=label, cmix_method=cm,
                              metric="spearman_vs_grad_l2" if task == "SST-2" else "spearman_vs_blankout",
                              value=v, std=s,
-                             source="mt-upc/transformer-contributions committed JSON (bc7f494/4c0759a), "
-                                    "via reference-code-conventions.md §4"))
+                             source="mt-upc/transformer-contributions committed JSON (bc7f494/4c0759a)"))
     return _frame(rows)
 
 
 def alti_repo_special_token_ranks() -> pd.DataFrame:
     """Mean normalised rank of [CLS]/[SEP]/./, on SST-2 (the quantity of ALTI Figure 6; the figure's
     values are not printed in the paper text). From the repository's committed
-    ``*_rank_special_tokens.json``, as quoted in ``reference-code-conventions.md`` §4.
+    ``*_rank_special_tokens.json`` (book/reference_code.md §6 lists the files).
     """
     models = {"BERT": "bert-base-uncased", "DistilBERT": "distilbert-base-uncased", "RoBERTa": "roberta-base"}
     data = [("BERT", 0.64, 0.93, 0.85, 0.29, 0.52), ("DistilBERT", 0.58, 0.90, 0.81, 0.23, 0.48),
@@ -180,8 +180,7 @@ def alti_repo_special_token_ranks() -> pd.DataFrame:
             rows.append(dict(paper=ALTI, table="repo data/*_rank_special_tokens.json (Figure 6 quantity)",
                              model=models[model], condition="fine-tuned", task="SST-2", method=label,
                              cmix_method=cm, metric="special_token_normalized_rank", value=v,
-                             source="mt-upc/transformer-contributions committed JSON, "
-                                    "via reference-code-conventions.md §4"))
+                             source="mt-upc/transformer-contributions committed JSON"))
     return _frame(rows)
 
 
@@ -190,8 +189,8 @@ def alti_repo_anisotropy() -> pd.DataFrame:
     (``textattack/bert-base-uncased-SST-2``, the first 500 sentences of the GLUE SST-2 test
     split): the quantity of ALTI Figure 3, whose values the paper does not print. From the
     repository's committed ``cos_results/bert_sst2_cos_results.json`` (written by
-    ``get_cos_mean`` in ``src/utils_contributions.py``), rounded to three decimals, as quoted in
-    ``reference-code-conventions.md`` §4 ("ALTI isotropy").
+    ``get_cos_mean`` in ``src/utils_contributions.py``), rounded to three decimals
+    (book/reference_code.md §6).
 
     ``method`` is the JSON key: "embeddings" (the solid line: cosine of the hidden states of one
     random pair of distinct tokens per sentence, ``metric`` ``"mean_cosine_hidden"``) or
@@ -205,8 +204,7 @@ def alti_repo_anisotropy() -> pd.DataFrame:
     transformed = [0.040, 0.056, 0.061, 0.055, 0.057, 0.048, 0.071, 0.064, 0.089, 0.106, 0.172, 0.309]
     embeddings = [0.084, 0.177, 0.216, 0.180, 0.195, 0.216, 0.217, 0.206, 0.221, 0.234, 0.325, 0.438,
                   0.577]
-    src = ("mt-upc/transformer-contributions committed cos_results/bert_sst2_cos_results.json, "
-           "via reference-code-conventions.md §4")
+    src = "mt-upc/transformer-contributions committed cos_results/bert_sst2_cos_results.json"
     rows = [dict(paper=ALTI, table="repo cos_results/bert_sst2_cos_results.json (Figure 3 quantity)",
                  model="bert-base-uncased", condition=f"L{layer}", task="SST-2", method=label,
                  metric=metric, value=v, source=src)

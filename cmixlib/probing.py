@@ -12,7 +12,7 @@ is transmitted with the uniform code, ``N_1 * log2(K)`` bits. Every later block
 * ``compression`` = ``uniform_codelength / codelength`` (1 = no better than guessing).
 
 Differences from the Value Zeroing repository's ``onlinecoding.py`` (see
-``reference-code-conventions.md`` §2.2), on purpose:
+book/reference_code.md §3.2), on purpose:
 
 * the probe outputs **logits** (no softmax before ``CrossEntropyLoss``), so compression is not
   capped at ~3.2;

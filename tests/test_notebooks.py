@@ -64,6 +64,11 @@ def test_notebook_runs_in_quick_mode(path):
     start = time.time()
     nb = execute_notebook(path)
     assert not _error_outputs(nb)
+    # every exercise's solution passes its checker (the last report of each checker)
+    from cmixlib.exercises.grading import check_reports
+
+    last = {r["checker"]: r["status"] for r in check_reports(nb)}
+    assert all(status == "passed" for status in last.values()), last
     elapsed = time.time() - start
     print(f"{path.name}: {elapsed:.1f}s")
 

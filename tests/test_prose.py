@@ -10,7 +10,8 @@ code and links taken out, and fails on:
    ``VZ_MLM_ACCURACY`` / ``evaluation.MLM_TARGETS``; matched to the printed precision) nor a
    constant of a method or of a rule listed in :data:`CONSTANTS` with its reason. Integers are
    not checked: in this book they are sizes and settings (1,500 training sentences), which are
-   inputs, not results. Section numbers ("§2.7") are skipped.
+   inputs, not results. Section numbers ("§2.7") and exercise numbers ("Exercise 9.1",
+   "exercises 9.1 and 9.2") are skipped.
 2. **the offline model's name** ("MiniLM") outside the chapters that describe the offline
    fallback as a fact of the library (:data:`MODEL_NAME_ALLOWED`): which model produced a result
    is printed by the run.
@@ -67,6 +68,8 @@ def _strip(text: str) -> str:
     text = re.sub(r"`[^`\n]*`", " ", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)          # link targets
     text = re.sub(r"\{[a-z:]+\}`[^`]*`", " ", text)    # roles such as {cite:p}`...`
+    text = re.sub(r"\b([Ee]xercises?)\s+\d+\.\d+(?:\s*(?:,|and|or|-|–)\s*\d+\.\d+)*",
+                  r"\1 N", text)                      # exercise numbers such as 9.1
     return text
 
 
@@ -124,3 +127,6 @@ def test_the_checker_catches_a_stated_result():
                         paper)
     assert not problems("$\\rho = 0.437$ and `0.123` are math and code.", "x.ipynb:cell 1", paper)
     assert not problems("Rollout adds 0.5 I; see §2.7.", "x.ipynb:cell 1", paper)
+    assert not problems("### Exercise 9.1 (computational): see exercises 4.1 and 4.2.",
+                        "x.ipynb:cell 1", paper)
+    assert problems("In Exercise 9.1 the score is 0.437.", "x.ipynb:cell 1", paper)

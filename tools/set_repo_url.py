@@ -30,7 +30,8 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     old, new = current_url(), argv[0]
-    files = [ROOT / "_config.yml", ROOT / "cmixlib" / "book.py", *sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    files = [ROOT / "_config.yml", ROOT / "cmixlib" / "book.py", *sorted((ROOT / "notebooks").glob("*.ipynb")),
+             *sorted((ROOT / "editions" / "student").glob("*.ipynb"))]
     changed = 0
     for path in files:
         text = path.read_text()

@@ -5,8 +5,15 @@ Each ``check_*`` function takes the reader's function, runs it on a tiny random 
 with a reference implementation and prints what is right and what is wrong: shape, row sums,
 the entries that differ and, where a typical mistake can be recognised, its likely cause.
 
-It returns a :class:`CheckResult` (truthy when everything passed). In a notebook the report is
-printed once; ``result.messages`` holds the lines.
+It returns a :class:`CheckResult` (truthy when everything passed) whose ``status`` is
+``passed``, ``failed`` or ``not attempted`` (the starter code still raises
+``NotImplementedError``); it never raises on a wrong answer. In a notebook the report is shown once,
+with a machine-readable twin that ``cmix grade`` reads; ``result.messages`` holds the lines.
+
+The exercises themselves live in the chapter notebooks, marked by cell tags; :mod:`.editions`
+checks that format and writes the student and instructor editions, :mod:`.grading` runs
+submitted notebooks and reads back every checker's verdict, :mod:`.course` builds the
+instructors' page from the notebooks' metadata.
 
 Exercises and their checkers
 ----------------------------
@@ -16,6 +23,8 @@ Exercises and their checkers
     ``fn(parts, ln) -> (m, d)``: split ``LN(sum(parts))`` into one term per part (plus ``ln.bias``).
 ``check_rollout(fn)``
     ``fn(maps, add_identity) -> (L, n, n)``: rollout of per-layer maps.
+``check_n_res_ln(fn)``
+    ``fn(alpha, fx, x, b_O, ln1) -> (n, n)``: the N-ResLN map of one layer from its parts.
 ``check_value_zeroing_row(fn)``
     ``fn(layer, hidden, i) -> (n,)``: row ``i`` of one layer's Value Zeroing map.
 ``check_nenc(fn)``
@@ -24,20 +33,52 @@ Exercises and their checkers
     ``fn(T, y) -> (n,)``: one row of ALTI's normalised contributions.
 ``check_grad_x_input(fn)``
     ``fn(model, ids, pos, t_id, f_id) -> (n,)``: gradient × input (L2) at the word embeddings.
+``check_cls_spearman(fn)``
+    ``fn(maps, saliency, normalize) -> (L,)``: Spearman of the rolled-out [CLS] row with saliency.
+``check_blank_out(fn)``
+    ``fn(model, ids, pos, t_id, f_id, r_id) -> (n,)``: blank-out (erasure) row of an MLM example.
+``check_cue_alignment(fn)``
+    ``fn(scores, cue_indices) -> (dot, ap, probes_needed)``: chapter 9's scores of one row.
+``check_online_codelength(fn)``
+    ``fn(probs, labels, bounds) -> (codelength, compression)``: chapter 10's online MDL code.
+``check_faithfulness(fn)``
+    ``fn(s_method, s_bo, t) -> float``: chapter 11's Spearman of one example with blank-out.
+``check_special_rank(fn)``
+    ``fn(scores, tokens) -> float``: chapter 12's special-token rank (ALTI Figure 6) of one row.
+``check_anisotropy(fn)``
+    ``fn(T) -> (r,)``: chapter 12's mean pairwise cosine of each query's transformed vectors.
 
 The package: :mod:`.checking` (the report and comparison helpers shared by every checker),
-:mod:`.layer_exercises` (1, 2, 4: one encoder layer), :mod:`.method_exercises` (3, 5, 6, 8).
+:mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
+(chapters 3, 5, 6, 8),
+:mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
+maps against saliency, blank-out), :mod:`.evaluation_exercises` (chapters 9, 10: cue
+alignment, online codelength), :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness
+to blank-out, special-token ranks, anisotropy).
 """
 from .checking import CheckResult
+from .saliency_exercises import (check_blank_out, check_cls_spearman, reference_blank_out,
+                                 reference_cls_spearman)
 from .layer_exercises import (check_attention_probs, check_ln_decomposition,
                               check_value_zeroing_row, reference_attention_probs,
                               reference_ln_decomposition, reference_value_zeroing_row)
+from .norm_exercises import check_n_res_ln, reference_n_res_ln
+from .evaluation_exercises import (check_cue_alignment, check_online_codelength,
+                                   reference_cue_alignment, reference_online_codelength)
+from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check_special_rank,
+                                     reference_anisotropy, reference_faithfulness,
+                                     reference_special_rank)
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
                                reference_alti_row, reference_grad_x_input, reference_nenc,
                                reference_rollout)
 
-__all__ = ["CheckResult", "check_attention_probs", "check_ln_decomposition", "check_rollout",
+__all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cls_spearman",
+           "reference_blank_out", "check_attention_probs", "check_ln_decomposition", "check_rollout",
            "check_value_zeroing_row", "check_nenc", "check_alti_row", "check_grad_x_input",
            "reference_attention_probs", "reference_ln_decomposition", "reference_rollout",
            "reference_value_zeroing_row", "reference_nenc", "reference_alti_row",
-           "reference_grad_x_input"]
+           "reference_grad_x_input", "check_n_res_ln", "reference_n_res_ln",
+           "check_cue_alignment", "check_online_codelength", "reference_cue_alignment",
+           "reference_online_codelength", "check_faithfulness", "check_special_rank",
+           "check_anisotropy", "reference_faithfulness", "reference_special_rank",
+           "reference_anisotropy"]

@@ -1,5 +1,13 @@
 """What every checker shares: :class:`CheckResult` (the report), the tiny random BERT and its
-inputs, calling the reader's function safely, and comparing shapes, values and normalised rows."""
+inputs, calling the reader's function safely, and comparing shapes, values and normalised rows.
+
+A result has one of three statuses: ``passed``, ``failed`` or ``not attempted`` (the reader's
+function still raises ``NotImplementedError`` or returns ``None``, as the starter code does). A
+checker never raises on a wrong or missing answer, so a notebook with empty answers runs to the
+end. In a Jupyter kernel the report is displayed with a machine-readable twin (MIME type
+:data:`CHECK_MIME`: checker name and status), which ``cmix grade`` reads back from an executed
+notebook; elsewhere it is printed.
+"""
 from __future__ import annotations
 
 import math
@@ -11,6 +19,9 @@ import numpy as np
 import torch
 
 OK, BAD, INFO = "✓", "✗", "·"
+#: MIME type of the machine-readable twin of a checker's report (read by ``cmix grade``).
+CHECK_MIME = "application/vnd.cmixlib.check+json"
+PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 
 
 @dataclass
@@ -20,6 +31,20 @@ class CheckResult:
     name: str
     passed: bool = True
     messages: list[str] = field(default_factory=list)
+    attempted: bool = True
+
+    @property
+    def status(self) -> str:
+        """``"passed"``, ``"failed"`` or ``"not attempted"``."""
+        if not self.attempted:
+            return NOT_ATTEMPTED
+        return PASSED if self.passed else FAILED
+
+    def not_attempted(self, text: str) -> None:
+        """Record that the reader has not answered yet (the starter code is unchanged)."""
+        self.passed = False
+        self.attempted = False
+        self.messages.append(f"{INFO} {text}")
 
     def ok(self, text: str) -> None:
         self.messages.append(f"{OK} {text}")
@@ -35,11 +60,35 @@ class CheckResult:
         return self.passed
 
     def report(self) -> str:
-        head = f"{self.name}: {'all checks passed' if self.passed else 'NOT correct yet'}"
-        return "\n".join([head, *self.messages])
+        head = {PASSED: "all checks passed", FAILED: "NOT correct yet",
+                NOT_ATTEMPTED: "not attempted yet"}[self.status]
+        return "\n".join([f"{self.name}: {head}", *self.messages])
 
     def __repr__(self) -> str:
-        return f"CheckResult({self.name!r}, passed={self.passed})"
+        return f"CheckResult({self.name!r}, status={self.status!r})"
+
+    def finish(self, verbose: bool = True) -> "CheckResult":
+        """Show the report (unless ``verbose`` is false) and return ``self``: every checker ends here.
+
+        In a Jupyter kernel the report goes out as one display with two representations, the
+        text and a :data:`CHECK_MIME` JSON record ``{"checker", "status", "messages"}``;
+        outside a kernel it is printed.
+        """
+        if not verbose:
+            return self
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+            kernel = get_ipython() is not None and hasattr(get_ipython(), "kernel")
+        except ImportError:  # pragma: no cover - IPython ships with every Jupyter install
+            kernel = False
+        if kernel:
+            display({"text/plain": self.report(),
+                     CHECK_MIME: {"checker": self.name, "status": self.status,
+                                  "messages": self.messages}}, raw=True)
+        else:
+            print(self.report())
+        return self
 
     def _ipython_display_(self) -> None:  # the report was printed already: show nothing more
         return None
@@ -86,14 +135,16 @@ def _call(res: CheckResult, fn: Callable, *args):
     try:
         out = fn(*args)
     except NotImplementedError:
-        res.fail("your function raised NotImplementedError: fill in the exercise first.")
+        res.not_attempted("not attempted: your function raises NotImplementedError. Write it, "
+                          "then run this cell again.")
         return None
     except Exception as exc:  # noqa: BLE001 - we show the reader what went wrong
         tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
         res.fail(f"your function raised an exception: {tb}")
         return None
     if out is None:
-        res.fail("your function returned None (not implemented yet, or a missing `return`).")
+        res.not_attempted("not attempted: your function returned None (the starter code, or a "
+                          "missing `return`). Write it, then run this cell again.")
         return None
     arr = _to_numpy(out)
     if arr is None:

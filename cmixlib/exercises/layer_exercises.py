@@ -73,9 +73,7 @@ def check_attention_probs(student_fn: Callable, *, seed: int = 0, verbose: bool 
                 np.swapaxes(want, -1, -2),
         }, atol=1e-5)
         break
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)
 
 
 # ------------------------------------------------------------------------------------------
@@ -143,9 +141,7 @@ def check_ln_decomposition(student_fn: Callable, *, seed: int = 0, verbose: bool
                 ln(parts).double().numpy(),
         }, atol=1e-5)
         break
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)
 
 
 # ------------------------------------------------------------------------------------------
@@ -232,6 +228,4 @@ def check_value_zeroing_row(student_fn: Callable, *, seed: int = 0, verbose: boo
                 reference_value_zeroing_row(layer, hidden, i, zero="input").double().numpy(),
         }, atol=1e-4)
         break
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)

@@ -91,9 +91,7 @@ def check_rollout(student_fn: Callable, *, seed: int = 0, verbose: bool = True) 
                 base_n
         _diagnose(res, got, candidates, atol=1e-6)
         break
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)
 
 
 # ------------------------------------------------------------------------------------------
@@ -161,9 +159,7 @@ def check_nenc(student_fn: Callable, *, seed: int = 0, verbose: bool = True) -> 
                 "each vector was divided by its own std; all vectors of row i share sigma(u_i).":
                     norm(ln2.weight * centred / own),
             }, atol=1e-5)
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)
 
 
 # ------------------------------------------------------------------------------------------
@@ -215,9 +211,7 @@ def check_alti_row(student_fn: Callable, *, seed: int = 0, verbose: bool = True)
             "the size ||T_j||_1 was used instead of the proximity of T_j to y.": (l1 / l1.sum()).numpy(),
         }, atol=1e-6)
         break
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)
 
 
 # ------------------------------------------------------------------------------------------
@@ -301,6 +295,4 @@ def check_grad_x_input(student_fn: Callable, *, seed: int = 0, verbose: bool = T
                 "token types and LayerNorm included); use the word embeddings' output.":
                     reference_grad_x_input(*args, where="embeddings"),
             }, atol=1e-8)
-    if verbose:
-        print(res.report())
-    return res
+    return res.finish(verbose)

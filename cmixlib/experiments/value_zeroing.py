@@ -149,9 +149,10 @@ def _mask_states(bundle, examples, ctx) -> np.ndarray:
     import torch
 
     feats = []
+    device = next(bundle.model.parameters()).device  # the ids go where the model is (CUDA too)
     with torch.no_grad():
         for ex in ctx.tqdm(examples, desc="hidden states"):
-            out = bundle.model(input_ids=ids_tensor(ex), output_hidden_states=True)
+            out = bundle.model(input_ids=ids_tensor(ex).to(device), output_hidden_states=True)
             feats.append(torch.stack([h[0, int(ex["target_index"])] for h in out.hidden_states]).cpu().numpy())
     return np.stack(feats, axis=1)
 

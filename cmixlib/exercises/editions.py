@@ -1,0 +1,294 @@
+"""One source, two editions: the chapter notebooks hold exercises *and* solutions, marked by
+cell tags; this module checks that format and writes the student and instructor editions.
+
+The cells of one exercise, in order (tags in brackets)::
+
+    statement      markdown [exercise]          metadata cmix = {exercise, kind, checker, setting, minutes}
+    starter code   code     [exercise]          computational: `raise NotImplementedError`, then the checker
+    answer cell    markdown [exercise, answer]  interpretive: where the student writes
+    solution       code [solution, hide-input] / markdown [solution] (a collapsed "Model answer")
+    grading notes  markdown [grading, remove-cell]
+
+Editions are made with nbconvert's preprocessors (:class:`~nbconvert.preprocessors.TagRemovePreprocessor`
+and :class:`~nbconvert.preprocessors.ClearOutputPreprocessor`): the **student** edition drops the
+``solution`` and ``grading`` cells and every output; the **instructor** edition keeps everything.
+On the book's site, ``hide-input`` collapses solution code, the model answers are dropdown
+admonitions and ``remove-cell`` keeps the grading notes off the page.
+
+Command line: ``python -m cmixlib.exercises.editions check NOTEBOOK...`` lists format problems;
+``cmix editions`` writes both editions (see :func:`write_editions`).
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+EXERCISE, ANSWER, SOLUTION, GRADING = "exercise", "answer", "solution", "grading"
+KINDS = ("computational", "interpretive")
+SETTINGS = ("lab", "homework")
+STARTER_STUB = "raise NotImplementedError"
+ANSWER_TEXT = "**Your answer.** (double-click this cell and write here)"
+GRADING_HEAD = "**Grading notes (instructors).**"
+#: Chapters that must carry exercises (file-name prefixes).
+EXERCISE_CHAPTERS = range(2, 15)
+#: The committed student edition (Colab links point here) and the default instructor folder.
+STUDENT_DIR = Path("editions") / "student"
+INSTRUCTOR_DIR = Path("_build") / "editions" / "instructor"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise as the statement cell's metadata declares it."""
+
+    chapter: int
+    id: str
+    kind: str
+    title: str
+    setting: str
+    minutes: int
+    checker: str | None
+    cell: int
+
+
+def tags(cell) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def chapter_number(path: str | Path) -> int | None:
+    """The chapter number from a notebook's file name (``09_cue_alignment.ipynb`` -> 9)."""
+    m = re.match(r"(\d+)_", Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def _title(source: str) -> str:
+    first = source.strip().splitlines()[0] if source.strip() else ""
+    m = re.match(r"###\s+Exercise\s+\S+\s+\((\w+)\):\s*(.+)", first)
+    return m.group(2).strip() if m else ""
+
+
+def exercises(nb, chapter: int | None = None) -> list[Exercise]:
+    """The exercises of a notebook, from the statement cells' ``cmix`` metadata."""
+    found = []
+    for k, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("cmix", {})
+        if EXERCISE in tags(cell) and "exercise" in meta:
+            found.append(Exercise(chapter=chapter or 0, id=str(meta["exercise"]),
+                                  kind=meta.get("kind", ""), title=_title(cell.source),
+                                  setting=meta.get("setting", ""),
+                                  minutes=int(meta.get("minutes", 0) or 0),
+                                  checker=meta.get("checker"), cell=k))
+    return found
+
+
+def _defined_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
+    """Check the cells of one exercise; return the index of its last cell."""
+    where = f"exercise {ex.id} (cell {ex.cell})"
+    cells = nb.cells
+    stmt = cells[ex.cell]
+    if stmt.cell_type != "markdown":
+        problems.append(f"{where}: the statement must be a markdown cell")
+    head = stmt.source.strip().splitlines()[0] if stmt.source.strip() else ""
+    if not re.match(rf"### Exercise {re.escape(ex.id)} \({ex.kind}\): \S", head):
+        problems.append(f"{where}: the statement must begin '### Exercise {ex.id} ({ex.kind}): "
+                        f"<title>', not {head[:60]!r}")
+    if ex.kind not in KINDS:
+        problems.append(f"{where}: kind must be one of {KINDS}, not {ex.kind!r}")
+    if ex.setting not in SETTINGS:
+        problems.append(f"{where}: setting must be one of {SETTINGS}, not {ex.setting!r}")
+    if ex.minutes <= 0:
+        problems.append(f"{where}: minutes must be a positive number")
+    nxt = lambda k: cells[k] if k < len(cells) else None  # noqa: E731
+    work, sol, grade = nxt(ex.cell + 1), nxt(ex.cell + 2), nxt(ex.cell + 3)
+    if ex.kind == "computational":
+        from cmixlib import exercises as E
+
+        if not ex.checker or ex.checker not in E.__all__:
+            problems.append(f"{where}: checker {ex.checker!r} is not exported by cmixlib.exercises")
+        if (work is None or work.cell_type != "code" or tags(work) != {EXERCISE}
+                or STARTER_STUB not in work.source or f"{ex.checker}(" not in work.source):
+            problems.append(f"{where}: the next cell must be the starter code (code, tag "
+                            f"'exercise', containing '{STARTER_STUB}' and a call of {ex.checker})")
+        if (sol is None or sol.cell_type != "code" or tags(sol) != {SOLUTION, "hide-input"}
+                or not sol.source.startswith("# Solution") or f"{ex.checker}(" not in sol.source):
+            problems.append(f"{where}: then the solution (code, tags 'solution' and 'hide-input', "
+                            f"first line '# Solution', calling {ex.checker})")
+    elif ex.kind == "interpretive":
+        if work is None or work.cell_type != "markdown" or tags(work) != {EXERCISE, ANSWER} \
+                or work.source.strip() != ANSWER_TEXT:
+            problems.append(f"{where}: the next cell must be the answer cell (markdown, tags "
+                            f"'exercise' and 'answer', text {ANSWER_TEXT!r})")
+        if (sol is None or sol.cell_type != "markdown" or tags(sol) != {SOLUTION}
+                or "{admonition} Model answer" not in sol.source
+                or ":class: dropdown" not in sol.source):
+            problems.append(f"{where}: then the model answer (markdown, tag 'solution', a "
+                            f"':::{{admonition}} Model answer' with ':class: dropdown')")
+    if (grade is None or grade.cell_type != "markdown" or tags(grade) != {GRADING, "remove-cell"}
+            or not grade.source.startswith(GRADING_HEAD)):
+        problems.append(f"{where}: then the grading notes (markdown, tags 'grading' and "
+                        f"'remove-cell', beginning {GRADING_HEAD!r})")
+    return ex.cell + 3
+
+
+def check_notebook(nb, path: str | Path = "") -> list[str]:
+    """Problems with the exercise format of one chapter notebook (empty when it is right)."""
+    problems: list[str] = []
+    chapter = chapter_number(path) if path else None
+    found = exercises(nb, chapter)
+    owned: set[int] = set()
+    for ex in found:
+        last = _check_exercise(nb, ex, problems)
+        owned.update(range(ex.cell, last + 1))
+    for k, cell in enumerate(nb.cells):
+        if tags(cell) & {EXERCISE, SOLUTION, GRADING, ANSWER} and k not in owned:
+            problems.append(f"cell {k}: tagged {sorted(tags(cell))} but not part of an exercise "
+                            f"(statement, starter/answer, solution, grading notes)")
+    # a starter's names must not be used outside its exercise: the student edition's reader
+    # may leave them unwritten
+    for ex in found:
+        names = _defined_names(nb.cells[ex.cell + 1].source) if ex.kind == "computational" else set()
+        for k, cell in enumerate(nb.cells):
+            if k in owned or cell.cell_type != "code":
+                continue
+            used = {n for n in names if re.search(rf"\b{re.escape(n)}\b", cell.source)}
+            if used:
+                problems.append(f"cell {k} uses {sorted(used)} from exercise {ex.id}'s starter; "
+                                f"in the student edition that is the reader's unfinished code")
+    if chapter in EXERCISE_CHAPTERS:
+        ids = [ex.id for ex in found]
+        want = [f"{chapter}.{k}" for k in range(1, len(found) + 1)]
+        if ids != want:
+            problems.append(f"exercise numbers {ids}, expected {want}")
+        kinds = {ex.kind for ex in found}
+        if len(found) < 2 or not set(KINDS) <= kinds:
+            problems.append(f"chapter {chapter} needs at least two exercises, one computational "
+                            f"and one interpretive (has {[ex.kind for ex in found]})")
+        meta = nb.metadata.get("cmix", {})
+        if not meta.get("objectives") or not isinstance(meta.get("objectives"), list):
+            problems.append("notebook metadata cmix.objectives: a list of learning objectives")
+        if not isinstance(meta.get("prerequisites"), list):
+            problems.append("notebook metadata cmix.prerequisites: a list")
+        if not isinstance(meta.get("minutes"), int) or meta.get("minutes", 0) <= 0:
+            problems.append("notebook metadata cmix.minutes: reading + exercises, in minutes")
+    return problems
+
+
+def _preprocess(nb, remove_tags: set[str], clear_outputs: bool):
+    from nbconvert.preprocessors import ClearOutputPreprocessor, TagRemovePreprocessor
+
+    nb = copy.deepcopy(nb)
+    if remove_tags:
+        nb, _ = TagRemovePreprocessor(remove_cell_tags=remove_tags, enabled=True).preprocess(nb, {})
+    if clear_outputs:
+        nb, _ = ClearOutputPreprocessor(enabled=True).preprocess(nb, {})
+    return nb
+
+
+def _banner(nb, text: str, edition: str):
+    import nbformat
+
+    nb.metadata.setdefault("cmix", {})["edition"] = edition
+    cell = nbformat.v4.new_markdown_cell(text)
+    cell.metadata["tags"] = ["edition-banner"]
+    at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+    nb.cells.insert(at, cell)
+    return nb
+
+
+def student_edition(nb, source_name: str = ""):
+    """The student edition: no ``solution`` or ``grading`` cells, no outputs, a banner."""
+    out = _preprocess(nb, {SOLUTION, GRADING}, clear_outputs=True)
+    for cell in out.cells:  # relative links: the edition sits two folders below the root
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace("](../", "](../../")
+    return _banner(out, "> **Student edition** (generated by `cmix editions` from "
+                        f"`notebooks/{source_name}`): solutions, model answers and grading notes "
+                        "are left out. Run the cells in order; each exercise's checker reports "
+                        "*not attempted* until you write your answer, and running the notebook "
+                        "again never overwrites what you wrote.", "student")
+
+
+def instructor_edition(nb, source_name: str = ""):
+    """The instructor edition: every cell (solutions, model answers, grading notes), no outputs."""
+    out = _preprocess(nb, set(), clear_outputs=True)
+    return _banner(out, "> **Instructor edition** (generated by `cmix editions` from "
+                        f"`notebooks/{source_name}`): with solutions, model answers and grading "
+                        "notes. Students get the student edition.", "instructor")
+
+
+def chapter_notebooks(root: str | Path = ".") -> list[Path]:
+    """The chapter notebooks that carry exercises (chapters 2-14), in order."""
+    paths = sorted(Path(root, "notebooks").glob("*.ipynb"))
+    return [p for p in paths if chapter_number(p) in EXERCISE_CHAPTERS]
+
+
+def write_editions(root: str | Path = ".", student_dir: str | Path | None = None,
+                   instructor_dir: str | Path | None = None) -> dict[str, list[Path]]:
+    """Write both editions of every chapter 2-14 (refuses a chapter with format problems)."""
+    import nbformat
+
+    root = Path(root)
+    student_dir = Path(student_dir) if student_dir else root / STUDENT_DIR
+    instructor_dir = Path(instructor_dir) if instructor_dir else root / INSTRUCTOR_DIR
+    written: dict[str, list[Path]] = {"student": [], "instructor": []}
+    sources = chapter_notebooks(root)
+    bad = {p.name: check_notebook(nbformat.read(p, as_version=4), p) for p in sources}
+    bad = {k: v for k, v in bad.items() if v}
+    if bad:
+        lines = [f"{name}: {msg}" for name, msgs in bad.items() for msg in msgs]
+        raise ValueError("fix the exercise format first (python -m cmixlib.exercises.editions "
+                         "check notebooks/*.ipynb):\n" + "\n".join(lines))
+    for d in (student_dir, instructor_dir):
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.glob("*.ipynb"):
+            old.unlink()
+    for p in sources:
+        nb = nbformat.read(p, as_version=4)
+        for kind, make, d in (("student", student_edition, student_dir),
+                              ("instructor", instructor_edition, instructor_dir)):
+            out = make(nb, p.name)
+            nbformat.validate(out)
+            target = d / p.name
+            nbformat.write(out, target)
+            written[kind].append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    import nbformat
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("check", "build"):
+        print("usage: python -m cmixlib.exercises.editions check NOTEBOOK... | build")
+        return 2
+    if argv[0] == "build":
+        written = write_editions()
+        for kind, paths in written.items():
+            print(f"{kind} edition: {len(paths)} notebooks in {paths[0].parent if paths else '-'}")
+        return 0
+    status = 0
+    for name in argv[1:]:
+        nb = nbformat.read(name, as_version=4)
+        problems = check_notebook(nb, name)
+        found = exercises(nb, chapter_number(name))
+        summary = ", ".join(f"{e.id} {e.kind}" for e in found) or "no exercises"
+        print(f"{name}: {'OK' if not problems else f'{len(problems)} problem(s)'} ({summary})")
+        for msg in problems:
+            print(f"  - {msg}")
+        status |= bool(problems)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
