@@ -185,3 +185,17 @@ def test_instructors_page_lists_every_chapter_and_exercise():
     table = course.exercise_markdown(ROOT).splitlines()
     total = sum(len(E.exercises(_read(p))) for p in CHAPTERS)
     assert len(table) == 2 + total
+
+
+def test_every_checker_is_tested_on_wrong_answers():
+    """Each exported checker is called at least twice in the tests/test_exercises*.py files: on
+    the solution and on wrong answers (often a loop over several; those tests assert each
+    answer's message)."""
+    from cmixlib import exercises
+
+    texts = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_exercises*.py"))
+    for name in (n for n in exercises.__all__ if n.startswith("check_")):
+        calls = len(re.findall(rf"\b{name}\(", texts))
+        assert calls >= 2, f"{name}: {calls} calls in the exercise tests"
+    used = {e.checker for p in CHAPTERS for e in E.exercises(_read(p)) if e.checker}
+    assert used <= set(exercises.__all__)

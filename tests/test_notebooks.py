@@ -31,20 +31,12 @@ def _kernel_env() -> dict:
 def execute_notebook(path: Path, timeout: int = TIMEOUT):
     """Execute ``path`` in quick mode and return the executed notebook (raises on a cell error)."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from cmixlib.exercises.grading import execute
 
     nb = nbformat.read(path, as_version=4)
-    old = dict(os.environ)
-    os.environ.update(_kernel_env())  # the kernel subprocess inherits this environment
-    try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}},
-                                allow_errors=False, record_timing=False)
-        client.execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    return nb
+    return execute(nb, path.parent, quick=True, timeout=timeout, allow_errors=False,
+                   env=_kernel_env())
 
 
 def _error_outputs(nb) -> list[str]:

@@ -152,6 +152,15 @@ def _call(res: CheckResult, fn: Callable, *args):
     return arr
 
 
+def _one_number(res: CheckResult, got: np.ndarray, label: str, what: str) -> float | None:
+    """The single number of a scalar answer, or None after reporting that there were several."""
+    if got.size != 1:
+        res.fail(f"{label}: you returned {got.size} numbers (shape {got.shape}); return one "
+                 f"number, {what}.")
+        return None
+    return float(got.ravel()[0])
+
+
 def _check_shape(res: CheckResult, got: np.ndarray, want_shape: tuple, what: str) -> bool:
     got_shape = tuple(got.shape)
     squeezed = tuple(s for s in got_shape if s != 1)

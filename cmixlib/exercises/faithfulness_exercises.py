@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .checking import (CheckResult, _call, _check_shape, _close, _diagnose, _report_diff,
-                       _to_numpy)
+from .checking import (CheckResult, _call, _check_shape, _close, _diagnose, _one_number,
+                       _report_diff, _to_numpy)
 
 #: The tokens of ALTI's Figure 6 in BERT's vocabulary (the exercise uses BERT tokens only).
 FIG6_TOKENS = ("[CLS]", "[SEP]", ",", ".")
@@ -115,11 +115,9 @@ def check_faithfulness(student_fn: Callable, *, seed: int = 0, verbose: bool = T
         got = _call(res, student_fn, s_m.copy(), s_bo.copy(), t)
         if got is None:
             break
-        if got.size != 1:
-            res.fail(f"{label}: you returned {got.size} numbers (shape {got.shape}); return one "
-                     f"number, the correlation of this example.")
+        g = _one_number(res, got, label, "the correlation of this example")
+        if g is None:
             break
-        g = float(got.ravel()[0])
         if math.isnan(want):
             if math.isnan(g):
                 res.ok(f"{label}: NaN, as the library (a constant vector has no ranking)")
@@ -211,11 +209,9 @@ def check_special_rank(student_fn: Callable, *, seed: int = 0, verbose: bool = T
         got = _call(res, student_fn, sc.copy(), list(tok))
         if got is None:
             break
-        if got.size != 1:
-            res.fail(f"{label}: you returned {got.size} numbers (shape {got.shape}); return one "
-                     f"number, the mean normalised rank of the counted tokens.")
+        g = _one_number(res, got, label, "the mean normalised rank of the counted tokens")
+        if g is None:
             break
-        g = float(got.ravel()[0])
         if abs(g - want) <= 1e-9:
             res.ok(f"{label}: matches the reference ({want:.5f})")
             continue

@@ -27,17 +27,22 @@ NOT_RUN = "not run"
 BY_HAND = "answered (grade by hand)"
 
 
-def execute(nb, cwd: str | Path, quick: bool = False, timeout: int = 900):
-    """Execute ``nb`` top to bottom in a fresh ``python3`` kernel, continuing past errors."""
+def execute(nb, cwd: str | Path, quick: bool = False, timeout: int = 900, *,
+            allow_errors: bool = True, env: dict | None = None):
+    """Execute ``nb`` top to bottom in a fresh ``python3`` kernel (in folder ``cwd``), by
+    default continuing past errors. ``quick`` sets ``CMIX_QUICK=1``; ``env`` adds variables
+    (the kernel inherits this process's environment, restored afterwards)."""
     from nbclient import NotebookClient
 
     old = dict(os.environ)
+    os.environ.update(env or {})
     if quick:
         os.environ["CMIX_QUICK"] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(cwd)}}).execute()
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                       resources={"metadata": {"path": str(cwd)}},
+                       record_timing=False).execute()
     finally:
         os.environ.clear()
         os.environ.update(old)
