@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
+from ..registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
 
 #: Colormap for non-negative context-mixing maps and one for signed quantities.
 SEQ_CMAP = "Blues"
