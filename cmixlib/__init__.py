@@ -17,7 +17,25 @@ from .arch import UnsupportedModelError
 from .attention import rollout, attention_flow, normalize_rows
 from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
                    tokens)
-from .registry import describe_methods
-from . import data, evaluation, gradients
+from .registry import describe_methods, method_color, method_label
+from . import data, evaluation, gradients, registry
+from . import experiments
+from .experiments import list_experiments, run_experiment
 
 __version__ = "0.1.0"
+
+#: The public API (``from cmixlib import *``); every name has its page in the book's API reference.
+__all__ = [
+    # models
+    "load_model", "random_model", "ModelBundle", "ModelLoadError", "UnsupportedModelError",
+    "packaged_model_path", "default_model_name",
+    # context mixing: the entry point and the method registry
+    "context_mixing", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
+    "check_methods", "describe_methods", "method_label", "method_color",
+    # aggregation across layers
+    "rollout", "attention_flow", "normalize_rows",
+    # the papers' experiments, run by name and cached
+    "run_experiment", "list_experiments",
+    # subpackages and modules
+    "data", "evaluation", "gradients", "experiments", "registry",
+]

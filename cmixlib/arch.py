@@ -26,7 +26,17 @@ SUPPORTED_FAMILIES = "BERT, RoBERTa (also XLM-R/CamemBERT), ELECTRA and DistilBE
 
 
 class UnsupportedModelError(TypeError):
-    """The model is not a post-LN BERT-family encoder that cmixlib can read."""
+    """The model is not a post-LN BERT-family encoder that cmixlib can read.
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> cmixlib.context_mixing(torch.nn.Linear(2, 2), None, {"input_ids": torch.tensor([[1, 2]])})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cmixlib.arch.UnsupportedModelError: cmixlib cannot read Linear (model_type='?'). Supported: ...
+    """
 
 
 #: The parts of one layer that the decompositions read, as attribute paths inside the layer.

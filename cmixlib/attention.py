@@ -1,10 +1,12 @@
-"""Aggregation across layers: rollout (Abnar & Zuidema 2020) of any layer-wise map, and
+r"""Aggregation across layers: rollout (Abnar & Zuidema 2020) of any layer-wise map, and
 attention flow (max-flow on the layered attention graph).
 
 Conventions (pinned):
+
 - Layer maps are (L, n, n) with row i = receiving token, column j = contributing token.
-- Rollout: R^1 = M^1, R^l = M^l R^(l-1) (current layer on the left); ``out[l]`` is the map from
-  the input embeddings to the output of layer l+1.
+- Rollout: :math:`\hat{C}^{1} = \tilde{C}^{1}`, :math:`\hat{C}^{\ell} = \tilde{C}^{\ell}\,\hat{C}^{\ell-1}`
+  (current layer on the left); ``out[l]`` is the map from the input embeddings to the output
+  of layer l+1.
 - ``add_identity=True`` adds I before row normalisation: for rows summing to 1 this is exactly
   0.5 M + 0.5 I, Abnar & Zuidema's account of the residual connection. Methods whose maps already
   contain the residual (N-Res, N-ResLN, N-Enc, ALTI, Value Zeroing) are rolled out without it.
@@ -28,17 +30,55 @@ def _as_numpy(maps) -> np.ndarray:
 
 
 def normalize_rows(mat: np.ndarray) -> np.ndarray:
-    """Rows divided by their sums; all-zero rows stay zero."""
+    r"""Rows divided by their sums; all-zero rows stay zero.
+
+    .. math:: C_{ij} \leftarrow C_{ij} \Big/ \sum_k C_{ik}
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cmixlib import normalize_rows
+    >>> normalize_rows(np.array([[1.0, 3.0], [0.0, 0.0]]))
+    array([[0.25, 0.75],
+           [0.  , 0.  ]])
+    """
     s = mat.sum(axis=-1, keepdims=True)
     return mat / np.where(s == 0, 1.0, s)
 
 
 def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndarray:
-    """Rollout of layer maps: ``out[l] = M~^l @ M~^(l-1) @ ... @ M~^0``.
+    r"""Rollout of layer maps: the product of the prepared maps up to each layer,
+    ``out[l] = M~^l @ M~^(l-1) @ … @ M~^0``.
 
-    M~ = rownorm(M + I) with ``add_identity``, rownorm(M) with ``normalize`` only, M otherwise.
-    With ``normalize=False`` and no identity the raw maps are multiplied (GlobEnc's original code
-    does this with un-normalised norms; the scale then grows with depth).
+    .. math::
+
+       \hat{C}^{1} = \tilde{C}^{1}, \qquad \hat{C}^{\ell} = \tilde{C}^{\ell}\,\hat{C}^{\ell-1},
+
+    with :math:`\tilde{C} = \mathrm{rownorm}(C + I)` with ``add_identity`` (for rows summing to 1:
+    :math:`(A + I)/2`, attention rollout), :math:`\mathrm{rownorm}(C)` with ``normalize`` only,
+    :math:`C` otherwise. With ``normalize=False`` and no identity the raw maps are multiplied
+    (GlobEnc's original code does this with un-normalised norms; the scale then grows with depth).
+
+    Parameters
+    ----------
+    maps:
+        Layer maps :math:`C^{1}, \dots, C^{L}`, array or tensor of shape (L, n, n).
+
+    Returns
+    -------
+    The rollouts :math:`\hat{C}^{1}, \dots, \hat{C}^{L}`, shape (L, n, n).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cmixlib import rollout
+    >>> A = np.array([[[0.5, 0.5], [0.0, 1.0]], [[1.0, 0.0], [0.5, 0.5]]])
+    >>> rollout(A)[1]                       # C^2 C^1
+    array([[0.5 , 0.5 ],
+           [0.25, 0.75]])
+    >>> rollout(A, add_identity=True)[0]    # (A^1 + I) / 2
+    array([[0.75, 0.25],
+           [0.  , 1.  ]])
     """
     arr = _as_numpy(maps).astype(np.float64 if np.asarray(maps).dtype == np.float64 else np.float32)
     if add_identity:
@@ -56,9 +96,15 @@ FLOW_SCALE = 1e9
 
 
 def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
-    """Attention flow (Abnar & Zuidema 2020): F^l[i, j] = max-flow from input token j (layer 0)
+    r"""Attention flow (Abnar & Zuidema 2020): F^l[i, j] = max-flow from input token j (layer 0)
     to token i at the output of layer l+1 in the layered graph whose edge (l, j) -> (l+1, i) has
     capacity M~^l_ij (with ``add_identity``, M~ = 0.5 A + 0.5 I as in the paper).
+
+    .. math::
+
+       \mathrm{Flow}^{\ell}_{ij} = \max\text{-flow}\big(j \text{ at layer } 0 \to i \text{ at layer }
+       \ell\big), \qquad \text{capacity of } (\ell-1, k) \to (\ell, i) = \tilde{A}^{\ell}_{ik},
+       \quad \tilde{A}^{\ell} = (A^{\ell} + I)/2.
 
     Solved with scipy's max-flow on integer capacities (scaled by 1e9; error below 1e-8 per edge).
     Flows to one sink from different sources are not additive, so rows are returned
@@ -67,6 +113,16 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     Cost: L * n^2 separate max-flow problems (one per layer, sink and source; flows from different
     sources cannot share one solve), about a minute for n = 32 and 12 layers on 2 CPU cores. A
     progress bar appears for large inputs; pass ``rows`` when only some rows are needed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cmixlib import attention_flow
+    >>> A = np.array([[[0.5, 0.5], [0.0, 1.0]], [[1.0, 0.0], [0.5, 0.5]]])
+    >>> attention_flow(A).shape             # (L, n, n), rows not normalised
+    (2, 2, 2)
+    >>> bool(np.allclose(attention_flow(A, add_identity=False)[0], A[0]))   # one layer: A itself
+    True
     """
     arr = _as_numpy(maps).astype(np.float64)
     if add_identity:

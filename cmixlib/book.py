@@ -111,7 +111,8 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     Silences noisy but harmless library warnings (and prints the others without file paths),
     fixes the random seeds of ``random``, numpy and torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
     (chapter 15). The returned dict says whether this is quick mode or Colab, and the device
-    (``cuda`` when a GPU is present, which :func:`cmixlib.load_model` then uses).
+    :func:`cmixlib.load_model` puts models on (:func:`cmixlib.models.default_device`:
+    ``$CMIX_DEVICE`` if set, else ``cuda`` when a GPU is present, else ``cpu``).
     """
     if in_colab():
         try:
@@ -149,7 +150,9 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
             "figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.0, 4.0),
             "axes.spines.top": False, "axes.spines.right": False, "font.size": 10,
         })
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    from .models import default_device        # $CMIX_DEVICE, else CUDA when available
+
+    device = str(default_device())
     return {"quick": quick_mode(), "colab": in_colab(), "device": device,
             "torch": torch.__version__}
 

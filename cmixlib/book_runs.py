@@ -59,6 +59,7 @@ class BookRun:
     group: str = "mlm"
 
 
+#: Every run the book asks for, by name, with its sizes in full and quick mode.
 BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half, as the paper
     "cue-alignment": BookRun(

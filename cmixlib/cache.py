@@ -5,6 +5,7 @@ version), so a stale entry is never reused: a changed input simply gets a new ke
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -87,10 +88,25 @@ def source_files(*names: str, exclude: frozenset[str] = frozenset(),
                   and "__pycache__" not in f.parts)
 
 
+def code_text(path: Path) -> str:
+    """The code of one source file without what cannot change a result: its syntax tree (so no
+    comments, blank lines or formatting) with every docstring removed. Editing documentation
+    therefore leaves :func:`source_hash` unchanged; any change to the code changes it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def source_hash(*names: str, exclude: frozenset[str] = frozenset()) -> str:
-    """Hash (12 hex) of the source of :func:`source_files` (paths and contents): a cache version
-    derived from the code a cached result depends on, so it never needs bumping by hand."""
+    """Hash (12 hex) of the code (:func:`code_text`: docstrings and comments left out) and paths
+    of :func:`source_files`: a cache version derived from the code a cached result depends on, so
+    it never needs bumping by hand."""
     h = hashlib.sha256()
     for f in source_files(*names, exclude=exclude):
-        h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(f).encode() + b"\0")
     return h.hexdigest()[:12]

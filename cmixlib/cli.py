@@ -57,7 +57,7 @@ def format_run(res: "X.RunResult", max_rows: int = 60) -> str:
     """Header (experiment, model, data size, settings, cache state) + comparison or result table."""
     m = res.meta
     lines = [f"{m['experiment']}: {m['title']}  [{m['paper']}]",
-             f"model: {m['model']}",
+             f"model: {m['model']}" + (f"   device: {m['device']}" if m.get("device") else ""),
              f"data size: {m['data_size']}   limit: {m['limit']}   code version: {m['code_version']}",
              f"settings: {json.dumps(m['settings'], sort_keys=True)}",
              f"wall time: {m['wall_time_s']} s ({'from cache' if res.from_cache else 'computed'})",
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     run.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--device", default=None,
+                     help="cpu, cuda or cuda:N (default: $CMIX_DEVICE, else CUDA when available)")
     warm = sub.add_parser("prewarm", help="compute every run of the book into the result cache")
     warm.add_argument("--jobs", type=int, default=2, help="groups of runs side by side (default 2)")
     eds = sub.add_parser("editions", help="write the student and instructor editions of chapters 2-14")
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = X.run_experiment(args.experiment, model=args.model, limit=args.limit,
                                settings=_parse_set(args.set), out=args.out,
-                               use_cache=not args.no_cache, progress=not args.quiet)
+                               use_cache=not args.no_cache, progress=not args.quiet,
+                               device=args.device)
     except (KeyError, ValueError) as exc:
         print(f"cmix: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

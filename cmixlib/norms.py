@@ -67,6 +67,7 @@ def mixing_ratio_of(vectors: torch.Tensor, st: LayerState) -> torch.Tensor:
     return mix / (mix + keep)
 
 
+#: Which vectors :math:`v_{ij}` the context-mixing ratio of each method reads (a :class:`LayerState` attribute).
 MIXING_RATIO_VECTORS = {
     "attn_norm_res": "res_vectors",
     "attn_norm_res_ln": "ln1_vectors",

@@ -96,6 +96,13 @@ def block_boundaries(n: int, blocks: Sequence[float] = DEFAULT_BLOCKS) -> list[i
     return out
 
 
+def _on_cpu(values):
+    """A torch tensor (any device) as a CPU numpy array; anything else unchanged."""
+    import torch
+
+    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
+
+
 def _make_probe(d: int, k: int, hidden: int, dropout: float):
     import torch.nn as nn
 
@@ -182,8 +189,9 @@ def mdl_probe(features, labels, *, num_classes: int | None = None,
     """
     import torch
 
-    X = np.asarray(features, dtype=np.float32)
-    y = np.asarray(labels).astype(np.int64).ravel()
+    # probes train on the CPU (small, one thread, reproducible); tensors may come from any device
+    X = np.asarray(_on_cpu(features), dtype=np.float32)
+    y = np.asarray(_on_cpu(labels)).astype(np.int64).ravel()
     if X.ndim != 2 or X.shape[0] != y.shape[0]:
         raise ValueError(f"features {X.shape} and labels {y.shape} do not match")
     n = X.shape[0]

@@ -24,7 +24,15 @@ __all__ = ["Method", "ALL_METHODS", "MIXING_KINDS", "ALIASES", "ROLLOUT_PREFIX",
 @dataclass(frozen=True)
 class Method:
     """One method: its name in code, its label in tables and figures, its colour, where it comes
-    from, and (for aggregated methods) the layer-wise method it rolls out."""
+    from, and (for aggregated methods) the layer-wise method it rolls out.
+
+    Examples
+    --------
+    >>> from cmixlib import METHODS
+    >>> m = METHODS["alti"]
+    >>> m.label, m.kind, m.base
+    ('ALTI', 'aggregated', 'alti_layer')
+    """
 
     name: str
     label: str
@@ -114,7 +122,14 @@ def resolve(name: str) -> str:
 
 def method_label(name: str) -> str:
     """Display label of method ``name`` (the name itself when unknown); ``"rollout:X"`` is
-    "<label of X> rollout", and aliases (:data:`ALIASES`) are resolved."""
+    "<label of X> rollout", and aliases (:data:`ALIASES`) are resolved.
+
+    Examples
+    --------
+    >>> from cmixlib import method_label
+    >>> method_label("alti"), method_label("rollout:attn_norm"), method_label("my_method")
+    ('ALTI', 'N rollout', 'my_method')
+    """
     if name.startswith(ROLLOUT_PREFIX):
         return f"{method_label(name.removeprefix(ROLLOUT_PREFIX))} rollout"
     return METHOD_LABELS.get(resolve(name), name)
@@ -122,13 +137,32 @@ def method_label(name: str) -> str:
 
 def method_color(name: str) -> str:
     """Colour of method ``name`` (a neutral grey when unknown); ``"rollout:X"`` has the colour
-    of ``X``."""
+    of ``X``.
+
+    Examples
+    --------
+    >>> from cmixlib import method_color
+    >>> method_color("rollout:alti_layer") == method_color("alti_layer")
+    True
+    >>> method_color("my_method")
+    '#7f7f7f'
+    """
     return METHOD_COLORS.get(resolve(name), _UNKNOWN_COLOUR)
 
 
 def describe_methods(kinds: Sequence[str] | None = MIXING_KINDS) -> Any:
     """The registry as a pandas DataFrame (name, label, kind, reference, description, colour,
-    base): the context-mixing methods by default, every method with ``kinds=None``."""
+    base): the context-mixing methods by default, every method with ``kinds=None``.
+
+    Examples
+    --------
+    >>> from cmixlib import METHODS, describe_methods
+    >>> table = describe_methods()
+    >>> list(table.columns)
+    ['name', 'label', 'kind', 'reference', 'description', 'colour', 'base']
+    >>> len(table) == len(METHODS) and len(describe_methods(kinds=None)) > len(table)
+    True
+    """
     import pandas as pd
 
     return pd.DataFrame([asdict(m) for m in _ENTRIES if kinds is None or m.kind in kinds])

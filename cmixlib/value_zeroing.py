@@ -26,6 +26,14 @@ and, W1 being linear,
     W1 y_i^(not j) + b1 = (A_i - sum_h alpha^h_ij B^h_j) / sigma_ij + (W1 beta + b1),
     A_i = W1 (gamma * p°_i)   (r queries),   B^h_j = W1 (gamma * f°^h_j)   (H n head vectors).
 
+In a chunk of c query rows the pairs are laid out key-major, (j, i), and the whole
+pre-activation is one batched matmul over j with K = H + 1 plus one in-place multiply-add:
+
+    pre_ij = [-alpha^1_ij / sigma_ij, ..., -alpha^H_ij / sigma_ij, 1] @ [B^1_j; ...; B^H_j; W1 beta + b1]
+             + A_i / sigma_ij
+
+(the constant row rides in the same matmul instead of a separate pass over the c n d_ff values).
+
 A_i, B^h_j and M^h are symbols local to this module (not the book's attention map A). In the code
 u = p°_i, g = f°^h_j and z = p°_ij. Since f°^h_j = (W_O^h v^h_j)° with v^h_j head h's value
 vector (bias included), B^h_j = M^h v^h_j with M = W1 diag(gamma) (I - 11^T/d) W_O, a weight-only
@@ -35,8 +43,8 @@ vector (bias included), B^h_j = M^h v^h_j with M = W1 diag(gamma) (I - 11^T/d) W
 LN2 stay per pair: o_i^(not j) = LN2(W2 act(W1 y_i^(not j) + b1) + b2 + y_i^(not j)). sigma_ij is
 taken from p°_ij itself, which the residual y_i^(not j) needs anyway (2 r n H d FLOPs to form):
 LayerNorm's own computation, so no cancellation can occur. (The same value follows from Gram matrices of centred vectors,
-d (sigma_ij^2 - eps) = |p°_i|^2 - 2 sum_h alpha^h_ij <p°_i, f°^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <f°^h_j, f°^h'_j>,
-cheaper by a factor d / H but cancelling in float32 when |p°_ij| << |p°_i|; not needed here.)
+``d (sigma_ij^2 - eps) = |p°_i|^2 - 2 sum_h alpha^h_ij <p°_i, f°^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <f°^h_j, f°^h'_j>``,
+cheaper by a factor d / H but cancelling in float32 when ``|p°_ij| << |p°_i|``; not needed here.)
 
 Which is cheaper: on CPU the factored form saves about 2 d_ff [r n (d - H) - (r + n) d] FLOPs per
 layer, i.e. it wins from two query rows on and loses slightly for one row (``rows=[i]``). On a
@@ -62,7 +70,7 @@ FACTORED_CHUNK_ELEMENTS = {"cpu": 2 ** 21}
 
 
 def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """1 - cos(a, b) over the last axis, computed as ||a/|a| - b/|b|||^2 / 2.
+    """1 - cos(a, b) over the last axis, computed as ``||a/|a| - b/|b|||^2 / 2``.
 
     The two are equal in exact arithmetic; the second keeps full relative precision when a and
     b are nearly parallel, where 1 - cos loses everything below the float epsilon (~1e-7 in float32).
@@ -126,6 +134,7 @@ def _factored_is_faster(st: LayerState, rows: int) -> bool:
     if st.x.device.type == "cpu":
         return True
     # measured on an H100 (benchmarks/README.md): faster only in full fp32 from n = 128 on
+    # (with the earlier two-pass pre-activation; the one-bmm form was not timed on a GPU yet)
     fast_mm = st.x.dtype in (torch.float16, torch.bfloat16) or \
         (st.x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32)
     return not fast_mm and n >= 128
@@ -183,16 +192,19 @@ def _factored_outputs(st: LayerState, rows: torch.Tensor, step: int):
     A = torch.nn.functional.linear(gamma * u, w1)           # (r, d_ff)
     H = m.num_heads
     v = m.value(st.x).view(n, H, -1).transpose(0, 1)        # (H, n, d_head), value bias included
-    B = torch.bmm(v, w1_head_map(m)).transpose(0, 1).contiguous()   # (n, H, d_ff)
+    B = torch.bmm(v, w1_head_map(m))                        # (H, n, d_ff)
     c1 = torch.nn.functional.linear(beta, w1, b1)           # (d_ff,)       W1 beta + b1
+    # basis per key j: the H rows B^h_j and the constant row W1 beta + b1 (K = H + 1), so that
+    # one plain bmm per chunk forms  W1 beta + b1 - sum_h (alpha^h_ij / sigma_ij) B^h_j
+    basis = torch.cat([B.transpose(0, 1), c1.expand(n, 1, -1)], dim=1)   # (n, H + 1, d_ff)
     shift = beta + m.ffn_out.bias                           # (d,)          beta + b2
     for start in range(0, len(rows), step):
         sl = slice(start, start + step)
-        a = st.alpha[:, rows[sl], :].permute(2, 1, 0)       # (n, c, H)     alpha^h_ij at [j, i, h]
-        z = torch.baddbmm(u[sl][None], a, g, alpha=-1)      # (n, c, d)     p°_ij = p°_i - sum_h alpha f°^h_j
+        a = st.alpha[:, rows[sl], :].permute(2, 1, 0).contiguous()  # (n, c, H)  alpha^h_ij at [j, i, h]
+        z = torch.bmm(a, g).neg_().add_(u[sl])              # (n, c, d)     p°_ij = p°_i - sum_h alpha f°^h_j
         inv = torch.rsqrt(z.square().mean(dim=-1, keepdim=True) + ln1.eps)   # (n, c, 1)  1/sigma_ij
-        pre = torch.addcmul(c1, A[sl][None], inv)           # A_i / sigma_ij + W1 beta + b1
-        pre = torch.baddbmm(pre, a * inv, B, alpha=-1)      # - sum_h (alpha^h_ij / sigma_ij) B^h_j
+        coef = torch.cat([a.mul_(inv).neg_(), torch.ones_like(inv)], dim=-1)   # (n, c, H + 1)
+        pre = torch.bmm(coef, basis).addcmul_(A[sl], inv)   # + A_i / sigma_ij
         h = m.act(pre).view(-1, w1.shape[0])
         del pre
         y = torch.addcmul(shift, z, gamma * inv).view(-1, d)    # y_i^(not j) + b2
@@ -212,6 +224,21 @@ def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=No
     ``"batched"`` (all n^2 perturbed LN1 inputs through the full FFN; the reference) or ``"auto"``
     (whichever needs fewer FLOPs for these rows: factored for full maps, batched for a few rows).
     Both are exact; they agree to rounding.
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+    >>> from cmixlib.value_zeroing import value_zeroing_layer
+    >>> model = cmixlib.random_model("bert", seed=0)          # 2 layers, d = 32, 4 heads
+    >>> ids = torch.randint(5, 120, (1, 9))
+    >>> cap = run_and_capture(model, ids)
+    >>> states = layer_states(cap, encoder_layers(model), 0, iter_sentences(cap)[0])
+    >>> raw = value_zeroing_layer(states[0])                  # (n, n) cosine distances
+    >>> raw.shape == (ids.shape[1], ids.shape[1])
+    True
+    >>> bool(torch.allclose(raw, value_zeroing_layer(states[0], method="batched"), atol=1e-5))
+    True
     """
     try:
         dist_fn = DISTANCE_FUNCTIONS[distance]

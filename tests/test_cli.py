@@ -127,8 +127,9 @@ def test_no_computing_module_imports_a_presentation_module():
 
 
 def test_code_version_covers_every_module_that_can_change_a_result(tmp_path):
-    """Editing any computing module, at any depth of the package, changes the code version; a
-    presentation module does not. Run on a copy of the package, imported in a fresh process."""
+    """Editing the code of any computing module, at any depth of the package, changes the code
+    version; a presentation module, a comment or a docstring does not. Run on a copy of the
+    package, imported in a fresh process."""
     import shutil
     import subprocess
     import sys
@@ -143,10 +144,17 @@ from cmixlib.experiments import code_version
 pkg = Path(cmixlib.__file__).resolve().parent
 assert str(pkg).startswith(sys.argv[1]), pkg
 versions = [code_version()]
-for rel in ["plotting/maps.py", "norms.py", "experiments/common.py", "assets/minilm_mlm/manifest.json"]:
-    (pkg / rel).write_text((pkg / rel).read_text() + "\\n# an edit\\n")
+norms = (pkg / "norms.py").read_text()
+q = chr(34) * 3
+(pkg / "norms.py").write_text(norms.replace(q, q + "Docs only. ", 1) + "\\n# a comment\\n")
+docs_only = code_version()
+for rel in ["plotting/maps.py", "norms.py", "experiments/common.py"]:
+    (pkg / rel).write_text((pkg / rel).read_text() + "\\nAN_EDIT = 1\\n")
     versions.append(code_version())
-print(versions[1] == versions[0], len(set(versions[1:])) == 4)
+manifest = pkg / "assets/minilm_mlm/manifest.json"
+manifest.write_text(manifest.read_text() + "\\n")
+versions.append(code_version())
+print(versions[1] == versions[0] == docs_only, len(set(versions[1:])) == 4)
 """
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=tmp_path, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})

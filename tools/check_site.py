@@ -13,13 +13,20 @@ Checks, for every HTML page:
 5. CSS files under ``_static`` do not ``@import`` or ``url()`` anything from another host;
 6. every ipywidgets view on a page has its model in the page's saved widget state (so the widget
    can render without a kernel); the number of images that Output widgets carry in that state is
-   reported.
+   reported;
+7. no dead cross-reference: a ``{func}``/``{mod}``/``{class}``/``{data}``/``{doc}`` role (or a
+   ``:func:`` in a docstring) that Sphinx could not resolve is rendered as a ``<code class="xref
+   ...">`` or ``<span class="xref ...">`` outside any ``<a>``; a resolved one sits inside
+   ``<a class="reference internal">``. Fix the role's target (e.g. the module path) or document
+   the object on the API pages (``book/api.md``, ``book/api/``).
 
 With ``--browser`` it also opens pages in headless Chromium (no network use: every page is a
 ``file://`` URL and background networking is disabled) and checks that MathJax actually
 rendered (``mjx-container`` elements in the final DOM) and that pages with widgets rendered them
 (``jupyter-widgets`` elements, and at least as many inline PNG images as the saved Output-widget
-state holds); ``--screenshots DIR`` saves a PNG of each page to look at.
+state holds); on the page of the static explorer it runs ``tools/check_explorer.py`` (every
+sentence x method drawn, every control changes the picture); ``--screenshots DIR`` saves a PNG
+of each page to look at.
 
 Exit status 0 when everything passes, 1 otherwise. Usage::
 
@@ -66,6 +73,9 @@ class Page(HTMLParser):
         self.widget_states: list[str] = []           # JSON text of each widget-state script
         self._script_kind: str | None = None
         self._script_text: list[str] = []
+        self.dead_xrefs: list[str] = []               # text of each unresolved cross-reference
+        self._xref_depth: int | None = None           # stack depth of the dead xref being read
+        self._xref_text: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -93,6 +103,9 @@ class Page(HTMLParser):
             self.has_math = True
         if tag in VOID:
             return
+        if (tag in ("code", "span") and "xref" in cls.split() and self._xref_depth is None
+                and not any(t == "a" for t, _ in self.stack)):
+            self._xref_depth, self._xref_text = len(self.stack), []
         opens = "cell_output" in cls.split()
         if "traceback" in cls.split() or "highlight-ipythontb" in cls:
             self.traceback_blocks += 1
@@ -117,11 +130,16 @@ class Page(HTMLParser):
                         self.output_depth -= 1
                 del self.stack[k:]
                 break
+        if self._xref_depth is not None and len(self.stack) <= self._xref_depth:
+            self.dead_xrefs.append(" ".join("".join(self._xref_text).split()))
+            self._xref_depth = None
 
     def handle_data(self, data):
         if self._script_kind is not None:
             self._script_text.append(data)
             return
+        if self._xref_depth is not None:
+            self._xref_text.append(data)
         if self.output_depth > 0:
             self.output_text.append(data)
 
@@ -225,6 +243,8 @@ def check_site(root: Path, pages_glob: list[str] | None = None) -> tuple[list[st
             errors.append(f"{rel}: a notebook output contains a Python traceback")
         for m in ERROR_LINE.finditer(text):
             errors.append(f"{rel}: a notebook output contains an error line: {m.group(0).strip()[:80]!r}")
+        for target in page.dead_xrefs:
+            errors.append(f"{rel}: dead cross-reference {target!r} (no such object on the API pages)")
         if page.stderr_blocks:
             notes.append(f"{rel}: {page.stderr_blocks} stderr output block(s) (warnings; check they are intended)")
         if page.widget_views:
@@ -299,6 +319,10 @@ def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: i
                     errors.append(f"{rel}: page has widgets but none rendered in the browser")
                 elif inline < images:
                     errors.append(f"{rel}: {images} image(s) in the saved Output-widget state, {inline} rendered")
+            if "cmix-explorer-data" in parse_text(path):
+                sys.path.insert(0, str(Path(__file__).resolve().parent))
+                from check_explorer import check_page     # tools/check_explorer.py
+                errors += check_page(path)
             if shots:
                 out = shots / (rel.replace("/", "__").replace(".html", ".png"))
                 subprocess.run([*base, f"--window-size=1280,{shot_height}", f"--screenshot={out}", url],

@@ -26,6 +26,7 @@ from typing import Any
 #: Bump when the BLiMP annotation rules change: old cache files are then ignored.
 ANNOTATION_VERSION = "blimp-agreement-v4"
 
+#: The two grammatical numbers of a BLiMP cue.
 SINGULAR, PLURAL = "singular", "plural"
 
 # Number of the words that decide each label (lower-case).

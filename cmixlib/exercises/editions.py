@@ -200,6 +200,9 @@ def _banner(nb, text: str, edition: str):
 
     nb.metadata.setdefault("cmix", {})["edition"] = edition
     cell = nbformat.v4.new_markdown_cell(text)
+    # a fixed id (nbformat draws a random one), so that regenerating an edition changes nothing
+    import hashlib
+    cell.id = hashlib.sha256(f"{edition}-banner".encode()).hexdigest()[:8]
     cell.metadata["tags"] = ["edition-banner"]
     at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
     nb.cells.insert(at, cell)

@@ -224,7 +224,7 @@ def reference_grad_x_input(model, ids: torch.Tensor, pos: int, t_id: int, f_id: 
 
     Computed with plain autograd (a hook keeps the word embeddings' output and its gradient),
     independently of :mod:`cmixlib.gradients`. ``reduce`` ``"l2"`` (the exercise), ``"dot"``
-    (|g·x|) or ``"grad"`` (||g||); ``objective`` ``"diff"``, ``"target"`` (z_t only) or ``"prob"``
+    (``|g·x|``) or ``"grad"`` (``||g||``); ``objective`` ``"diff"``, ``"target"`` (z_t only) or ``"prob"``
     (softmax probability of t); ``where`` ``"word"`` or ``"embeddings"`` (the output of the whole
     embedding block): the variants diagnose the usual mistakes.
     """

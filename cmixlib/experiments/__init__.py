@@ -33,11 +33,11 @@ each compute function's docstring gives the exact recipe):
 =============================  ===========================================  ====================  =============
 name                           what                                         needs                 module
 =============================  ===========================================  ====================  =============
-globenc-fig5-ln-outliers       LN#1/LN#2 outlier-gain correlation per layer model weights only    globenc
+globenc-fig5-ln-outliers       LN#1/LN#2 outlier-gain correlation by layer  model weights only    globenc
 alti-fig6-special-ranks        normalised rank of [CLS]/[SEP]/./, (SST-2)   SST-2 classifier*     alti
 vz-cue-alignment               dot / AP / probes-needed per layer × method  MLM (+ fine-tuned)*   value_zeroing
 vz-distance-ablation           VZ cue alignment with 4 distances, VZ A.1    MLM (+ fine-tuned)*   value_zeroing
-vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM, vz-cue-alignment value_zeroing
+vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM + cue alignment   value_zeroing
 vz-faithfulness                Spearman with blank-out, VZ Table 3          MLM (+ fine-tuned)*   value_zeroing
 alti-table2                    Spearman with grad-l2 (SST-2), blank-out     classifier*, MLM*     alti
                                (SVA), ALTI Table 2

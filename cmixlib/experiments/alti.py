@@ -130,7 +130,7 @@ TABLE2 = Experiment(
 # Figure 7: consistency across two models
 # ============================================================================================
 #: ALTI Figure 7's methods: ALTI ([CLS] row, last layer) and three input-level gradient methods,
-#: aggregated as in ALTI's Appendix B (grad-l2: ||g||; gradient·input: |g·x|; IG: |sum_d ...|).
+#: aggregated as in ALTI's Appendix B (grad-l2: ``||g||``; gradient·input: ``|g·x|``; IG: ``|sum_d ...|``).
 FIG7_METHODS = ["alti", "grad_l2", "grad_x_input_abs", "integrated_gradients"]
 
 

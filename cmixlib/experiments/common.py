@@ -27,7 +27,7 @@ __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
 #: 15 minutes on 2 CPU cores. Use ``--set ig_steps=16`` (or more) for converged maps.
 IG_STEPS = 4
 
-#: VZ Figure 1-2 / Table 2 methods -> how to compute them (and ALTI Appendix B's |gradient · input|).
+#: VZ Figure 1-2 / Table 2 methods -> how to compute them (and ALTI Appendix B's ``|gradient · input|``).
 GRADIENT_METHODS = {"grad_x_input": "grad_x_input_l2", "integrated_gradients": "integrated_gradients",
                     "deeplift": "deeplift", "grad_l2": "grad_l2", "grad_x_input_abs": "grad_x_input_abs"}
 

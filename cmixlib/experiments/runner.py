@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from ..models import default_device, model_device, resolve_device, use_device
 from ..cache import PACKAGE_DIR, cache_root, jsonable, source_files, source_hash, stable_hash
 from .common import describe
 from .sources import Inputs, Sources
@@ -107,6 +108,7 @@ class Context:
     info: dict = field(default_factory=dict)   # model_description, data_size, ... (meta.json)
     sources: Sources | None = None
     inputs: Inputs | Mapping[str, Inputs] | None = None
+    _devices: set = field(default_factory=set, init=False, repr=False)   # meta.json "device"
 
     def __post_init__(self):
         self.sources = (self.sources if self.sources is not None else Sources()).bind(self)
@@ -128,6 +130,7 @@ class Context:
         if spec is None:
             raise RuntimeError(f"Experiment {self.experiment!r} declares no inputs")
         bundle, info = spec.model.load(self.sources, task)
+        self._devices.add(str(model_device(bundle.model)))
         desc = describe(bundle, info)
         if task is None:
             self.info["model_description"] = desc
@@ -254,6 +257,8 @@ def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: P
         "experiment": exp.name, "title": exp.title, "paper": exp.paper,
         "model_requested": ctx.model,
         "model": ctx.info.pop("model_description", ctx.model),
+        # where the models ran; not in the cache key (results agree across devices up to rounding)
+        "device": ", ".join(sorted(ctx._devices)) or str(default_device()),
         "data_size": ctx.info.pop("data_size", None), "limit": ctx.limit, "settings": ctx.settings,
         "wall_time_s": round(wall, 3), "code_version": version, "cmixlib_version": __version__,
         "cache_key": key, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -273,7 +278,7 @@ def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: P
 def run_experiment(name: str, model: str | None = None, limit: int | None = None,
                    settings: Mapping[str, Any] | None = None, *, out: str | Path | None = None,
                    use_cache: bool = True, progress: bool = True,
-                   sources: Sources | None = None) -> RunResult:
+                   sources: Sources | None = None, device: str | None = None) -> RunResult:
     """Run (or load from the cache) experiment ``name`` and write its files.
 
     ``settings`` override the experiment's defaults (unknown keys are an error). ``out``: also copy
@@ -284,6 +289,24 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     that overrides some of its methods to run an experiment on your own models or data (tests use
     it for tiny random models). The cache knows the model only by ``model``: give such a run a
     model name of its own, or ``use_cache=False``.
+
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default: ``$CMIX_DEVICE``, else CUDA when
+    available) is where the models this run loads go (:func:`cmixlib.models.use_device`); it is
+    recorded as ``meta["device"]`` but is not part of the cache key: a result computed on one
+    device is reused on another (they agree up to floating-point rounding; models trained for
+    a run can differ more, and their cache, too, is shared across devices). A device that is not
+    available is an error even when the result is cached.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> res = cmixlib.run_experiment("globenc-fig5-ln-outliers")   # doctest: +SKIP
+    >>> res.result.head()                                          # doctest: +SKIP
+    >>> res.meta["model"], res.from_cache                          # doctest: +SKIP
+    >>> cmixlib.run_experiment("no-such-experiment")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    KeyError: "Unknown experiment 'no-such-experiment'. Known: ..."
     """
     if name not in REGISTRY:
         raise KeyError(f"Unknown experiment {name!r}. Known: {', '.join(sorted(REGISTRY))}")
@@ -292,6 +315,8 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     if unknown:
         raise ValueError(f"Experiment {name!r} has no setting(s) {unknown}; settings: {sorted(exp.defaults)}")
     merged = {**exp.defaults, **(settings or {})}
+    if device is not None:
+        resolve_device(device)                   # a bad or unavailable device fails even on a hit
     model_name = _resolve_model(model)
     version = code_version()
     key = cache_key(name, model_name, limit, merged, version)
@@ -304,7 +329,8 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     else:
         ctx = Context(experiment=name, model=model_name, limit=limit, settings=merged,
                       progress=progress, sources=sources, inputs=exp.inputs)
-        res = _compute(exp, ctx, key, version, directory)
+        with use_device(device):
+            res = _compute(exp, ctx, key, version, directory)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
@@ -318,7 +344,17 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
 
 
 def list_experiments() -> pd.DataFrame:
-    """Name, paper, title, default settings and declared inputs of every registered experiment."""
+    """Name, paper, title, default settings and declared inputs of every registered experiment.
+
+    Examples
+    --------
+    >>> import cmixlib
+    >>> table = cmixlib.list_experiments()
+    >>> list(table.columns[:3])
+    ['name', 'paper', 'title']
+    >>> "vz-cue-alignment" in set(table["name"])
+    True
+    """
     return pd.DataFrame([{"name": e.name, "paper": e.paper, "title": e.title,
                           "settings": json.dumps(jsonable(e.defaults)), "needs": e.needs}
                          for e in REGISTRY.values()])

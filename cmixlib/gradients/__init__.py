@@ -59,6 +59,7 @@ __all__ = [
     "rescaled_activation_types",
 ]
 
+#: Every baseline by name -> its function ``(model, input_ids, target, **options)`` (see :func:`attribute`).
 METHODS: dict[str, Callable[..., Any]] = {
     "grad_l2": grad_l2,
     "grad_x_input_l2": grad_x_input_l2,

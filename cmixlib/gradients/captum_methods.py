@@ -58,6 +58,7 @@ from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, 
 __all__ = ["GRADIENT_METHODS", "batch_attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs",
            "integrated_gradients", "deeplift"]
 
+#: The gradient methods of this module by name (the gradient entries of :data:`cmixlib.gradients.METHODS`).
 GRADIENT_METHODS: tuple[str, ...] = ("grad_l2", "grad_x_input_l2", "grad_x_input_abs",
                                      "integrated_gradients", "deeplift")
 _TOKENS_PER_CHUNK = 16384   # IG: expanded (steps x batch) sequences run in chunks of ~this many tokens

@@ -42,6 +42,8 @@ from .targets import GradientAttributionError, Target, _class_score, _logits, _m
 __all__ = ["Level", "LEVELS", "attribution_layers", "substitute_word_embeddings"]
 
 Level = Literal["input", "layers"]
+#: Where a gradient method explains: ``"input"`` (the word embeddings :math:`e_j`) or ``"layers"``
+#: (every layer's input :math:`x_j`).
 LEVELS: tuple[str, ...] = ("input", "layers")
 
 

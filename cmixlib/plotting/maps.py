@@ -237,7 +237,7 @@ def colour_tokens_html(tokens: Sequence[str], scores, *, vmax: float | None = No
                        label: str | None = None, show_values: bool = False) -> str:
     """A sentence as HTML with each token's background shaded by its score.
 
-    Scores are scaled by ``vmax`` (default: max |score| of this sentence). Positive scores go
+    Scores are scaled by ``vmax`` (default: ``max |score|`` of this sentence). Positive scores go
     white -> green; negative ones white -> red. Returns an HTML string; wrap it with
     ``IPython.display.HTML`` in a notebook (several rows can be joined into one table, one
     row per method, as in the ALTI paper's saliency figures).

@@ -33,6 +33,7 @@ LABELS = {
 #: MNLI: only dev-matched is available (9,815 rows). It is split once, with this seed, into a
 #: held-out "dev" part of :data:`MNLI_DEV_SIZE` rows and a training pool (the rest).
 MNLI_SPLIT_SEED = 42
+#: Rows of MNLI dev-matched held out as the "dev" part (see :data:`MNLI_SPLIT_SEED`).
 MNLI_DEV_SIZE = 2000
 
 
@@ -53,10 +54,12 @@ def classification_data(task: str, *, max_train_examples: int | None = None,
     """Train and dev data for a GlobEnc task: ``{"train": (inputs, labels), "dev": ..., "description"}``.
 
     ``inputs`` are strings (SST-2, HateXplain) or ``(premise, hypothesis)`` pairs (MNLI).
+
     * SST-2: GLUE train (67,349 phrases) / dev (872 sentences).
     * MNLI: only dev-matched (9,815) exists here; it is split with seed :data:`MNLI_SPLIT_SEED` into
       a dev part of :data:`MNLI_DEV_SIZE` rows and a training pool of the rest.
     * HateXplain: the official train / validation split (majority labels, 3 classes).
+
     The training set is a seeded random subset of ``max_train_examples``; dev is the first
     ``max_dev_examples`` rows (all by default).
     """

@@ -1,0 +1,373 @@
+"""Every method and experiment runs on the model's device (issue 14, item 4).
+
+Two kinds of tests:
+
+* **CPU, always.** On a machine without a GPU a tensor left on the CPU while the model sits on
+  CUDA goes unnoticed. :class:`device_guard.HostTracker` stands in for the GPU: it marks every
+  tensor built without an explicit ``device`` as a host tensor and fails the op that mixes one
+  with a tensor on the model's device, which is exactly what raises on CUDA. The methods, the
+  gradient attributions, HTA, the trainers and every registered experiment (on tiny random
+  models) run under it. Plus the ``device`` option: ``$CMIX_DEVICE``, ``use_device``,
+  ``run_experiment(device=...)``, ``cmix run --device``, the book's setup.
+* **CUDA, skipped without a GPU.** The same computations on CUDA against the CPU in float64.
+  Tolerances: the methods on CUDA in float32 against CPU float64: ``atol=1e-4`` on row-normalised
+  maps (float32 rounding is ~1e-7 per op; a few hundred ops in these 2-layer models stay far
+  below 1e-4; a wrong device path or a silently different algorithm is off by far more); the
+  experiments run on CUDA in float64 against CPU float64 with ``atol=1e-8`` (their outputs go
+  through ranks and correlations, where float32 rounding could swap two near-equal scores, so
+  they check the device path, and the float32 test checks precision).
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import cmixlib
+from cmixlib import cli
+from cmixlib import experiments as X
+from cmixlib import gradients as G
+from cmixlib import models, training
+from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+from cmixlib.hta import hta
+from cmixlib.value_zeroing import value_zeroing_layer
+from device_guard import HostTracker
+from fakes import TOK, FakeBundle
+
+FAMILIES = ("bert", "roberta", "electra", "distilbert")
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(models.DEVICE_ENV_VAR, raising=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _ids(arch: str, n: int = 7, seed: int = 0) -> list[int]:
+    rng = np.random.default_rng(seed)
+    first = 0 if arch == "roberta" else 1
+    return [first] + rng.integers(5, 100, n - 2).tolist() + [2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The guard itself must be able to fail
+# ---------------------------------------------------------------------------------------------
+def test_host_tracker_catches_what_cuda_would_reject():
+    model = cmixlib.random_model("bert")
+    with HostTracker() as tr:
+        ids = torch.tensor([_ids("bert")])                         # a host tensor (no device=)
+        model(input_ids=ids)                                       # CPU ids into the model
+    assert tr.violations
+    with HostTracker() as tr:
+        ids = torch.tensor([_ids("bert")])
+        model(input_ids=ids.to(models.model_device(model)))        # moved first: fine
+        out = model(input_ids=ids.to(models.model_device(model))).last_hidden_state
+        out[0, torch.tensor([0, 1])]                               # host indices: fine on CUDA too
+        out.cpu() + torch.ones(out.shape[-1])                      # results back on the CPU: fine
+    assert tr.violations == []
+    with HostTracker() as tr:
+        out + torch.ones(out.shape[-1])                            # host tensor meets a CUDA one
+    assert len(tr.violations) == 1
+
+
+def _run_methods(model, arch: str, task: str) -> None:
+    ids = _ids(arch)
+    cmixlib.context_mixing(model, None, {"input_ids": [ids]})
+    cmixlib.context_mixing(model, None, {"input_ids": [ids, ids[:5] + [2, 0]],
+                                         "attention_mask": [[1] * 7, [1] * 6 + [0]]})
+    cmixlib.context_mixing(model, None, {"input_ids": [ids]}, rows=[0, 3],
+                           methods=["attn_norm_res_ln", "value_zeroing", "attention_flow", "alti"])
+    cmixlib.context_mixing_ratio(model, None, {"input_ids": [ids]})
+    hta(model, None, {"input_ids": [ids]}, layers=[0])
+    dev = models.model_device(model)
+    cap = run_and_capture(model, torch.tensor([ids], device=dev), torch.ones(1, 7, dtype=torch.long, device=dev))
+    st = layer_states(cap, encoder_layers(model), 0, iter_sentences(cap)[0])[0]
+    for method in ("factored", "batched"):
+        value_zeroing_layer(st, method=method)
+    target = (G.MLMTarget(position=3, target_id=9, foil_id=11) if task == "mlm" else G.ClassTarget())
+    for name in G.METHODS:
+        for level in (("input",) if name == "blank_out" else ("input", "layers")):
+            G.attribute(model, torch.tensor([ids]), target, method=name, level=level, tokenizer=TOK)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_methods_keep_every_tensor_on_the_model_device(arch):
+    """context_mixing (all methods, one sentence, a padded batch, selected rows), the ratio, HTA,
+    both Value Zeroing algorithms and every gradient method at both levels, with MLM and class
+    targets: no op mixes a host tensor with the model's (a CPU tensor with CUDA ones on a GPU)."""
+    for task in ("mlm", "sequence-classification"):
+        kw = {"num_labels": 2} if task != "mlm" else {}
+        model = cmixlib.random_model(arch, task=task, seed=1, **kw)    # built outside the tracker
+        with HostTracker() as tr:
+            _run_methods(model, arch, task)
+        assert tr.violations == [], "\n".join(sorted(set(tr.violations)))
+
+
+def _examples(n: int, arch: str = "bert", length: int = 8, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ids = [0 if arch == "roberta" else 1] + rng.integers(5, 100, length - 2 + i % 2).tolist() + [2]
+        out.append({"input_ids": ids, "target_index": 3, "target_id": 10, "foil_id": 11,
+                    "cue_indices": [1], "label": i % 2, "tokens": ["w"] * len(ids)})
+    return out
+
+
+class DeviceSources(X.Sources):
+    """Tiny random models of one family on ``device`` in ``dtype``, fake examples (the seam)."""
+
+    def __init__(self, arch: str = "bert", device: str = "cpu", dtype=torch.float32):
+        def make(task, seed, **kw):
+            m = cmixlib.random_model(arch, task=task, layers=2, seed=seed, dtype=dtype, **kw)
+            return FakeBundle(m.to(device))
+        self.arch = arch
+        self.mlm_bundle = make("mlm", 1)
+        self.cls_bundle = make("sequence-classification", 2, num_labels=2)
+        self.base_bundle = make("base", 3)
+
+    def mlm(self, condition):
+        return self.mlm_bundle, {"accuracy": 0.5}
+
+    def classifier(self, task):
+        return self.cls_bundle, {"accuracy": 0.5}
+
+    def base(self):
+        return self.base_bundle, None
+
+    def model_b(self, bundle_a):
+        student = copy.deepcopy(bundle_a.model)
+        training.keep_encoder_layers(student, [0])
+        return FakeBundle(student), {"accuracy": 0.5}, "student (test)"
+
+    def blimp(self, bundle, limit):
+        return [dict(e, label="plural" if e["label"] else "singular")
+                for e in _examples(limit or 8, self.arch)]
+
+    def sst2(self, bundle, limit):
+        return [dict(e, target_index=0) for e in _examples(limit or 4, self.arch, seed=1)]
+
+    def sva(self, bundle, limit):
+        return _examples(limit or 4, self.arch, seed=2)
+
+    def classification_inputs(self, bundle, task, limit):
+        return [dict(e, target_index=0) for e in _examples(limit or 4, self.arch, seed=3)]
+
+
+def _settings(name: str) -> dict:
+    defaults = X.REGISTRY[name].defaults
+    s = {k: v for k, v in {"ig_steps": 3, "probe_hidden": 0, "max_tokens": 9}.items() if k in defaults}
+    return s
+
+
+def _limit(name: str) -> int:
+    return 8 if name == "vz-mdl-probing" else 3
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_every_experiment_keeps_every_tensor_on_the_model_device(arch):
+    """All registered experiments on tiny random models, under the tracker."""
+    sources = DeviceSources(arch)
+    found = {}
+    for name in X.REGISTRY:
+        with HostTracker() as tr:
+            X.run_experiment(name, model=f"device-test-{name}", limit=_limit(name), settings=_settings(name),
+                             progress=False, sources=sources, use_cache=False)
+        if tr.violations:
+            found[name] = sorted(set(tr.violations))
+    assert not found, json.dumps(found, indent=1)
+
+
+def test_trainers_keep_every_tensor_on_the_model_device():
+    """The MLM-head trainer, masked-word accuracy, prompt fine-tuning and the classifier trainer
+    with a real (40-word) tokenizer, under the tracker."""
+    from test_training import TEXTS, WORDS, _examples as agreement_examples
+    from transformers import BertTokenizer
+
+    tok = BertTokenizer(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS)})
+
+    def tiny(task, **kw):
+        return cmixlib.random_model("bert", task=task, vocab=len(tok), hidden=16, layers=1, heads=2, **kw)
+
+    mlm_a, mlm_b, base, clf = tiny("mlm"), tiny("mlm"), tiny("base"), tiny("sequence-classification", num_labels=2)
+    xs = ["this movie is good", "a great story", "the film was bad", "a boring plot"] * 2
+    data = {"train": (xs, [1, 1, 0, 0] * 2), "dev": (xs[:4], [1, 1, 0, 0]), "train_pool": 8, "description": "toy"}
+    with HostTracker() as tr:
+        m, _ = training.train_mlm_head((mlm_a, tok), TEXTS, steps=3, batch_size=8, progress=False)
+        training.masked_word_accuracy(m, tok, TEXTS[:5])
+        training.train_mlm_head((base, tok), TEXTS[:6], steps=2, batch_size=4, progress=False)  # wraps
+        ex = agreement_examples(tok, 8)
+        training.finetune_prompt(mlm_b, ex, epochs=1, batch_size=4, progress=False, test_examples=ex)
+        training.train_classifier("sst2", bundle=(clf, tok), epochs=1, batch_size=4, progress=False,
+                                  task_data=data)
+        cmixlib.context_mixing(clf, tok, ["the dog runs", "the film was very boring"])
+    assert tr.violations == [], "\n".join(sorted(set(tr.violations)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The device option
+# ---------------------------------------------------------------------------------------------
+def test_device_names_env_var_and_override(monkeypatch):
+    auto = torch.device("cuda" if CUDA else "cpu")
+    assert models.resolve_device(None) == auto == models.resolve_device("auto") == models.default_device()
+    assert models.resolve_device("CPU") == torch.device("cpu")
+    for bad in ("tpu", "gpu0", "meta"):
+        with pytest.raises(ValueError, match="cpu, cuda or cuda:N"):
+            models.resolve_device(bad)
+    monkeypatch.setenv("CMIX_DEVICE", "cpu")
+    assert models.default_device() == torch.device("cpu")
+    monkeypatch.setenv("CMIX_DEVICE", "nonsense")
+    with pytest.raises(ValueError, match="Unknown device 'nonsense'"):
+        models.default_device()
+    monkeypatch.setenv("CMIX_DEVICE", "cpu")
+    with models.use_device("auto"):                          # the run's option beats the env var
+        assert models.default_device() == auto
+        with models.use_device("cpu"):
+            assert models.default_device() == torch.device("cpu")
+        assert models.default_device() == auto
+    with models.use_device(None):
+        assert models.default_device() == torch.device("cpu")
+    with pytest.raises(ValueError):
+        with models.use_device("tpu"):
+            pass
+    assert models._device_override == []
+
+
+@pytest.mark.skipif(CUDA, reason="checks the error raised where there is no CUDA")
+def test_asking_for_cuda_without_it_is_a_clear_error(monkeypatch, capsys):
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            models.resolve_device(name)
+    monkeypatch.setenv("CMIX_DEVICE", "cuda")
+    with pytest.raises(ValueError, match=r"\$CMIX_DEVICE"):
+        cmixlib.load_model(allow_fallback=True)              # fails before loading anything
+    monkeypatch.delenv("CMIX_DEVICE")
+    # even when the result is in the cache, a run on an unavailable device says so
+    sources = DeviceSources("bert")
+    X.run_experiment("globenc-fig5-ln-outliers", model="dev-fake", progress=False, sources=sources)
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        X.run_experiment("globenc-fig5-ln-outliers", model="dev-fake", progress=False, sources=sources,
+                         device="cuda")
+    assert cli.main(["run", "globenc-fig5-ln-outliers", "--device", "cuda", "--quiet"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_device_is_recorded_in_meta_and_kept_out_of_the_cache_key():
+    """Results are device-independent up to rounding, so a run on another device reuses the
+    cached result; meta.json says where the models of the computed run were."""
+    sources = DeviceSources("bert")
+    r1 = X.run_experiment("globenc-fig5-ln-outliers", model="dev-fake", progress=False, sources=sources,
+                          device="cpu")
+    assert r1.meta["device"] == "cpu" and not r1.from_cache
+    r2 = X.run_experiment("globenc-fig5-ln-outliers", model="dev-fake", progress=False, sources=sources,
+                          device="auto")
+    assert r2.from_cache and r2.meta["cache_key"] == r1.meta["cache_key"]
+    assert "device: cpu" in cli.format_run(r1)
+
+
+def test_cli_passes_the_device_option(monkeypatch, capsys):
+    seen = {}
+
+    def fake_run(name, **kw):
+        seen.update(kw, name=name)
+        raise KeyError("stop here")
+
+    monkeypatch.setattr(X, "run_experiment", fake_run)
+    assert cli.main(["run", "vz-mdl-probing", "--limit", "50", "--device", "cpu", "--quiet"]) == 2
+    assert seen["device"] == "cpu" and seen["limit"] == 50 and seen["name"] == "vz-mdl-probing"
+    cli.main(["run", "vz-mdl-probing"])
+    assert seen["device"] is None                              # default: $CMIX_DEVICE, else auto
+
+
+def test_load_model_and_the_book_follow_cmix_device(monkeypatch, packaged_bundle):
+    from cmixlib.book import setup_notebook
+
+    monkeypatch.setenv("CMIX_DEVICE", "cpu")
+    assert setup_notebook(style=False)["device"] == "cpu"
+    path = str(cmixlib.packaged_model_path())
+    assert models.model_device(cmixlib.load_model(path).model) == torch.device("cpu")
+    monkeypatch.delenv("CMIX_DEVICE")
+    assert setup_notebook(style=False)["device"] == ("cuda" if CUDA else "cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA against CPU (skipped without a GPU)
+# ---------------------------------------------------------------------------------------------
+def compare_methods(arch: str, device: str) -> None:
+    """Every method of cmixlib.METHODS (one sentence and a padded batch), HTA, and every method
+    of cmixlib.gradients.METHODS (MLM target, both levels) on ``device`` in float32 against the
+    CPU in float64: atol 1e-4 on normalised maps, rtol 1e-3 (atol 1e-4 x scale) on gradients.
+    (Run with ``device="cpu"`` it checks that float32 itself stays within these tolerances.)"""
+    cpu = cmixlib.random_model(arch, task="mlm", seed=1, dtype=torch.float64)
+    other = cmixlib.random_model(arch, task="mlm", seed=1, dtype=torch.float32).to(device)
+    ids = _ids(arch, n=9)
+    batch = {"input_ids": [ids, ids[:6] + [2, 0, 0]], "attention_mask": [[1] * 9, [1] * 7 + [0, 0]]}
+    for text in ({"input_ids": [ids]}, batch):
+        want = cmixlib.context_mixing(cpu, None, text)
+        got = cmixlib.context_mixing(other, None, text)
+        for w, g in zip(want if isinstance(want, list) else [want], got if isinstance(got, list) else [got]):
+            assert set(w) == set(g) == set(cmixlib.METHODS)
+            for m in cmixlib.METHODS:
+                np.testing.assert_allclose(g[m], w[m], atol=1e-4, rtol=0, err_msg=f"{arch} {m}")
+    np.testing.assert_allclose(hta(other, None, {"input_ids": [ids]}), hta(cpu, None, {"input_ids": [ids]}),
+                               atol=1e-4, rtol=0)
+    target = G.MLMTarget(position=3, target_id=9, foil_id=11)
+    for name in G.METHODS:
+        for level in (("input",) if name == "blank_out" else ("input", "layers")):
+            kw = dict(method=name, level=level, tokenizer=TOK)
+            w = G.attribute(cpu, torch.tensor([ids]), target, **kw)
+            g = G.attribute(other, torch.tensor([ids], device=device), target, **kw)
+            scale = max(1.0, float(np.abs(w).max()))
+            np.testing.assert_allclose(g, w, atol=1e-4 * scale, rtol=1e-3, err_msg=f"{arch} {name} {level}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_methods_on_cuda_float32_match_cpu_float64(arch):
+    compare_methods(arch, "cuda")
+
+
+# one experiment per family of experiments (Value Zeroing, ALTI, GlobEnc)
+CUDA_EXPERIMENTS = ("vz-cue-alignment", "alti-table2", "globenc-correlations")
+
+
+def compare_experiment(name: str, arch: str, device: str) -> None:
+    """``name`` on tiny random models of ``arch`` in float64, on ``device`` against the CPU: every
+    frame equal up to atol 1e-8 / rtol 1e-6, and ``meta["device"]`` says where it ran."""
+    runs = [X.run_experiment(name, model=f"device-{arch}-{where}", limit=4, settings=_settings(name),
+                             progress=False, use_cache=False, sources=DeviceSources(arch, where, torch.float64))
+            for where in ("cpu", device)]
+    for res, where in zip(runs, ("cpu", device)):
+        assert res.meta["device"].startswith(where), res.meta["device"]
+    for key, want in runs[0].frames.items():
+        pd.testing.assert_frame_equal(runs[1].frames[key], want, check_exact=False, atol=1e-8, rtol=1e-6,
+                                      obj=f"{name} {arch} {key}")
+
+
+@needs_cuda
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name", CUDA_EXPERIMENTS)
+def test_one_experiment_per_family_on_cuda_matches_cpu(name, arch):
+    compare_experiment(name, arch, "cuda")
+
+
+@needs_cuda
+def test_cmix_run_vz_mdl_probing_on_cuda(capsys):
+    """The real run (packaged model, real BLiMP data, models trained on the GPU into a fresh
+    cache): ``cmix run vz-mdl-probing --limit 50 --device cuda``."""
+    assert cli.main(["run", "vz-mdl-probing", "--limit", "50", "--device", "cuda", "--quiet", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "device: cuda" in out
