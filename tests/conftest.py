@@ -12,6 +12,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models: one thread is as fast and does not stall when the machine's cores are busy.
+    A module uses it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def packaged_tokenizer():
     from transformers import AutoTokenizer

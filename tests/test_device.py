@@ -49,12 +49,7 @@ def _tmp_cache(tmp_path, monkeypatch):
     monkeypatch.delenv(models.DEVICE_ENV_VAR, raising=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ids(arch: str, n: int = 7, seed: int = 0) -> list[int]:

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EXPLORER_SENTENCES", "explorer_sentences", "explorer_data", "pack_maps",
-           "explorer_html"]
+__all__ = ["EXPLORER_SENTENCES", "BLIMP_SUBSETS", "SST2_REVIEWS", "MAX_WORDS", "DECIMALS",
+           "explorer_sentences", "explorer_data", "pack_maps", "explorer_html"]
 
 #: Rounding of the values stored in the page (maps are row-normalised: values in [0, 1]).
 DECIMALS = 3
@@ -48,10 +48,12 @@ EXPLORER_SENTENCES: tuple[dict[str, str], ...] = (
      "source": "Ferrando et al. 2022, Table 3 (subject-verb agreement)"},
 )
 
-#: BLiMP agreement subsets and SST-2: the first pair of each subset and the first short
-#: dev reviews, so the choice is reproducible and not picked by result.
+#: The BLiMP agreement subsets whose first pair is shown (the choice is fixed in advance, not
+#: picked by result).
 BLIMP_SUBSETS = ("rpsv", "dna", "darn", "ana")
+#: How many SST-2 dev sentences are shown: the first ones of at most :data:`MAX_WORDS` words.
 SST2_REVIEWS = 2
+#: The longest SST-2 sentence shown, in words.
 MAX_WORDS = 16
 
 
@@ -100,10 +102,10 @@ def _method_table() -> list[dict[str, Any]]:
 
 
 def _cache_key(model_name: str, sentences: list[dict[str, str]], quick: bool) -> str:
-    from ..cache import stable_hash
+    from ..cache import code_text, stable_hash
     from ..experiments import code_version
 
-    own = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    own = hashlib.sha256(code_text(Path(__file__)).encode()).hexdigest()[:12]
     return stable_hash({"what": "explorer", "model": model_name, "code_version": code_version(),
                         "explorer_code": own, "sentences": sentences, "quick": quick})
 
