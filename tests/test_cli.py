@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cmixlib
-from fakes import FakeBundle
+from fakes import BundleSources, FakeBundle
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import paper_numbers as pn
@@ -244,7 +244,7 @@ def _examples(n=8, length=8, seed=0):
     return out
 
 
-class FakeSources(X.Sources):
+class FakeSources(BundleSources):
     """Tiny random models and fake examples in place of the real ones (the documented seam)."""
 
     def __init__(self):
@@ -252,15 +252,6 @@ class FakeSources(X.Sources):
         self.cls_bundle = FakeBundle(cmixlib.random_model("bert", task="sequence-classification", layers=2,
                                                           seed=2, num_labels=2))
         self.base_bundle = FakeBundle(cmixlib.random_model("bert", layers=3, seed=3))
-
-    def mlm(self, condition):
-        return self.mlm_bundle, {"accuracy": 0.5}
-
-    def classifier(self, task):
-        return self.cls_bundle, {"accuracy": 0.5}
-
-    def base(self):
-        return self.base_bundle, None
 
     def blimp(self, bundle, limit):
         return _examples(limit or 8)

@@ -36,7 +36,7 @@ from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_an
 from cmixlib.hta import hta
 from cmixlib.value_zeroing import value_zeroing_layer
 from device_guard import HostTracker
-from fakes import TOK, FakeBundle
+from fakes import TOK, BundleSources, FakeBundle
 
 FAMILIES = ("bert", "roberta", "electra", "distilbert")
 CUDA = torch.cuda.is_available()
@@ -122,7 +122,7 @@ def _examples(n: int, arch: str = "bert", length: int = 8, seed: int = 0) -> lis
     return out
 
 
-class DeviceSources(X.Sources):
+class DeviceSources(BundleSources):
     """Tiny random models of one family on ``device`` in ``dtype``, fake examples (the seam)."""
 
     def __init__(self, arch: str = "bert", device: str = "cpu", dtype=torch.float32):
@@ -133,15 +133,6 @@ class DeviceSources(X.Sources):
         self.mlm_bundle = make("mlm", 1)
         self.cls_bundle = make("sequence-classification", 2, num_labels=2)
         self.base_bundle = make("base", 3)
-
-    def mlm(self, condition):
-        return self.mlm_bundle, {"accuracy": 0.5}
-
-    def classifier(self, task):
-        return self.cls_bundle, {"accuracy": 0.5}
-
-    def base(self):
-        return self.base_bundle, None
 
     def model_b(self, bundle_a):
         student = copy.deepcopy(bundle_a.model)

@@ -30,7 +30,7 @@ from pathlib import Path
 DEFAULT_PAGE = Path("_build/html/notebooks/15_explore.html")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         "--disable-default-apps", "--mute-audio", "--disable-dev-shm-usage"]
+         "--disable-default-apps", "--mute-audio", "--disable-dev-shm-usage", "--hide-scrollbars"]
 
 
 def find_chromium() -> str | None:

@@ -37,15 +37,16 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_explorer import FLAGS as CHROME_FLAGS, check_page, find_chromium  # noqa: E402
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
         "source", "track", "wbr"}
@@ -271,20 +272,6 @@ def check_site(root: Path, pages_glob: list[str] | None = None) -> tuple[list[st
     return errors, notes, selected
 
 
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        exe = shutil.which(name)
-        if exe:
-            return exe
-    return None
-
-
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run",
-                "--disable-default-apps", "--disable-extensions", "--hide-scrollbars",
-                "--mute-audio", "--disable-dev-shm-usage"]
-
-
 def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: int = 90,
                    shot_height: int = 1800) -> list[str]:
     """Render pages in headless Chromium: MathJax must have produced mjx-container elements."""
@@ -320,8 +307,6 @@ def browser_checks(root: Path, pages: list[Path], shots: Path | None, timeout: i
                 elif inline < images:
                     errors.append(f"{rel}: {images} image(s) in the saved Output-widget state, {inline} rendered")
             if "cmix-explorer-data" in parse_text(path):
-                sys.path.insert(0, str(Path(__file__).resolve().parent))
-                from check_explorer import check_page     # tools/check_explorer.py
                 errors += check_page(path)
             if shots:
                 out = shots / (rel.replace("/", "__").replace(".html", ".png"))
