@@ -24,8 +24,8 @@ test: $(STAMP)
 # The book: executes every notebook (cached in _build/.jupyter_cache) and writes _build/html.
 # - The ipywidgets embed script is fetched once from npm into book/_static/vendor/ (gitignored);
 #   without npm the build still works, only widgets stay static text. MathJax is vendored.
-# - The execution cache is keyed on code, not on CMIX_MODEL/CMIX_QUICK, so it is cleared
-#   whenever one of them differs from the previous build.
+# - A notebook is re-executed when its cells change, or the cmixlib code it can import, the
+#   package data, data/, CMIX_MODEL or CMIX_QUICK (tools/cmix_nbdeps.py, a Sphinx extension).
 # - `cmix prewarm` first computes every run of the evaluation chapters into the result cache,
 #   its two groups of runs (masked LMs, classifiers) in JOBS processes side by side (one torch
 #   thread each on 2 cores); the chapters then load the results. JOBS=1: one process.
@@ -40,11 +40,6 @@ book: $(STAMP)
 	  && mkdir -p $(dir $(WIDGETS_JS)) && cp $$tmp/package/dist/embed.js $$tmp/package/package.json $(dir $(WIDGETS_JS)) \
 	  ; rm -rf $$tmp; test -f $(WIDGETS_JS); } \
 	  || echo "warning: could not fetch @jupyter-widgets/html-manager from npm; widgets will not render"
-	@mkdir -p _build; now="model=$${CMIX_MODEL:-} quick=$${CMIX_QUICK:-}"; \
-	  if [ -f _build/.cmix_env ] && [ "$$(cat _build/.cmix_env)" != "$$now" ]; then \
-	    echo "CMIX_MODEL/CMIX_QUICK changed ($$(cat _build/.cmix_env) -> $$now): clearing the execution cache"; \
-	    rm -rf _build/.jupyter_cache _build/.doctrees _build/html _build/jupyter_execute; fi; \
-	  echo "$$now" > _build/.cmix_env
 	$(PY) -m cmixlib.cli prewarm --jobs $(JOBS)
 	$(VENV)/bin/jupyter-book build . --builder html
 	-$(PY) tools/check_site.py --quiet

@@ -6,6 +6,7 @@ version), so a stale entry is never reused: a changed input simply gets a new ke
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -110,3 +111,71 @@ def source_hash(*names: str, exclude: frozenset[str] = frozenset()) -> str:
     for f in source_files(*names, exclude=exclude):
         h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(f).encode() + b"\0")
     return h.hexdigest()[:12]
+
+
+def _module_file(dotted: str, package_dir: Path) -> Path | None:
+    """The file of module ``dotted`` (``"<package>.a.b"``) inside ``package_dir``, or None."""
+    parts = dotted.split(".")
+    if parts[0] != package_dir.name:
+        return None
+    base = package_dir.joinpath(*parts[1:])
+    for candidate in (base / "__init__.py", base.with_suffix(".py") if parts[1:] else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _module_name(path: Path, package_dir: Path) -> str:
+    rel = path.relative_to(package_dir).with_suffix("").parts
+    rel = rel[:-1] if rel and rel[-1] == "__init__" else rel
+    return ".".join((package_dir.name, *rel))
+
+
+def imported_names(tree: ast.AST, module: str = "", is_package: bool = False) -> set[str]:
+    """Absolute dotted names of every ``import`` / ``from ... import`` anywhere in ``tree``
+    (function bodies included, so lazy imports count). For ``from m import a`` both ``m`` and
+    ``m.a`` are returned (``a`` may be a submodule); relative imports are resolved against
+    ``module`` (a package's own name when ``is_package``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
+    return names
+
+
+def import_closure(roots: set[str] | list[str], package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The source files of the package at ``package_dir`` that importing the modules ``roots``
+    (dotted names; names outside the package are ignored) can execute: each named module, the
+    ``__init__.py`` of every package above it, and, transitively, every module of the package
+    that any of these files imports anywhere (:func:`imported_names`). Sorted paths.
+
+    Used by the book build (``tools/cmix_nbdeps.py``) to re-execute exactly the chapters whose
+    library code changed; the result cache versions on :func:`source_hash` the same way."""
+    seen: set[Path] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for k in range(1, len(parts) + 1):          # importing a.b.c runs a, a.b and a.b.c
+            path = _module_file(".".join(parts[:k]), package_dir)
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            todo.extend(_file_imports(path, _module_name(path, package_dir), path.stat().st_mtime_ns))
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_imports(path: Path, module: str, mtime_ns: int) -> frozenset[str]:
+    """:func:`imported_names` of one file, memoised per modification time."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return frozenset(imported_names(tree, module, path.name == "__init__.py"))

@@ -1,0 +1,138 @@
+"""Sphinx extension for the book build: a notebook is re-executed when the library code it can
+import changes, not only when its own cells change.
+
+myst-nb's execution cache (``execute_notebooks: cache``, jupyter-cache in
+``_build/.jupyter_cache``) matches a notebook by its code cells, and Sphinx re-reads a page only
+when its source file changed. A change inside ``cmixlib`` (a method's math, a label) would
+therefore leave the old outputs on the site. This extension keys every notebook on
+
+* the code (:func:`cmixlib.cache.code_text`: docstrings and comments left out) of every
+  ``cmixlib`` module its cells can import, transitively (:func:`cmixlib.cache.import_closure`),
+* the package's data files (``cmixlib/**`` other than ``.py``: the adapted MLM's weights, the
+  explorer's script) and the repository's ``data/`` folder, by content,
+* ``CMIX_MODEL`` and ``CMIX_QUICK`` (which model and which sizes the chapter runs with).
+
+On ``env-get-outdated`` (before Sphinx reads anything) a notebook whose key differs from the one
+stored in the build environment is marked outdated and its jupyter-cache record is removed, so
+myst-nb executes it again; an unchanged tree re-renders from the cache.
+
+Loaded by ``_config.yml`` (``sphinx: local_extensions``). Settings: ``cmix_nbdeps_package``
+(the package folder; default: cmixlib's) and ``cmix_nbdeps_data`` (extra folders hashed by
+content, relative to the book's root; default ``["data"]``), both for tests.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from sphinx.util import logging
+
+from cmixlib import cache
+
+LOGGER = logging.getLogger(__name__)
+ENV_VARS = ("CMIX_MODEL", "CMIX_QUICK")
+_MAGIC = re.compile(r"^\s*[%!]")
+#: Notebook path -> the key its cached outputs were made with, beside the jupyter-cache database.
+KEYS_FILE = "cmix_nbdeps.json"
+
+
+def notebook_imports(path: Path) -> set[str]:
+    """Dotted names imported anywhere in the code cells of the notebook at ``path`` (IPython
+    magics and shell lines are dropped; a cell that still does not parse is skipped)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        src = "\n".join("" if _MAGIC.match(line) else line for line in src.splitlines())
+        try:
+            names |= cache.imported_names(ast.parse(src))
+        except SyntaxError:
+            continue
+    return names
+
+
+def _data_digest(package_dir: Path, folders: list[Path]) -> str:
+    h = hashlib.sha256()
+    files = [p for p in package_dir.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    for folder in folders:
+        files += [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    for p in sorted(f for f in files if "__pycache__" not in f.parts):
+        h.update(p.as_posix().encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _code_digest(path: Path, mtime_ns: int) -> bytes:
+    """sha256 of :func:`cmixlib.cache.code_text` of one file (memoised per modification time)."""
+    return hashlib.sha256(cache.code_text(path).encode()).digest()
+
+
+def notebook_key(path: Path, package_dir: Path = cache.PACKAGE_DIR, data_digest: str = "") -> str:
+    """Hash of what the executed notebook at ``path`` depends on besides its own cells: the code of
+    every module of ``package_dir`` it can import, ``data_digest`` and :data:`ENV_VARS`."""
+    roots = {n for n in notebook_imports(path) if n.split(".")[0] == package_dir.name}
+    h = hashlib.sha256(data_digest.encode())
+    for f in cache.import_closure(roots, package_dir):
+        h.update(f.relative_to(package_dir).as_posix().encode() + b"\0")
+        h.update(_code_digest(f, f.stat().st_mtime_ns))
+    for var in ENV_VARS:
+        h.update(f"{var}={os.environ.get(var, '')}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def _remove_cache_record(cache_path: Path, notebook: Path) -> bool:
+    from jupyter_cache import get_cache
+
+    if not cache_path.exists():
+        return False
+    jc = get_cache(str(cache_path))
+    removed = False
+    for record in jc.list_cache_records():
+        if Path(record.uri).resolve() == notebook.resolve():
+            jc.remove_cache(record.pk)
+            removed = True
+    return removed
+
+
+def mark_outdated(app, env, added, changed, removed) -> list[str]:
+    """``env-get-outdated``: notebooks whose dependency key differs from the one their cached
+    outputs were made with get their jupyter-cache record removed; those Sphinx would not re-read
+    on its own are returned as outdated. The keys are kept beside the cache
+    (:data:`KEYS_FILE`), written as soon as a stale record is gone, so an interrupted build
+    never leaves old outputs under a new key."""
+    package_dir = Path(app.config.cmix_nbdeps_package or cache.PACKAGE_DIR).resolve()
+    folders = [Path(app.srcdir) / f for f in app.config.cmix_nbdeps_data]
+    digest = _data_digest(package_dir, folders)
+    cache_path = Path(env.mystnb_config.execution_cache_path)
+    keys_file = cache_path / KEYS_FILE
+    stored = json.loads(keys_file.read_text()) if keys_file.exists() else {}
+    outdated = []
+    for docname in sorted(env.found_docs):
+        path = Path(env.doc2path(docname)).resolve()
+        if path.suffix != ".ipynb":
+            continue
+        key = notebook_key(path, package_dir, digest)
+        if stored.get(str(path)) == key:
+            continue
+        if _remove_cache_record(cache_path, path):
+            LOGGER.info(f"cmix_nbdeps: the library code or data of {docname} changed: re-executing")
+            if docname not in added and docname not in changed:
+                outdated.append(docname)
+        stored[str(path)] = key
+    cache_path.mkdir(parents=True, exist_ok=True)
+    keys_file.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    return outdated
+
+
+def setup(app):
+    app.add_config_value("cmix_nbdeps_package", "", "env")
+    app.add_config_value("cmix_nbdeps_data", ["data"], "env")
+    app.connect("env-get-outdated", mark_outdated)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}
