@@ -18,21 +18,33 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 from tqdm.auto import tqdm
 
+from .validation import check_bool, check_maps, check_rows
 
-def _as_numpy(maps) -> np.ndarray:
-    arr = np.asarray(maps.detach().cpu().numpy() if hasattr(maps, "detach") else maps)
-    if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
-        raise ValueError(f"expected layer maps of shape (num_layers, n, n), got {arr.shape}")
-    if np.isnan(arr).any():
-        raise ValueError("rollout needs every row of every layer; the maps contain NaN rows "
-                         "(were they computed with rows=...?)")
-    return arr
+
+def _as_numpy(maps, *, nonnegative: str | None = None) -> np.ndarray:
+    """Layer maps (L, n, n) as a numpy array: finite, square, non-negative where the caller needs
+    it (:func:`cmixlib.validation.check_maps`)."""
+    return check_maps(maps, "maps", ndim=3, square=True, nonnegative=nonnegative)
 
 
 def normalize_rows(mat: np.ndarray) -> np.ndarray:
-    r"""Rows divided by their sums; all-zero rows stay zero.
+    r"""Rows divided by their sums; all-zero rows stay zero (and NaN rows NaN).
 
     .. math:: C_{ij} \leftarrow C_{ij} \Big/ \sum_k C_{ik}
+
+    Parameters
+    ----------
+    mat:
+        Non-negative real numbers, any shape with at least one dimension (rows along the last
+        one): an array, a tensor or a nested list. NaN is allowed (a map computed with
+        ``rows=...``), ±inf is not.
+
+    Raises
+    ------
+    TypeError
+        ``mat`` is not numeric (None, strings).
+    InputError
+        Negative entries (rows become distributions), ±inf, or an empty array.
 
     Examples
     --------
@@ -42,6 +54,8 @@ def normalize_rows(mat: np.ndarray) -> np.ndarray:
     array([[0.25, 0.75],
            [0.  , 0.  ]])
     """
+    mat = check_maps(mat, "mat", ndim=None, square=False, allow_nan=True,
+                     nonnegative="normalize_rows (each row becomes a distribution)")
     s = mat.sum(axis=-1, keepdims=True)
     return mat / np.where(s == 0, 1.0, s)
 
@@ -62,7 +76,19 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndar
     Parameters
     ----------
     maps:
-        Layer maps :math:`C^{1}, \dots, C^{L}`, array or tensor of shape (L, n, n).
+        Layer maps :math:`C^{1}, \dots, C^{L}`, array, tensor or nested list of shape (L, n, n),
+        L, n >= 1, finite (no NaN: every row is needed), non-negative when the maps are
+        row-normalised (``normalize`` or ``add_identity``).
+    add_identity, normalize:
+        True or False.
+
+    Raises
+    ------
+    TypeError
+        ``maps`` is not numeric; ``add_identity`` / ``normalize`` not a bool.
+    InputError
+        Wrong number of dimensions, last two dimensions unequal, NaN or inf, negative entries
+        where rows are normalised.
 
     Returns
     -------
@@ -80,7 +106,10 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndar
     array([[0.75, 0.25],
            [0.  , 1.  ]])
     """
-    arr = _as_numpy(maps).astype(np.float64 if np.asarray(maps).dtype == np.float64 else np.float32)
+    add_identity, normalize = check_bool(add_identity, "add_identity"), check_bool(normalize, "normalize")
+    need = "rollout with row normalisation" if normalize or add_identity else None
+    arr = _as_numpy(maps, nonnegative=need)
+    arr = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32)
     if add_identity:
         arr = arr + np.eye(arr.shape[-1], dtype=arr.dtype)
     if normalize or add_identity:
@@ -114,6 +143,11 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     sources cannot share one solve), about a minute for n = 32 and 12 layers on 2 CPU cores. A
     progress bar appears for large inputs; pass ``rows`` when only some rows are needed.
 
+    ``maps``: (L, n, n) non-negative finite maps (array, tensor or nested list; capacities cannot
+    be negative); ``add_identity``: True or False; ``rows``: None or integer positions
+    ``0..n-1`` (see :func:`cmixlib.validation.check_rows`). Raises TypeError or
+    :class:`~cmixlib.InputError` (naming the argument) otherwise.
+
     Examples
     --------
     >>> import numpy as np
@@ -124,11 +158,12 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     >>> bool(np.allclose(attention_flow(A, add_identity=False)[0], A[0]))   # one layer: A itself
     True
     """
-    arr = _as_numpy(maps).astype(np.float64)
+    add_identity = check_bool(add_identity, "add_identity")
+    arr = _as_numpy(maps, nonnegative="attention flow (edge capacities)").astype(np.float64)
     if add_identity:
         arr = normalize_rows(arr + np.eye(arr.shape[-1]))
     num_layers, n, _ = arr.shape
-    sinks = range(n) if rows is None else list(rows)
+    sinks = range(n) if rows is None else check_rows(rows, n).tolist()
     out = np.full((num_layers, n, n), np.nan)
     bar = tqdm(total=num_layers * len(sinks) * n, desc="attention flow (max-flow problems)",
                disable=True if num_layers * len(sinks) * n < 5000 else None, leave=False)

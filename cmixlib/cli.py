@@ -22,6 +22,7 @@ import sys
 import pandas as pd
 
 from . import experiments as X
+from .validation import InputError, check_positive_int
 
 
 def _parse_set(items: list[str]) -> dict:
@@ -143,6 +144,21 @@ def main(argv: list[str] | None = None) -> int:
     grd.add_argument("--no-execute", action="store_true", help="read the saved outputs instead")
     grd.add_argument("--out", default=None, help="also write all rows to this CSV file")
     args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except InputError as exc:               # a bad argument, option or $CMIX_DEVICE: one line, status 2
+        print(f"cmix: {_one_line(exc)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a KeyError's without its quotes)."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    return " ".join(str(text).split())
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; an :class:`~cmixlib.InputError` propagates to :func:`main`."""
     if args.command == "editions":
         return _editions(args.check)
     if args.command == "grade":
@@ -153,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prewarm":
         from .book_runs import prewarm
 
-        total = sum(seconds for _, seconds in prewarm(args.jobs))
+        total = sum(seconds for _, seconds in prewarm(check_positive_int(args.jobs, "--jobs")))
         print(f"prewarm: every book run is in the result cache ({total:.0f} s of run time)")
         return 0
     try:
@@ -161,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                                settings=_parse_set(args.set), out=args.out,
                                use_cache=not args.no_cache, progress=not args.quiet,
                                device=args.device)
-    except (KeyError, ValueError) as exc:
-        print(f"cmix: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+    except KeyError as exc:                 # e.g. a missing dataset file named in a run's settings
+        print(f"cmix: {_one_line(exc)}", file=sys.stderr)
         return 2
     print(format_run(res))
     if args.out:

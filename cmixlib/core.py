@@ -13,20 +13,9 @@ from .registry import ALL_METHODS, MIXING_KINDS, Method
 from .attention import attention_flow, normalize_rows, rollout
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
                       run_and_capture)
+from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_maps, check_model,
+                         check_names, check_rows, check_text, check_tokenizer, describe)
 from .value_zeroing import DISTANCES, value_zeroing_layer
-
-
-class InputError(ValueError):
-    """Bad input text or ids; the message says what to do.
-
-    Examples
-    --------
-    >>> import cmixlib
-    >>> cmixlib.context_mixing(cmixlib.random_model(), None, "")
-    Traceback (most recent call last):
-    ...
-    cmixlib.core.InputError: Empty text '': context mixing needs at least one word.
-    """
 
 
 #: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
@@ -46,7 +35,14 @@ _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
-    """Validate method names (None = all); unknown names raise with the list of valid ones.
+    """Validate method names: one name or a list of names of :data:`METHODS` (None = all of them).
+
+    Raises
+    ------
+    TypeError
+        ``methods`` is not a string, a list of strings or None.
+    InputError
+        ``methods`` is empty or holds an unknown name (the message lists the valid ones).
 
     Examples
     --------
@@ -58,60 +54,78 @@ def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     """
     if methods is None:
         return list(METHODS)
-    if isinstance(methods, str):
-        methods = [methods]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"Unknown method(s) {unknown}. Valid names: {', '.join(METHODS)}.")
-    return list(methods)
+    return check_names(methods, METHODS, "methods", what="method")
 
 
 def _unpack_model(model, tokenizer):
+    """``(model, tokenizer)``, the model checked; a ModelBundle gives its own (its tokenizer unless
+    one is given). The tokenizer is checked where raw text needs it (:func:`encode`)."""
     if hasattr(model, "model") and hasattr(model, "tokenizer") and not isinstance(model, torch.nn.Module):
-        return model.model, tokenizer or model.tokenizer
-    return model, tokenizer
+        model, tokenizer = model.model, tokenizer if tokenizer is not None else model.tokenizer
+    return check_model(model), tokenizer
+
+
+def _encoder_layers(model):
+    """The model's layers (:func:`cmixlib.encoder.encoder_layers`: a supported family), refusing a
+    model in training mode, whose dropout would make every map random."""
+    mods = encoder_layers(model)
+    if model.training:
+        raise InputError("model is in training mode (dropout is active, so the maps would be random): "
+                         "call model.eval() first.")
+    return mods
+
+
+def _vocab_size(model) -> int | None:
+    """Rows of the model's word embedding (None where it cannot be read)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    return getattr(emb, "num_embeddings", None) or getattr(getattr(model, "config", None), "vocab_size", None)
 
 
 def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into padded ids and mask.
+    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into padded ids and mask,
+    checked (:func:`cmixlib.validation.check_text`, :func:`cmixlib.validation.check_ids_and_mask`:
+    ids inside the model's vocabulary, a 0/1 mask of the same shape).
 
     Returns (input_ids (B, n), attention_mask (B, n), is_batch).
     """
     limit = max_positions(model)
     if isinstance(text, Mapping):
         if "input_ids" not in text:
-            raise InputError("A mapping input must hold 'input_ids' (shape 1 x n or B x n).")
-        ids = torch.as_tensor(text["input_ids"])
-        if ids.ndim == 1:
-            ids = ids[None]
-        mask = torch.as_tensor(text["attention_mask"]) if text.get("attention_mask") is not None \
-            else torch.ones_like(ids)
-        if mask.ndim == 1:
-            mask = mask[None]
+            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or (B, n)); it "
+                             f"has {sorted(map(str, text))[:8]}.")
+        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
+                                       vocab_size=_vocab_size(model))
         is_batch = ids.shape[0] > 1
     else:
-        is_batch = not isinstance(text, str)
-        texts = [text] if isinstance(text, str) else list(text)
-        if not texts:
-            raise InputError("No text given: pass a non-empty string or a list of strings.")
-        for t in texts:
-            if not isinstance(t, str) or not t.strip():
-                raise InputError(f"Empty text {t!r}: context mixing needs at least one word.")
-        if tokenizer is None:
+        texts, is_batch = check_text(text)
+        if check_tokenizer(tokenizer) is None:
             raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
         enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
-        ids, mask = enc["input_ids"], enc["attention_mask"]
-    if ids.numel() == 0 or ids.shape[1] == 0:
-        raise InputError("Empty input_ids: nothing to analyse.")
+        ids, mask = check_ids_and_mask(enc["input_ids"], enc["attention_mask"], vocab_size=_vocab_size(model))
     lengths = mask.sum(dim=1)
     if int(lengths.max()) > limit:
         raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
                          "shorten the text or split it into sentences.")
-    return ids.long(), mask.long(), is_batch
+    return ids, mask, is_batch
 
 
 def tokens(tokenizer, input_ids) -> list[str]:
     r"""Token strings of one sequence of ids (for plot labels): :math:`w_1, \dots, w_n`.
+
+    Parameters
+    ----------
+    tokenizer:
+        A Hugging Face tokenizer (anything with ``convert_ids_to_tokens``).
+    input_ids:
+        One sequence of integer ids inside the tokenizer's vocabulary: a list, array or tensor of
+        shape (n,) or (1, n).
+
+    Raises
+    ------
+    TypeError
+        ``tokenizer`` has no ``convert_ids_to_tokens``, or the ids are not numbers.
+    InputError
+        Several sequences, float or negative ids, ids outside the vocabulary.
 
     Examples
     --------
@@ -121,8 +135,15 @@ def tokens(tokenizer, input_ids) -> list[str]:
     >>> cmixlib.tokens(bundle.tokenizer, ids)            # doctest: +SKIP
     ['[CLS]', 'the', 'keys', 'are', 'here', '.', '[SEP]']
     """
-    ids = torch.as_tensor(input_ids).flatten().tolist()
-    return tokenizer.convert_ids_to_tokens(ids)
+    if not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise TypeError("tokenizer must be a Hugging Face tokenizer (with convert_ids_to_tokens); got "
+                        f"{describe(tokenizer)}.")
+    vocab = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    ids, _ = check_ids_and_mask(input_ids, vocab_size=vocab)
+    if ids.shape[0] != 1:
+        raise InputError("input_ids must be one sequence, shape (n,) or (1, n); got shape "
+                         f"{tuple(ids.shape)}: call tokens() once per row.")
+    return tokenizer.convert_ids_to_tokens(ids[0].tolist())
 
 
 def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
@@ -141,18 +162,36 @@ def _place_rows(maps: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray
     return full
 
 
-def _check_rows(rows, n: int) -> np.ndarray | None:
-    if rows is None:
-        return None
-    arr = np.atleast_1d(np.asarray(rows, dtype=np.int64))
-    if arr.size == 0 or arr.min() < -n or arr.max() >= n:
-        raise InputError(f"rows={list(arr)} out of range for a sequence of {n} tokens.")
-    return np.unique(arr % n)
+def _check_rows(rows, n: int, name: str = "rows") -> np.ndarray | None:
+    """``rows`` of :func:`cmixlib.hta.hta` (one sentence of ``n`` tokens) as sorted unique positions
+    (None: all): integers in ``-n..n-1``, negative ones counted from the end
+    (:func:`cmixlib.validation.check_rows`). :func:`context_mixing` takes ``0..n-1`` only."""
+    return check_rows(rows, n, name, negative=True)
+
+
+def _check_standardize(value, d: int):
+    """``vz_standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return value
+    what = f"None, True/False or a (mean, std) pair of arrays of shape ({d},)"
+    try:
+        if isinstance(value, (str, bytes, Mapping)):
+            raise TypeError
+        mean, std = value
+    except (TypeError, ValueError):
+        raise TypeError(f"vz_standardize must be {what}; got {describe(value)}.") from None
+    for label, arr in (("mean", mean), ("std", std)):
+        arr = check_maps(arr, f"vz_standardize's {label}", ndim=None, square=False)
+        if arr.shape != (d,):
+            raise InputError(f"vz_standardize's {label} has shape {arr.shape}, but the model's hidden size "
+                             f"is {d}: it must be ({d},).")
+        if label == "std" and (arr <= 0).any():
+            raise InputError("vz_standardize's std must be > 0 in every dimension (it divides).")
+    return value
 
 
 def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, np.ndarray]:
     n = len(keep)
-    rows = _check_rows(rows, n)
     row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
     full_states = layer_states(capture, mods, b, keep)
     row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
@@ -207,26 +246,47 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     Parameters
     ----------
     model, tokenizer:
-        A Hugging Face BERT / RoBERTa / ELECTRA / DistilBERT model (base or with a head) loaded with
-        eager attention, and its tokenizer; or a :class:`~cmixlib.models.ModelBundle` and None.
+        A Hugging Face BERT / RoBERTa / ELECTRA / DistilBERT model (a ``torch.nn.Module``, base or
+        with a head) loaded with eager attention, and its tokenizer (a callable Hugging Face
+        tokenizer, or None for ids); or a :class:`~cmixlib.models.ModelBundle` and None.
     text:
-        A string, a list of strings (padded batch; returns a list of dicts, one per text), or a
-        mapping holding ``input_ids`` of shape (1, n) (optionally ``attention_mask``).
+        A non-empty string, a non-empty list of non-empty strings (padded batch; returns a list of
+        dicts, one per text), or a mapping holding ``input_ids``: integers in
+        ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n) (list, array or tensor), with an
+        optional ``attention_mask`` of the same shape holding only 0 (padding) and 1 (at least
+        one 1 per row). At most the model's maximum number of positions per sentence.
     methods:
-        Names from :data:`METHODS` (None = all of them).
+        A name or a list of names from :data:`METHODS` (None = all of them).
     normalize:
-        Row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always rollouts of
-        row-normalised layer maps, without identity except ``attention_rollout``/``attention_flow``.
+        True or False: row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always
+        rollouts of row-normalised layer maps, without identity except
+        ``attention_rollout``/``attention_flow``.
     rows:
-        Only these query rows (e.g. the [MASK] position). Layer-wise maps get NaN in the other rows;
-        aggregated maps still need (and compute) every row of their layer maps. For a batch, a
-        list of one entry per sentence (``[[3], [5], None]``) gives each sentence its own rows.
+        None (every row), or only these query rows (e.g. the [MASK] position): an int or a list,
+        numpy array or tensor of integer positions ``0..n-1`` (repeats count once; no negative
+        positions, floats or booleans), n counting the sentence's special tokens. Layer-wise
+        maps get NaN in the other rows; aggregated maps still need (and compute) every row of
+        their layer maps. For a batch, the same rows for every sentence, or a list of one entry
+        per sentence (``[[3], [5], None]``) gives each sentence its own rows.
     vz_distance, vz_standardize:
         Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
-        standardisation of representations (True, or a (mean, std) pair; Appendix A.1).
+        standardisation of representations (None/False, True, or a (mean, std) pair of arrays of
+        shape (hidden size,), std > 0; Appendix A.1).
     rollout_normalize:
-        False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ rollouts, as
-        GlobEnc's original code does; the final rows are then normalised.
+        True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
+        rollouts, as GlobEnc's original code does; the final rows are then normalised.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind (``text`` None, bytes or a number; a tokenizer that is not
+        callable; ``methods`` not strings; ``normalize`` not a bool);
+        :class:`~cmixlib.UnsupportedModelError` (a TypeError) for a model that is not a
+        supported encoder.
+    InputError
+        A bad value: empty text, ids outside the vocabulary, a mask of another shape or with
+        values other than 0/1, negative, fractional or out-of-range ``rows``, an unknown method or
+        distance, a bad ``vz_standardize``, a text longer than the model accepts.
 
     Returns
     -------
@@ -250,15 +310,18 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     """
     model, tokenizer = _unpack_model(model, tokenizer)
     methods = check_methods(methods)
-    if vz_distance not in DISTANCES:
-        raise ValueError(f"Unknown Value Zeroing distance {vz_distance!r}; choose one of {DISTANCES}.")
-    mods = encoder_layers(model)
+    distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
+    options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
+                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
+    mods = _encoder_layers(model)
+    options["vz_standardize"] = _check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
     ids, mask, is_batch = encode(model, tokenizer, text)
+    lengths = mask.sum(dim=1).tolist()
+    per_rows = _per_sentence_rows(rows, len(lengths))
+    per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
+                for b, (r, n) in enumerate(zip(per_rows, lengths))]
     capture = run_and_capture(model, ids, mask)
-    options = dict(normalize=normalize, vz_distance=vz_distance, vz_standardize=vz_standardize,
-                   rollout_normalize=rollout_normalize)
     sentences = iter_sentences(capture)
-    per_rows = _per_sentence_rows(rows, len(sentences)) if is_batch else [rows]
     with torch.no_grad():
         results = [_one_sentence(mods, capture, b, keep, methods, r, options)
                    for (b, keep), r in zip(enumerate(sentences), per_rows)]
@@ -266,18 +329,20 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
 
 
 def _per_sentence_rows(rows, batch: int) -> list:
-    """``rows`` for a batch: the same rows for every sentence, or one entry per sentence when
-    ``rows`` is a list of ``batch`` lists / arrays / None (e.g. ``[[3], [5], None]``)."""
+    """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
+    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``)."""
     nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
         r is None or isinstance(r, (list, tuple, np.ndarray, torch.Tensor)) for r in rows)
     if not nested:
         return [rows] * batch
     if len(rows) != batch:
-        raise InputError(f"rows has {len(rows)} per-sentence entries for a batch of {batch} sentences.")
+        raise InputError(f"rows has {len(rows)} per-sentence entries for a batch of {batch} sentences: "
+                         "give one entry (a list of positions or None) per sentence.")
     return list(rows)
 
 
-def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
+def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln"
+                         ) -> np.ndarray | list[np.ndarray]:
     r"""Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
     r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
     (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``).
@@ -287,6 +352,11 @@ def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln")
        r_i = \frac{\lVert \sum_{j \ne i} v_{ij} \rVert}
                   {\lVert \sum_{j \ne i} v_{ij} \rVert + \lVert v_{ii} \rVert},
        \qquad v_{ij} = z_{ij},\ T_i(x_j) \text{ or } T'_i(x_j).
+
+    ``model``, ``tokenizer`` and ``text`` as in :func:`context_mixing` (and checked the same way);
+    ``kind`` one of ``"attn_norm_res"``, ``"attn_norm_res_ln"``, ``"globenc_layer"``. Raises
+    TypeError / :class:`InputError` as :func:`context_mixing`, and :class:`InputError` for an
+    unknown ``kind``.
 
     Examples
     --------
@@ -299,7 +369,8 @@ def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln")
     True
     """
     model, tokenizer = _unpack_model(model, tokenizer)
-    mods = encoder_layers(model)
+    kind = check_choice(kind, norms.MIXING_RATIO_VECTORS, "kind", what="mixing-ratio kind")
+    mods = _encoder_layers(model)
     ids, mask, is_batch = encode(model, tokenizer, text)
     capture = run_and_capture(model, ids, mask)
     out = []

@@ -32,6 +32,11 @@ Spearman
     warning. :func:`mean_std` then averages over the finite values only and reports how many were
     dropped. Standard deviations are population std (``ddof=0``), as ``numpy.std`` in the ALTI and
     GlobEnc scripts.
+
+Checked input
+    Paired vectors (scores and cue or tokens, ``a`` and ``b``, ``xs`` and ``ys``) must have equal
+    lengths, positions (``cue_indices``, ``exclude``, ``row``) be integers in ``-n..n-1``, ``ties``
+    and ``scheme`` known names; else :class:`~cmixlib.InputError` naming the argument.
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .validation import check_choice, check_int, check_positions, check_same_length
 
 __all__ = [
     "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
@@ -72,18 +79,18 @@ def normalize_scores(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def cue_vector(n: int, cue_indices: Iterable[int]) -> np.ndarray:
     """Binary vector xi of length ``n`` with ones at ``cue_indices`` (VZ Eq. 11)."""
-    xi = np.zeros(int(n), dtype=float)
+    n = check_int(n, "n", minimum=0)
+    xi = np.zeros(n, dtype=float)
     idx = list(cue_indices)
     if idx:
-        xi[np.asarray(idx, dtype=int)] = 1.0
+        xi[check_positions(idx, n, "cue_indices", negative=True)] = 1.0
     return xi
 
 
 def _keep_mask(n: int, exclude: Iterable[int] | None) -> np.ndarray:
     keep = np.ones(n, dtype=bool)
     if exclude is not None:
-        ex = [int(i) % n for i in exclude]
-        keep[ex] = False
+        keep[check_positions(list(exclude), n, "exclude", negative=True)] = False
     return keep
 
 
@@ -94,7 +101,9 @@ def _keep_mask(n: int, exclude: Iterable[int] | None) -> np.ndarray:
 def dot_product(scores: np.ndarray, cue: np.ndarray, normalize: bool = True) -> float:
     """Score mass on the cue tokens: ``normalize(S) . xi``."""
     s = normalize_scores(scores) if normalize else np.asarray(scores, dtype=float)
-    return float(np.dot(s, np.asarray(cue, dtype=float)))
+    cue = np.asarray(cue, dtype=float)
+    check_same_length(s, cue, ("scores", "cue"))
+    return float(np.dot(s, cue))
 
 
 def average_precision(scores: np.ndarray, cue: np.ndarray) -> float:
@@ -103,9 +112,10 @@ def average_precision(scores: np.ndarray, cue: np.ndarray) -> float:
     of ``sklearn.metrics.average_precision_score``, computed directly (it is called for every
     example, method and layer; equality with scikit-learn is tested). NaN if no cue or all cues."""
     y = np.asarray(cue, dtype=int).ravel()
+    s = np.asarray(scores, dtype=float).ravel()
+    check_same_length(s, y, ("scores", "cue"))
     if y.sum() == 0 or y.sum() == y.size:
         return float("nan")
-    s = np.asarray(scores, dtype=float).ravel()
     order = np.argsort(-s, kind="mergesort")
     s, y = s[order], y[order]
     last = np.r_[np.flatnonzero(np.diff(s)), y.size - 1]      # last position of each threshold
@@ -121,8 +131,10 @@ def probes_needed(scores: np.ndarray, cue: np.ndarray, ties: str = "optimistic")
     ``ties="optimistic"`` (default) counts tokens with a score strictly higher than the best cue
     score; ``ties="pessimistic"`` counts non-cue tokens with a score ``>=`` it. NaN if no cue.
     """
-    s = np.asarray(scores, dtype=float)
-    cue = np.asarray(cue).astype(bool)
+    check_choice(ties, ("optimistic", "pessimistic"), "ties")
+    s = np.asarray(scores, dtype=float).ravel()
+    cue = np.asarray(cue).astype(bool).ravel()
+    check_same_length(s, cue, ("scores", "cue"))
     if not cue.any():
         return float("nan")
     best = s[cue].max()
@@ -143,10 +155,18 @@ def cue_alignment(scores: np.ndarray, cue_indices: Iterable[int], *,
         1-D scores over the n tokens (a row of a context-mixing map). Normalised here with
         :func:`normalize_scores`, after the excluded positions have been removed.
     cue_indices:
-        Positions of the cue tokens.
+        Positions of the cue tokens, integers in ``-n..n-1``.
     exclude:
         Positions to drop before scoring (e.g. ``[0, n-1]`` for ``[CLS]``/``[SEP]``, or the target
-        position). The rest is re-normalised. Cues inside ``exclude`` are dropped too. Default: none.
+        position), integers in ``-n..n-1``. The rest is re-normalised. Cues inside ``exclude`` are
+        dropped too. Default: none.
+    ties:
+        ``"optimistic"`` or ``"pessimistic"`` (:func:`probes_needed`).
+
+    Raises
+    ------
+    InputError
+        A position out of range or not an integer, an unknown ``ties``.
     """
     s = np.asarray(scores, dtype=float).ravel()
     n = s.size
@@ -176,7 +196,7 @@ def alignment_rows(maps: Mapping[str, np.ndarray], cue_indices: Sequence[int], *
         if a.ndim == 3:
             if row is None:
                 raise ValueError("full (L, n, n) maps need `row` (the target position)")
-            a = a[:, row, :]
+            a = a[:, check_int(row, "row", minimum=-a.shape[1], maximum=a.shape[1] - 1), :]
         elif a.ndim == 1:
             a = a[None, :]
         for layer in range(a.shape[0]):
@@ -216,8 +236,7 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rho (scipy, average ranks). NaN if lengths < 2, a vector is constant, or has NaN."""
     x = np.asarray(a, dtype=float).ravel()
     y = np.asarray(b, dtype=float).ravel()
-    if x.shape != y.shape:
-        raise ValueError(f"length mismatch: {x.shape} vs {y.shape}")
+    check_same_length(x, y, ("a", "b"))
     if x.size < 2 or not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         return float("nan")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -268,9 +287,7 @@ def spearman_to(reference: Sequence[float], scores: Mapping[str, Sequence[float]
     if not names:
         return {}
     mat = np.stack([np.asarray(scores[m], dtype=float).ravel() for m in names])
-    if mat.shape[1] != ref.size:
-        raise ValueError(f"length mismatch: scores of length {mat.shape[1]} vs a reference of "
-                         f"length {ref.size}")
+    check_same_length(mat[0], ref, ("each scores vector", "reference"))
     if exclude is not None:
         keep = _keep_mask(ref.size, exclude)
         mat, ref = mat[:, keep], ref[keep]
@@ -283,7 +300,8 @@ def per_example_spearman(xs: Iterable[Sequence[float]], ys: Iterable[Sequence[fl
 
     ``exclude`` drops positions (e.g. ``[0, -1]`` for ``[CLS]``/``[SEP]``) from both vectors first.
     """
-    out = []
+    xs, ys, out = list(xs), list(ys), []
+    check_same_length(xs, ys, ("xs", "ys"), per="example")
     for x, y in zip(xs, ys):
         x = np.asarray(x, dtype=float).ravel()
         y = np.asarray(y, dtype=float).ravel()
@@ -330,6 +348,7 @@ def normalized_ranks(scores: Sequence[float], scheme: str = "dense") -> np.ndarr
     """
     from scipy.stats import rankdata
 
+    check_choice(scheme, ("dense", "minmax"), "scheme")
     s = np.asarray(scores, dtype=float).ravel()
     n = s.size
     if n == 0:
@@ -357,10 +376,10 @@ def special_token_rank(scores: Sequence[float], tokens: Sequence[str],
     first mean over a sentence's special positions, then mean over sentences).
     """
     mask = special_token_mask(tokens, special)
+    check_same_length(np.asarray(scores).ravel(), mask, ("scores", "tokens"))
     if not mask.any():
         return float("nan")
     return float(normalized_ranks(scores, scheme=scheme)[mask].mean())
-
 
 
 # --------------------------------------------------------------------------------------------

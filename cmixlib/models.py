@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from .arch import FAMILIES, random_config
+from .validation import (InputError, check_bool, check_choice, check_device_name, check_float_dtype,
+                         check_int, check_positive_int, describe)
 
 DEFAULT_MODEL = "bert-base-uncased"
 MODEL_ENV_VAR = "CMIX_MODEL"
@@ -137,24 +139,21 @@ DEVICE_ENV_VAR = "CMIX_DEVICE"
 _device_override: list[str] = []      # set by use_device (a run's ``device`` option)
 
 
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """The device ``device`` names (``"cpu"``, ``"cuda"``, ``"cuda:N"``; None, ``""`` or ``"auto"``:
-    CUDA when available, else CPU), checked: asking for CUDA without it is a clear error."""
-    text = str(device).strip().lower() if device is not None else ""
+def resolve_device(device: str | torch.device | None = None, *, name: str = "device") -> torch.device:
+    """The device ``device`` names (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``; None,
+    ``""`` or ``"auto"``: CUDA when available, else CPU), checked: another name is an
+    :class:`~cmixlib.InputError` naming ``name`` (TypeError for a non-string), and so is asking
+    for CUDA without it."""
+    text = check_device_name(device, name)
     if text in ("", "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(text)
-    except RuntimeError:
-        raise ValueError(f"Unknown device {device!r}: use cpu, cuda or cuda:N (or auto).") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"Unsupported device {device!r}: use cpu, cuda or cuda:N (or auto).")
+    dev = torch.device(text)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"Device {device!r} asked for, but PyTorch sees no CUDA GPU here: use "
+            raise InputError(f"Device {device!r} asked for, but PyTorch sees no CUDA GPU here: use "
                              f"cpu (or unset ${DEVICE_ENV_VAR} / the device option).")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"Device {device!r} asked for, but there are only "
+            raise InputError(f"Device {device!r} asked for, but there are only "
                              f"{torch.cuda.device_count()} CUDA device(s).")
     return dev
 
@@ -165,7 +164,7 @@ def default_device() -> torch.device:
     available and CPU otherwise. The only place that reads ``$CMIX_DEVICE``."""
     if _device_override:
         return resolve_device(_device_override[-1])
-    return resolve_device(os.environ.get(DEVICE_ENV_VAR))
+    return resolve_device(os.environ.get(DEVICE_ENV_VAR), name=f"${DEVICE_ENV_VAR}")
 
 
 @contextmanager
@@ -256,6 +255,12 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     weights are read; every cmixlib function then works where the model is
     (:func:`model_device`) and returns its results on the CPU.
 
+    Checked before anything is read: ``name`` None or a string / path; ``task`` one of
+    ``"base"``, ``"mlm"``, ``"sequence-classification"``; ``allow_fallback`` True or False;
+    ``dtype`` a floating ``torch.dtype``; ``device`` as above. A bad value raises
+    :class:`~cmixlib.InputError` naming the argument (a wrong type TypeError); no loadable model
+    raises :class:`ModelLoadError`.
+
     Examples
     --------
     The default model (``$CMIX_MODEL`` or ``bert-base-uncased``; offline, the packaged
@@ -269,8 +274,11 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     >>> cmixlib.load_model(str(cmixlib.packaged_model_path())).is_fallback  # doctest: +SKIP
     False
     """
-    if task not in TASKS:
-        raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
+    if name is not None and not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"name must be a model name or local path (str) or None; got {describe(name)}.")
+    check_choice(task, TASKS, "task")
+    check_bool(allow_fallback, "allow_fallback")
+    check_float_dtype(dtype)
     target = default_device() if device is None else resolve_device(device)   # fail before loading
     requested = name or default_model_name()
     errors: list[str] = []
@@ -326,6 +334,12 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
     (``"bert"``, ``"roberta"``, ``"electra"``, ``"distilbert"``); the same ``seed`` gives the same
     weights. The tests and the docstring examples compare every method on such models.
 
+    ``task`` is ``"base"``, ``"mlm"`` or ``"sequence-classification"``; ``hidden``, ``layers``,
+    ``heads``, ``vocab`` (and ``intermediate``, None: ``4 * hidden``) are integers >= 1 with
+    ``hidden`` divisible by ``heads``; ``seed`` an integer; ``dtype`` a floating
+    ``torch.dtype``. Anything else raises :class:`~cmixlib.InputError` naming the argument (a
+    wrong type TypeError).
+
     Examples
     --------
     >>> import cmixlib
@@ -336,6 +350,16 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
     >>> type(mlm).__name__
     'ElectraForMaskedLM'
     """
+    check_choice(arch, RANDOM_ARCHS, "arch", what="architecture")
+    check_choice(task, TASKS, "task")
+    for label, value in (("hidden", hidden), ("layers", layers), ("heads", heads), ("vocab", vocab)):
+        check_positive_int(value, label)
+    check_positive_int(intermediate, "intermediate", allow_none=True)
+    check_int(seed, "seed")
+    check_float_dtype(dtype)
+    if hidden % heads:
+        raise InputError(f"hidden={hidden} is not divisible by heads={heads}: each head gets hidden / heads "
+                         f"dimensions (e.g. hidden={heads * max(1, hidden // heads)}).")
     intermediate = intermediate or 4 * hidden
     cfg = random_config(arch, hidden=hidden, layers=layers, heads=heads,
                         intermediate=intermediate, vocab=vocab)

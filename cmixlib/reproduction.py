@@ -8,7 +8,8 @@ why it is not run here, or assesses our result with a stated rule (:mod:`cmixlib
   direction" or "differs" by the rank agreement of the methods);
 * a figure with qualitative claims -> :func:`cmixlib.verdicts.claims_verdict` ("same ranking" when every claim
   holds, "same direction" when at least half do, else "differs");
-* "not run" with the reason (a model that does not load offline, an analysis not built yet);
+* "not run" with the reason (an item about another model than the one the book's runs use,
+  named; an analysis not built yet);
 * "not scored": drawn in a chapter, but the paper states nothing a rule could test.
 
 The runs come from :func:`cmixlib.book_runs.run`, so after the chapters have run every row is
@@ -212,6 +213,12 @@ def _globenc_fig5() -> dict:
                 f"negative in {(p < 0).sum()} of {len(p)} layers")
 
 
+def _other_model(*models: str) -> str:
+    """The reason of an item about other models than the one the book's runs use
+    (``$CMIX_MODEL``; in Colab these load, offline they do not)."""
+    return f"not run (needs {' and '.join(models)}; the book's runs use one model)"
+
+
 VZ, ALTI, GE = pn.VZ, pn.ALTI, pn.GE
 ITEMS: list[Item] = [
     Item(VZ, "Figure 1", "layer-wise cue alignment, pre-trained", "09_cue_alignment",
@@ -231,9 +238,9 @@ ITEMS: list[Item] = [
     Item(VZ, "Table 3 (fine-tuned)", "faithfulness to blank-out", "11_faithfulness",
          _vz_table("faithfulness", "finetuned")),
     Item(VZ, "Figure A.3", "cue alignment, RoBERTa", None, None,
-         "not run (needs roberta-base)"),
+         _other_model("roberta-base")),
     Item(VZ, "Figure A.4", "cue alignment, ELECTRA", None, None,
-         "not run (needs google/electra-base-discriminator)"),
+         _other_model("google/electra-base-discriminator")),
     Item(VZ, "Figure 4, Figures A.5-A.18", "maps of example sentences per layer and method",
          "14_paper_examples", None,
          "not scored: single-sentence maps of the fine-tuned MLM, no claim a rule can test"),
@@ -242,7 +249,7 @@ ITEMS: list[Item] = [
     Item(ALTI, "Table 2 (SVA)", "final-layer relevance vs blank-out", "12_alti_evaluations",
          _alti_table2("SVA")),
     Item(ALTI, "Table 2 (DistilBERT, RoBERTa columns)", "the same for two more models", None,
-         None, "not run (needs distilbert-base-uncased and roberta-base)"),
+         None, _other_model("distilbert-base-uncased", "roberta-base")),
     Item(ALTI, "Figure 6", "normalised rank of [CLS]/[SEP]/./,", "12_alti_evaluations",
          _alti_fig6),
     Item(ALTI, "Figure 7", "consistency of explanations across two models",
@@ -254,7 +261,7 @@ ITEMS: list[Item] = [
     Item(ALTI, "Tables 1, 3-9", "saliency maps of example sentences", "14_paper_examples",
          None, "not scored: saliency rows of example sentences (the BERT rows)"),
     Item(ALTI, "Tables 4-9 (RoBERTa, DistilBERT rows)", "the same for two more models", None,
-         None, "not run (needs roberta-base and distilbert-base-uncased)"),
+         None, _other_model("roberta-base", "distilbert-base-uncased")),
     Item(GE, "Table 1 (SST-2)", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
          _globenc_table1("SST-2")),
     Item(GE, "Table 1 (MNLI)", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
@@ -269,12 +276,14 @@ ITEMS: list[Item] = [
          _globenc_fig4),
     Item(GE, "Figure 5", "LayerNorm outlier weights", "13_globenc_evaluations", _globenc_fig5),
     Item(GE, "Table A.1", "Table 1 for BERT-large", None, None,
-         "not run (needs bert-large-uncased)"),
-    Item(GE, "Table A.2", "Table 1 for ELECTRA", None, None, "not run (needs electra-base)"),
+         _other_model("bert-large-uncased")),
+    Item(GE, "Table A.2", "Table 1 for ELECTRA", None, None,
+         _other_model("google/electra-base-discriminator")),
     Item(GE, "Figures A.1-A.4", "[CLS] attributions and maps of example sentences",
          "14_paper_examples", None, "not scored: maps of example sentences"),
     Item(GE, "Figures A.5-A.6", "the same for ELECTRA and BERT-large on MNLI", None, None,
-         "not run (needs electra-base and bert-large-uncased fine-tuned on MNLI)"),
+         _other_model("google/electra-base-discriminator",
+                      "bert-large-uncased fine-tuned on MNLI")),
 ]
 
 

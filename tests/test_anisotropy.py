@@ -20,6 +20,7 @@ from cmixlib.encoder import encoder_layers, layer_states, run_and_capture
 from cmixlib.experiments.alti import FIG3_ISOTROPY_THRESHOLD, fig3_claims, fig3_repo_frame
 from cmixlib.verdicts import claims_verdict
 from fakes import FakeBundle
+from tolerances import assert_no_worse_than_baseline, rounding_atol
 
 REPO = Path("/work/.mirror/mt-upc+transformer-contributions/repo")
 
@@ -174,20 +175,44 @@ def test_fig3_experiment_on_tiny_models():
     assert list(r.result.columns) == ["layer", "kind", "mean", "std", "n"]
     assert sorted(res.loc["hidden"].index) == [0, 1, 2, 3] and sorted(res.loc["transformed"].index) == [1, 2, 3]
     examples = src.sst2(None, None)
-    # every sentence (padded batch) equals its own unpadded run; queries pooled as ALTI's code
+    # every sentence of the padded float32 batches against its own unpadded run: the same weights in
+    # float64 are the truth, the unpadded float32 run the baseline (rule 2; per sentence and layer)
+    model64 = cmixlib.random_model("bert", task="sequence-classification", layers=3, num_labels=2, seed=4,
+                                   dtype=torch.float64)
     single = [sentence_anisotropy(src.cls.model, torch.tensor([ex["input_ids"]]), per_query=True) for ex in examples]
+    exact = [sentence_anisotropy(model64, torch.tensor([ex["input_ids"]]), per_query=True) for ex in examples]
+    per = r.frames["per_sentence"].set_index(["example", "kind", "layer"])["value"]
+    for kind, layers in (("hidden", range(4)), ("attn_output", (1, 2, 3)), ("transformed", (1, 2, 3))):
+        first = 0 if kind == "hidden" else 1
+
+        def values(runs):
+            return [[float(s[kind][layer - first].mean()) for layer in layers] for s in runs]
+
+        got = [[per[(k, kind, layer)] for layer in layers] for k in range(len(examples))]
+        assert_no_worse_than_baseline(got, values(exact), values(single), err_msg=f"padded batch, {kind}")
+    # the pooling, in float64 from the experiment's own per-sentence values: the sentences' means
+    # (hidden), and the queries' mean = the mean of the sentences' means weighted by their lengths
+    n_tok = np.array([len(ex["input_ids"]) for ex in examples], dtype=float)
     for layer in range(4):
-        assert res.loc[("hidden", layer), "mean"] == pytest.approx(np.mean([s["hidden"][layer] for s in single]))
+        vals = np.array([per[(k, "hidden", layer)] for k in range(len(examples))])
+        # float64 rule 1: a mean of 6 terms of magnitude <= 1, computed twice
+        assert res.loc[("hidden", layer), "mean"] == pytest.approx(vals.mean(), rel=0,
+                                                                   abs=rounding_atol(8, 1.0, torch.float64))
     for layer in (1, 2, 3):
-        pooled = np.concatenate([s["transformed"][layer - 1].numpy() for s in single])
-        assert res.loc[("transformed", layer), "mean"] == pytest.approx(pooled.mean(), rel=1e-5)
+        vals = np.array([per[(k, "transformed", layer)] for k in range(len(examples))])
+        # float64 rule 1, |cosine| <= 1: the mean of the 34 pooled queries (35 roundings) against the
+        # length-weighted mean of the per-sentence means (<= 9 + 1, x n, 6 terms, divide: 18)
+        assert res.loc[("transformed", layer), "mean"] == pytest.approx(
+            (n_tok * vals).sum() / n_tok.sum(), rel=0, abs=rounding_atol(52, 1.0, torch.float64))
         assert res.loc[("transformed", layer), "n"] == sum(len(ex["input_ids"]) for ex in examples)
         assert res.loc[("attn_output", layer), "n"] == len(examples)
     # pooling by sentence: the mean over sentences of the per-sentence means
     r2 = X.run_experiment("alti-fig3-anisotropy", model="fake", progress=False, sources=src,
                           settings={"pool": "sentences"})
     t2 = r2.result.set_index(["kind", "layer"]).loc[("transformed", 2), "mean"]
-    assert t2 == pytest.approx(np.mean([s["transformed"][1].mean().item() for s in single]), rel=1e-5)
+    # same float32 computation as r's (same batches, bitwise), pooled in float64: rule 1, 6 + 2 terms
+    assert t2 == pytest.approx(np.mean([per[(k, "transformed", 2)] for k in range(len(examples))]), rel=0,
+                               abs=rounding_atol(8, 1.0, torch.float64))
     # without [CLS]/[SEP], the 3-token sentence is skipped with a note; "pretrained" reads the encoder
     r3 = X.run_experiment("alti-fig3-anisotropy", model="fake", progress=False, sources=src,
                           settings={"include_special": False, "condition": "pretrained"})

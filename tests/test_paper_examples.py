@@ -22,6 +22,7 @@ def _ids(n: int, seed: int) -> list[int]:
     return [1] + rng.integers(5, 100, n - 2).tolist() + [2]
 
 
+# The models are float64 (the rows are compared with float64 tolerances, rtol 1e-9).
 def _classifier(arch: str) -> FakeBundle:
     return FakeBundle(cmixlib.random_model(arch, task="sequence-classification", layers=2, seed=3,
                                            num_labels=3, dtype=torch.float64))
@@ -58,7 +59,7 @@ def test_classifier_rows_equal_the_direct_calls(arch):
     assert list(got) == methods
     for m in methods:
         assert got[m].shape == (7,)
-        np.testing.assert_allclose(got[m], want[m], rtol=1e-6, atol=1e-10, err_msg=f"{arch} {m}")
+        np.testing.assert_allclose(got[m], want[m], rtol=1e-9, atol=1e-12, err_msg=f"{arch} {m}")
     # IG with ALTI's |sum| is not the default signed sum: the setting reaches the computation
     signed = attribute(model, ids, target, method="integrated_gradients", n_steps=6, tokenizer=tok)
     assert (signed < 0).any() and (got["integrated_gradients"] >= 0).all()
@@ -81,27 +82,27 @@ def test_mlm_rows_equal_the_direct_calls_at_both_levels(arch):
 
     layers = S.example_rows(bundle, ex, ["value_zeroing", "rollout:attn_norm", "globenc",
                                          "grad_x_input"], settings, level="layers")
-    np.testing.assert_allclose(layers["value_zeroing"], maps["value_zeroing"][:, 3], rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(layers["value_zeroing"], maps["value_zeroing"][:, 3], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(layers["rollout:attn_norm"], rollout(maps["attn_norm"])[:, 3],
-                               rtol=1e-6, atol=1e-10)
-    np.testing.assert_allclose(layers["globenc"], maps["globenc"][:, 3], rtol=1e-6, atol=1e-10)
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(layers["globenc"], maps["globenc"][:, 3], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(layers["grad_x_input"],
                                attribute(model, ids, target, method="grad_x_input_l2", level="layers"),
-                               rtol=1e-6, atol=1e-10)
+                               rtol=1e-9, atol=1e-12)
     assert layers["value_zeroing"].shape == (3, 8)
 
     inp = S.example_rows(bundle, ex, ["globenc", "integrated_gradients", "blank_out"], settings)
-    np.testing.assert_allclose(inp["globenc"], maps["globenc"][-1, 3], rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(inp["globenc"], maps["globenc"][-1, 3], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(inp["integrated_gradients"],
                                attribute(model, ids, target, method="integrated_gradients", n_steps=4,
-                                         aggregate="l2", tokenizer=tok), rtol=1e-6, atol=1e-10)
+                                         aggregate="l2", tokenizer=tok), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(inp["blank_out"],
                                blank_out(model, ids, target, replacement="unk", tokenizer=tok,
-                                         skip_special=False), rtol=1e-6, atol=1e-10)
+                                         skip_special=False), rtol=1e-9, atol=1e-12)
     probs = S.target_probabilities(bundle, [ex, ex])
     with torch.no_grad():
         z = model(input_ids=ids).logits[0, 3]
-    np.testing.assert_allclose(probs, [torch.sigmoid(z[10] - z[11]).item()] * 2, rtol=1e-6)
+    np.testing.assert_allclose(probs, [torch.sigmoid(z[10] - z[11]).item()] * 2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -121,8 +122,8 @@ def test_rollout_maps_are_globenc_raw_products(arch):
         for layer in range(c.shape[0]):
             prod = c[layer] @ prod
             prod_n = (c[layer] / c[layer].sum(1, keepdims=True)) @ prod_n
-            np.testing.assert_allclose(got[m][layer], prod / prod.sum(1, keepdims=True), rtol=1e-6)
-            np.testing.assert_allclose(got_norm[m][layer], prod_n / prod_n.sum(1, keepdims=True), rtol=1e-6)
+            np.testing.assert_allclose(got[m][layer], prod / prod.sum(1, keepdims=True), rtol=1e-9)
+            np.testing.assert_allclose(got_norm[m][layer], prod_n / prod_n.sum(1, keepdims=True), rtol=1e-9)
     # N-Enc's raw rows have different sums, so the two aggregations differ (the test can fail)
     assert np.abs(got["globenc_layer"] - got_norm["globenc_layer"]).max() > 1e-4
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from ..models import default_device, model_device, resolve_device, use_device
+from ..validation import InputError, check_bool, check_choice, check_positive_int
+from ..validation import describe as show
 from ..cache import PACKAGE_DIR, cache_root, jsonable, source_files, source_hash, stable_hash
 from .common import describe
 from .sources import Inputs, Sources
@@ -222,6 +225,37 @@ def cache_key(experiment: str, model: str, limit: int | None, settings: Mapping,
                         "settings": settings, "code_version": version})
 
 
+def _setting_kind(value: Any, default: Any) -> str | None:
+    """What a setting with this ``default`` must be, if ``value`` is not that (else None). None is
+    always accepted; a string, mapping or None default takes any value."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    for kind, ok, what in ((bool, isinstance(value, bool), "True or False"),
+                           (numbers.Integral, number and isinstance(value, numbers.Integral), "an integer"),
+                           (numbers.Real, number, "a number"),
+                           ((list, tuple), isinstance(value, (list, tuple)), "a list")):
+        if isinstance(default, kind):
+            return None if ok or value is None else what
+    return None
+
+
+def _check_settings(exp: Experiment, settings: Mapping[str, Any] | None) -> dict:
+    """``settings`` of a run of ``exp``: a mapping of its own settings, each of its default's kind."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be a mapping (setting -> value) or None; got {show(settings)}.")
+    unknown = sorted((k for k in settings if k not in exp.defaults), key=str)
+    if unknown:
+        raise InputError(f"Experiment {exp.name!r} has no setting(s) {unknown}; settings: "
+                         f"{sorted(exp.defaults)}")
+    for key, value in settings.items():
+        kind = _setting_kind(value, exp.defaults[key])
+        if kind is not None:
+            raise InputError(f"Setting {key!r} of experiment {exp.name!r} must be {kind} (default "
+                             f"{exp.defaults[key]!r}); got {show(value)}.")
+    return dict(settings)
+
+
 def _resolve_model(model: str | None) -> str:
     if model:
         return model
@@ -297,6 +331,12 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     a run can differ more, and their cache, too, is shared across devices). A device that is not
     available is an error even when the result is cached.
 
+    Checked before any work (:class:`~cmixlib.InputError`, or TypeError for a wrong type): ``name``
+    in :data:`REGISTRY`; ``model`` None or a string; ``limit`` None or an integer >= 1; each
+    setting None or of its default's kind (bool, integer, number, list; string settings take any
+    value); ``use_cache``, ``progress`` bools; ``sources`` None or a :class:`Sources`; ``device``
+    (or ``$CMIX_DEVICE``) one :func:`cmixlib.models.resolve_device` accepts.
+
     Examples
     --------
     >>> import cmixlib
@@ -306,17 +346,22 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     >>> cmixlib.run_experiment("no-such-experiment")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    KeyError: "Unknown experiment 'no-such-experiment'. Known: ..."
+    cmixlib.validation.InputError: Unknown experiment 'no-such-experiment': name must be one of ...
     """
-    if name not in REGISTRY:
-        raise KeyError(f"Unknown experiment {name!r}. Known: {', '.join(sorted(REGISTRY))}")
-    exp = REGISTRY[name]
-    unknown = sorted(set(settings or {}) - set(exp.defaults))
-    if unknown:
-        raise ValueError(f"Experiment {name!r} has no setting(s) {unknown}; settings: {sorted(exp.defaults)}")
-    merged = {**exp.defaults, **(settings or {})}
-    if device is not None:
-        resolve_device(device)                   # a bad or unavailable device fails even on a hit
+    exp = REGISTRY[check_choice(name, sorted(REGISTRY), "name", what="experiment")]
+    if model is not None and not isinstance(model, str):
+        raise TypeError(f"model must be a model name or path (str) or None; got {show(model)}.")
+    limit = check_positive_int(limit, "limit", allow_none=True)
+    merged = {**exp.defaults, **_check_settings(exp, settings)}
+    if out is not None and not isinstance(out, (str, Path)):
+        raise TypeError(f"out must be a folder (str or Path) or None; got {show(out)}.")
+    use_cache, progress = check_bool(use_cache, "use_cache"), check_bool(progress, "progress")
+    if sources is not None and not isinstance(sources, Sources):
+        raise TypeError(f"sources must be a cmixlib.experiments.Sources (or None); got {show(sources)}.")
+    if device is not None:                       # a bad or unavailable device (the option or
+        resolve_device(device)                   # $CMIX_DEVICE) fails here, even on a cache hit
+    else:
+        default_device()
     model_name = _resolve_model(model)
     version = code_version()
     key = cache_key(name, model_name, limit, merged, version)

@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..validation import check_positive_int
 from .layers import Level
-from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
-                      _token_id, special_positions, target_tensors)
+from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _attribution_errors, _prepare,
+                      _single, _token_id, special_positions, target_tensors)
 
 __all__ = ["blank_out"]
 
@@ -42,6 +43,8 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     target position get 0; with ``skip_special=False`` every attended position is blanked (ALTI's
     variant). Padded positions always get 0. Returns ``(n,)``; positive = the token helped.
     """
+    with _attribution_errors():
+        check_positive_int(batch_size, "batch_size", allow_none=True)
     ids, mask, (target,) = _prepare(model, _single(input_ids), attention_mask, [target])
     n = ids.shape[1]
     rid = _token_id(model, replacement, tokenizer, "blank-out replacement")

@@ -12,16 +12,22 @@ import torch
 from torch import nn
 
 from .. import arch
+from ..validation import check_int, check_positive_int
 from .layers import Level, _check_level
-from .targets import GradientAttributionError, Target, _prepare, _single
+from .targets import Target, _attribution_errors, _prepare, _single
 
 __all__ = ["random_scores"]
 
 
 def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np.ndarray:
-    """Uniform(0, 1) scores from ``numpy.random.default_rng(seed)``: ``(n,)`` or ``(num_layers, n)``."""
-    if n < 1:
-        raise GradientAttributionError("n must be >= 1.")
+    """Uniform(0, 1) scores from ``numpy.random.default_rng(seed)``: ``(n,)`` or ``(num_layers, n)``.
+
+    ``n`` and ``num_layers`` (or None) integers >= 1, ``seed`` an integer >= 0 (None: unseeded);
+    else :class:`~cmixlib.gradients.GradientAttributionError` (TypeError for a non-integer)."""
+    with _attribution_errors():
+        n = check_positive_int(n, "n")
+        num_layers = check_positive_int(num_layers, "num_layers", allow_none=True)
+        seed = check_int(seed, "seed", minimum=0, allow_none=True)
     rng = np.random.default_rng(seed)
     return rng.uniform(size=n if num_layers is None else (num_layers, n))
 

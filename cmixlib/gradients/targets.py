@@ -32,8 +32,9 @@ always counts as special.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Iterator, Literal, Sequence, Union
 
 import numpy as np
 import torch
@@ -41,14 +42,28 @@ from torch import nn
 
 from .. import arch
 from ..models import model_device
+from ..validation import InputError, check_ids_and_mask
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
            "target_probability", "resolve_target", "ScoreModule", "target_tensors",
            "special_positions"]
 
 
-class GradientAttributionError(ValueError):
-    """Bad input to an attribution function (unknown method, bad target, headless model...)."""
+class GradientAttributionError(InputError):
+    """Bad input to an attribution function (unknown method, bad target, headless model, ids
+    outside the vocabulary, a bad mask...); a :class:`~cmixlib.InputError`, so a ValueError."""
+
+
+@contextmanager
+def _attribution_errors() -> Iterator[None]:
+    """Re-raise an :class:`~cmixlib.InputError` of the checks inside as a
+    :class:`GradientAttributionError` (the error every function here raises)."""
+    try:
+        yield
+    except GradientAttributionError:
+        raise
+    except InputError as exc:
+        raise GradientAttributionError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -154,7 +169,8 @@ def _check_model_and_target(model: nn.Module, target: Target, n: int) -> None:
         if target.score not in _MLM_SCORES:
             raise GradientAttributionError(
                 f"Unknown MLM score {target.score!r}; choose one of {_MLM_SCORES}.")
-        if not isinstance(target.position, (int, np.integer)) or not 0 <= target.position < n:
+        if not isinstance(target.position, (int, np.integer)) or isinstance(target.position, bool) \
+                or not 0 <= target.position < n:
             raise GradientAttributionError(
                 f"MLMTarget.position={target.position} is out of range for a sequence of {n} "
                 f"tokens (0..{n - 1}).")
@@ -201,11 +217,11 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
             f"{len(targets)} target(s) for a batch of {input_ids.shape[0]} sequence(s): "
             "give one per row.")
     device = model_device(model)
+    with _attribution_errors():  # ids inside the vocabulary; a 0/1 mask of their shape, a token per row
+        input_ids, attention_mask = check_ids_and_mask(
+            input_ids, attention_mask, vocab_size=model.get_input_embeddings().num_embeddings)
     input_ids = input_ids.to(device=device, dtype=torch.long)
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    else:
-        attention_mask = attention_mask.reshape(input_ids.shape).to(device=device, dtype=torch.long)
+    attention_mask = attention_mask.to(device=device, dtype=torch.long)
     for b, target in enumerate(targets):
         _check_model_and_target(model, target, input_ids.shape[1])
         if isinstance(target, MLMTarget) and attention_mask[b, target.position] == 0:
