@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights clean
+.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights classifier-weights bench-classifiers clean
 
 install: $(STAMP)
 
@@ -79,6 +79,21 @@ mlm-weights: $(STAMP)
 	$(PY) tools/adapt_mlm.py --base "$$($(PY) -c 'import cmixlib; print(cmixlib.packaged_model_path())')" \
 	  --corpus $(MLM_WORK) --eval-json $(MLM_WORK)/blimp_test.json --out cmixlib/assets/minilm_mlm \
 	  --minutes $(MINUTES) --batch-size 256 --lr 2e-4 --head-lr 1e-3 --eval-every 1000
+
+# The committed sentence classifiers (cmixlib/assets/classifiers/<task>/, cmixlib.load_classifier):
+#   LoRA adapters + LayerNorms + pooler + head on the packaged MiniLM, trained per task (SST-2,
+#   HateXplain, MNLI, one after the other, one torch thread) by tools/train_classifiers.py; it
+#   checkpoints and logs to $(CLS_WORK)/<task>/ (log.jsonl: step, loss, val accuracy) and resumes
+#   from there when restarted. benchmarks/bench_classifiers.py then measures each classifier on its
+#   evaluation split and writes the accuracy into its manifest.json. About 2 h on 2 CPU cores.
+CLS_WORK ?= .cmix_cache/classifier_training
+classifier-weights: $(STAMP)
+	$(PY) tools/train_classifiers.py --task all --threads 1 --work-dir $(CLS_WORK)
+	$(PY) benchmarks/bench_classifiers.py --check-val --write-manifest
+
+# The committed classifiers' accuracies on their evaluation splits (prints only; a few minutes).
+bench-classifiers: $(STAMP)
+	$(PY) benchmarks/bench_classifiers.py
 
 clean:
 	rm -rf _build .pytest_cache

@@ -368,11 +368,18 @@ def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, la
     cfg._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = _auto_class(task).from_config(cfg, attn_implementation="eager")
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0.0, 0.1)
+    perturb_norms_and_biases(model)
     return model.to(dtype).eval()
+
+
+@torch.no_grad()
+def perturb_norms_and_biases(model: torch.nn.Module) -> None:
+    """In place: LayerNorm gains ~ U[0.5, 1.5], LayerNorm and linear biases ~ N(0, 0.1) (torch's
+    global generator). A fresh model's gains of 1 and biases of 0 would hide mistakes in their
+    handling and give analyses of them (GlobEnc's LayerNorm outliers) constant inputs."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.weight.uniform_(0.5, 1.5)
+            module.bias.normal_(0.0, 0.1)
+        elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+            module.bias.normal_(0.0, 0.1)

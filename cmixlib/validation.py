@@ -282,20 +282,25 @@ def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size
     return ids.long(), mask.long()
 
 
+def _as_array(value: Any, name: str, what: str, shape_what: str) -> np.ndarray:
+    """``value`` (tensor, array or nested list) as a numpy array: None, a string or a mapping is a
+    TypeError (``name`` must be ``what``); a ragged list an :class:`InputError` (``shape_what``)."""
+    if value is None or isinstance(value, (str, bytes, Mapping)):
+        raise TypeError(f"{name} must be {what}; got {describe(value)}.")
+    try:
+        return value.detach().cpu().numpy() if torch.is_tensor(value) else np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be {shape_what}; got {describe(value)} ({exc}).") from None
+
+
 def check_positions(positions: Any, n: int, name: str, *, negative: bool = False) -> np.ndarray:
     """Integer positions into a sequence of ``n`` tokens as a 1-D int64 array (order kept).
 
     ``negative``: also accept ``-n..-1`` (counted from the end), returned as given. A float, bool
     or string entry, a nested list or an out-of-range position is an :class:`InputError` (a
     string or a mapping a TypeError)."""
-    if isinstance(positions, (str, bytes, Mapping)):
-        raise TypeError(f"{name} must be an integer position or a list of them; got {describe(positions)}.")
-    try:
-        arr = positions.detach().cpu().numpy() if torch.is_tensor(positions) else np.asarray(positions)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a flat list of integer positions; got {describe(positions)} "
-                         f"({exc}).") from None
-    arr = np.atleast_1d(arr)
+    arr = np.atleast_1d(_as_array(positions, name, "an integer position or a list of them",
+                                  "a flat list of integer positions"))
     if arr.dtype.kind in "US" or arr.dtype == object and any(isinstance(v, str) for v in arr.flat):
         raise TypeError(f"{name} must hold integer positions; got {describe(positions)}.")
     if arr.dtype.kind not in "iu" and arr.size:
@@ -352,13 +357,7 @@ def check_maps(maps: Any, name: str = "maps", *, ndim: int | None = 3, square: b
     are allowed (±inf never are); ``nonnegative``: if given (what needs it, for the message),
     entries below ``-1e-5 * max(1, max |entry|)`` (rounding) are an error.
     """
-    if maps is None or isinstance(maps, (str, bytes, Mapping)):
-        raise TypeError(f"{name} must be an array of numbers; got {describe(maps)}.")
-    try:
-        arr = maps.detach().cpu().numpy() if torch.is_tensor(maps) else np.asarray(maps)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a rectangular array of numbers; got {describe(maps)} "
-                         f"({exc}).") from None
+    arr = _as_array(maps, name, "an array of numbers", "a rectangular array of numbers")
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers; got {describe(maps)}.")
     if ndim is not None and arr.ndim != ndim:

@@ -13,7 +13,7 @@ CI has no network, so :func:`build_fake_hub` writes, once per test session:
   reached from here to copy them) except the depth,
   which is cut to :data:`LAYERS` layers so that the notebooks run in minutes; the weights are
   random (``from_config``, the configs' own ``initializer_range``; LayerNorm gains and all
-  biases randomised too, :func:`_perturb_norms_and_biases`); the heads are those of the
+  biases randomised too, :func:`cmixlib.models.perturb_norms_and_biases`); the heads are those of the
   real checkpoint (``bert-base-uncased``: the pre-training heads, i.e. the MLM head, the
   next-sentence head and the pooler; ``distilbert-base-uncased`` and ``roberta-base``: their MLM
   heads; ``google/electra-base-discriminator``: the replaced-token-detection head;
@@ -192,27 +192,13 @@ def _tokenizer(kind: str, work: Path):
     raise ValueError(kind)
 
 
-def _perturb_norms_and_biases(model) -> None:
-    """LayerNorm gains in [0.5, 1.5], LayerNorm and linear biases ~ N(0, 0.1), as
-    :func:`cmixlib.random_model` does: a fresh model's gains of 1 and biases of 0 would hide
-    mistakes in their handling and leave analyses of them (GlobEnc's LayerNorm outliers) with
-    constant inputs."""
-    import torch
-
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-            elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-                module.bias.normal_(0.0, 0.1)
-
-
 def build_fake_hub(cache: str | Path, names=None, *, layers: int = LAYERS, seed: int = 0) -> Path:
     """Write the checkpoints ``names`` (default: all of :data:`HUB_MODELS`) into the Hugging Face
     cache folder ``cache`` (what ``HF_HUB_CACHE`` will point at) and return it."""
     import torch
     import transformers as tf
+
+    from cmixlib.models import perturb_norms_and_biases
 
     cache = Path(cache)
     work = cache.parent / (cache.name + "-work")
@@ -222,7 +208,7 @@ def build_fake_hub(cache: str | Path, names=None, *, layers: int = LAYERS, seed:
         config = getattr(tf, spec.config_class)(**{**spec.config, spec.depth_key: layers})
         torch.manual_seed(seed)
         model = getattr(tf, spec.model_class)(config)
-        _perturb_norms_and_biases(model)
+        perturb_norms_and_biases(model)
         snap = snapshot_dir(cache, name)
         snap.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(snap)
