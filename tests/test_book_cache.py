@@ -1,8 +1,8 @@
 """The book's executed notebooks follow the library code (tools/cmix_nbdeps.py).
 
 A tiny Sphinx + myst-nb project in a temporary folder, built with the same execution mode as the
-book (``cache``), whose notebook imports a small package: the notebook counts its executions in a
-file. A change to a module it imports (directly or through another module) re-executes it and
+book (``cache``), whose two notebooks (an ``.ipynb`` and a MyST Markdown notebook, like
+``book/instructors.md``) import a small package and count their executions in a file. A change to a module it imports (directly or through another module) re-executes it and
 the page shows the new output; an unchanged tree, a change to a module it cannot import, and a
 docstring-only edit do not; changing ``CMIX_QUICK`` does. The book's own ``_config.yml`` loads
 the extension (checked too).
@@ -39,6 +39,28 @@ CELLS = ["import fakepkg.a as a\n",
          "with open('runs.txt', 'a') as f:\n    f.write('x')\nprint('VALUE', a.value())\n"]
 
 
+MD_NOTEBOOK = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# A MyST Markdown notebook
+
+```{code-cell}
+from fakepkg.a import value
+with open('runs_md.txt', 'a') as f:
+    f.write('x')
+print('MD', value())
+```
+"""
+
+
 def _notebook(cells):
     return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Page\n"}] + [
         {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
@@ -59,7 +81,8 @@ def project(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "table.csv").write_text("a,b\n1,2\n")
     (tmp_path / "conf.py").write_text(CONF.format(tools=str(ROOT / "tools"), package=str(pkg)))
-    (tmp_path / "index.md").write_text("# Index\n\n```{toctree}\nchapter\n```\n")
+    (tmp_path / "index.md").write_text("# Index\n\n```{toctree}\nchapter\nmdpage\n```\n")
+    (tmp_path / "mdpage.md").write_text(MD_NOTEBOOK)
     (tmp_path / "chapter.ipynb").write_text(json.dumps(_notebook(CELLS)))
     return tmp_path
 
@@ -71,8 +94,10 @@ def build(project: Path, **env) -> tuple[int, str]:
     subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", str(project),
                     str(project / "_build" / "html")], check=True, env=environ, cwd=project,
                    capture_output=True, text=True)
-    runs = project / "runs.txt"
+    runs, runs_md = project / "runs.txt", project / "runs_md.txt"
     html = (project / "_build" / "html" / "chapter.html").read_text()
+    md_runs = len(runs_md.read_text()) if runs_md.exists() else 0
+    assert md_runs == (len(runs.read_text()) if runs.exists() else 0), "the .md notebook runs alike"
     return len(runs.read_text()) if runs.exists() else 0, html
 
 
@@ -88,6 +113,7 @@ def test_a_changed_module_re_executes_the_notebook_and_nothing_else_does(project
     b.write_text(b.read_text().replace("VALUE = 1", "VALUE = 2"))     # imported through a.py
     runs, html = build(project)
     assert runs == 2 and "VALUE 2" in html and "VALUE 1" not in html
+    assert "MD 2" in (project / "_build" / "html" / "mdpage.html").read_text()
     (project / "data" / "table.csv").write_text("a,b\n1,3\n")         # the data it may read
     assert build(project)[0] == 3
     assert build(project, CMIX_QUICK="1")[0] == 4                      # other sizes

@@ -1,5 +1,6 @@
-"""Sphinx extension for the book build: a notebook is re-executed when the library code it can
-import changes, not only when its own cells change.
+"""Sphinx extension for the book build: a notebook (``.ipynb`` or a MyST Markdown notebook such as
+``book/instructors.md``) is re-executed when the library code it can import changes, not only
+when its own cells change.
 
 myst-nb's execution cache (``execute_notebooks: cache``, jupyter-cache in
 ``_build/.jupyter_cache``) matches a notebook by its code cells, and Sphinx re-reads a page only
@@ -41,10 +42,31 @@ _MAGIC = re.compile(r"^\s*[%!]")
 KEYS_FILE = "cmix_nbdeps.json"
 
 
+def _read_notebook(path: Path) -> dict:
+    """The notebook at ``path``: ``.ipynb`` JSON, or a MyST Markdown notebook (a ``.md`` page with a
+    ``kernelspec`` in its front matter, whose ``{code-cell}`` blocks myst-nb executes)."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".ipynb":
+        return json.loads(text)
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    return read_myst_markdown_notebook(text)
+
+
+def is_executed_notebook(path: Path) -> bool:
+    """True for an ``.ipynb`` file and for a MyST Markdown notebook (``kernelspec`` front matter)."""
+    if path.suffix == ".ipynb":
+        return True
+    if path.suffix != ".md":
+        return False
+    text = path.read_text(encoding="utf-8")
+    return text.startswith("---") and "kernelspec:" in text.split("\n---", 1)[0]
+
+
 def notebook_imports(path: Path) -> set[str]:
     """Dotted names imported anywhere in the code cells of the notebook at ``path`` (IPython
     magics and shell lines are dropped; a cell that still does not parse is skipped)."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
+    nb = _read_notebook(path)
     names: set[str] = set()
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
@@ -116,7 +138,7 @@ def mark_outdated(app, env, added, changed, removed) -> list[str]:
     outdated = []
     for docname in sorted(env.found_docs):
         path = Path(env.doc2path(docname)).resolve()
-        if path.suffix != ".ipynb":
+        if not is_executed_notebook(path):
             continue
         key = notebook_key(path, package_dir, digest)
         if stored.get(str(path)) == key:
