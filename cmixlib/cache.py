@@ -56,6 +56,11 @@ def jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes (committed weights' and datasets' checksums)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def stable_hash(obj: Any, length: int = 16) -> str:
     """SHA-256 (hex, truncated) of a canonical JSON dump of ``obj``."""
     text = json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))

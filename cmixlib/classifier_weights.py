@@ -26,13 +26,14 @@ dev-matched rows beyond the first :data:`MNLI_HELDOUT` of the seeded permutation
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from .cache import file_sha256
 
 #: Folder with one sub-folder per task (``weights.safetensors`` + ``manifest.json``).
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "classifiers"
@@ -59,9 +60,8 @@ def check_task(task: str) -> str:
     return t
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+#: Hex sha256 of a file's bytes (:func:`cmixlib.cache.file_sha256`).
+sha256_file = file_sha256
 
 
 def task_splits(task: str) -> dict[str, Any]:

@@ -17,7 +17,6 @@ writes the BLiMP test examples that ``tools/adapt_mlm.py`` logs during training.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from functools import lru_cache
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 
 from .arch import UnsupportedModelError, family_of, mlm_head
+from .cache import file_sha256
 
 #: Folder with the adapted tensors (``adapted-*.safetensors``), ``manifest.json``, ``curve.jsonl``.
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_mlm"
@@ -67,7 +67,7 @@ def verify_checksums(folder: Path = ASSET_DIR) -> None:
         path = folder / name
         if not path.exists():
             raise AdaptedWeightsError(f"{path} is missing (see `make mlm-weights`).")
-        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        got = file_sha256(path)
         if got != expected:
             raise AdaptedWeightsError(
                 f"{path} has sha256 {got[:12]}..., the manifest says {expected[:12]}...: the file "

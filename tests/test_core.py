@@ -120,14 +120,18 @@ def rownorm(a):
     return a / a.sum(-1, keepdims=True)
 
 
+def states_and_hooks(arch, dtype):
+    """The library's layer states of :func:`make`'s sentence and the hooks' record of the model."""
+    model, ids = make(arch, dtype)
+    cap = run_and_capture(model, ids)
+    return layer_states(cap, encoder_layers(model), 0, iter_sentences(cap)[0]), hooked_forward(model, ids)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ln1_decomposition_sums_to_real_ln1_output(arch, dtype):
     def run(dt):
-        model, ids = make(arch, dt)
-        cap = run_and_capture(model, ids)
-        rec = hooked_forward(model, ids)
-        states = layer_states(cap, encoder_layers(model), 0, iter_sentences(cap)[0])
+        states, rec = states_and_hooks(arch, dt)
         out = []
         for k, st in enumerate(states):
             m = st.mods
@@ -145,10 +149,7 @@ def test_ln1_decomposition_sums_to_real_ln1_output(arch, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_layer_recompute_matches_model(arch, dtype):
     def run(dt):
-        model, ids = make(arch, dt)
-        cap = run_and_capture(model, ids)
-        rec = hooked_forward(model, ids)
-        states = layer_states(cap, encoder_layers(model), 0, iter_sentences(cap)[0])
+        states, rec = states_and_hooks(arch, dt)
         return [(st.ln1_input, st.recompute_output(), st.o, rec["ln1_in"][k][0], rec["out"][k][0])
                 for k, st in enumerate(states)]
     exact = run(torch.float64) if dtype == torch.float32 else None

