@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights classifier-weights bench-classifiers clean
+.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights classifier-weights student-weights bench-classifiers clean
 
 install: $(STAMP)
 
@@ -90,6 +90,16 @@ CLS_WORK ?= .cmix_cache/classifier_training
 classifier-weights: $(STAMP)
 	$(PY) tools/train_classifiers.py --task all --threads 1 --work-dir $(CLS_WORK)
 	$(PY) benchmarks/bench_classifiers.py --check-val --write-manifest
+
+# The committed half-depth SST-2 student (cmixlib/assets/classifiers/sst2-student/,
+#   cmixlib.load_student; ALTI Figure 7's DistilBERT): the SST-2 classifier's layers 1, 3, 5,
+#   distilled from it (soft targets, hard labels, hidden-state cosine) by tools/distill_student.py
+#   with LoRA on the kept layers; checkpoints and log.jsonl in $(CLS_WORK)/sst2-student/, resumes
+#   there. Then its dev accuracy and agreement with the teacher go into its manifest.json.
+#   About 35 min on one torch thread (2 CPU cores shared with other jobs).
+student-weights: $(STAMP)
+	$(PY) tools/distill_student.py --threads 1 --work-dir $(CLS_WORK)/sst2-student
+	$(PY) benchmarks/bench_classifiers.py --tasks sst2-student --check-val --write-manifest
 
 # The committed classifiers' accuracies on their evaluation splits (prints only; a few minutes).
 bench-classifiers: $(STAMP)

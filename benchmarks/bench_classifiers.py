@@ -10,6 +10,11 @@ SST-2 GLUE dev (872), HateXplain test (1,924), MNLI dev-matched rows never train
 (it must agree with the manifest up to float16 rounding). ``--write-manifest`` stores the results
 in each task's ``manifest.json`` under ``"evaluation"`` (what ``make classifier-weights`` does);
 ``make bench-classifiers`` only prints. Results also go to ``benchmarks/out/classifiers.json``.
+
+``sst2-student`` is the half-depth student distilled from the SST-2 classifier
+(:func:`cmixlib.load_student`, ``make student-weights``): its GLUE dev accuracy (target >= 0.85)
+and its agreement with the teacher (the fraction of dev sentences where both predict the same
+label; the teacher's predictions come from the same one-row loop), written into its manifest.
 """
 from __future__ import annotations
 
@@ -26,8 +31,8 @@ import torch
 import cmixlib
 from cmixlib import classifier_weights as cw
 
-TARGETS = {"sst2": 0.88, "hatexplain": 0.65, "mnli": 0.65}
-SPLITS = {"sst2": "GLUE dev", "hatexplain": "test",
+TARGETS = {"sst2": 0.88, "hatexplain": 0.65, "mnli": 0.65, "sst2-student": 0.85}
+SPLITS = {"sst2": "GLUE dev", "sst2-student": "GLUE dev", "hatexplain": "test",
           "mnli": "dev-matched rows not used for training (bundle.heldout_indices)"}
 
 
@@ -44,6 +49,8 @@ def predict(bundle, inputs) -> np.ndarray:
 
 
 def evaluate(task: str, check_val: bool) -> dict:
+    if task == "sst2-student":
+        return evaluate_student(check_val)
     t0 = time.perf_counter()
     bundle = cmixlib.load_classifier(task)
     load_s = time.perf_counter() - t0
@@ -68,9 +75,42 @@ def evaluate(task: str, check_val: bool) -> dict:
     return res
 
 
+def evaluate_student(check_val: bool) -> dict:
+    """Dev accuracy of the distilled SST-2 student and its agreement with the teacher."""
+    t0 = time.perf_counter()
+    student = cmixlib.load_student("sst2")
+    load_s = time.perf_counter() - t0
+    teacher = cmixlib.load_classifier("sst2")
+    d = cw.task_splits("sst2")
+    x, y = d["eval"]
+    y = np.asarray(y)
+    pred, pred_t = predict(student, x), predict(teacher, x)
+    names = [student.model.config.id2label[i] for i in range(len(student.model.config.id2label))]
+    acc_t = (teacher.manifest.get("evaluation") or {}).get("accuracy")
+    res = {"task": "sst2-student", "split": SPLITS["sst2-student"], "n": int(len(y)),
+           "accuracy": float((pred == y).mean()), "target": TARGETS["sst2-student"],
+           "majority_baseline": float(np.bincount(y).max() / len(y)),
+           "per_class_recall": {n: float((pred[y == i] == i).mean()) for i, n in enumerate(names)},
+           "teacher_accuracy": float((pred_t == y).mean()),
+           "agreement_with_teacher": float((pred == pred_t).mean()),
+           "layers": student.model.config.num_hidden_layers,
+           "keep_layers": student.manifest["keep_layers"],
+           "load_s": round(load_s, 2), "eval_s": round(time.perf_counter() - t0 - load_s, 1)}
+    res["retained"] = res["accuracy"] / res["teacher_accuracy"]
+    if acc_t is not None and abs(acc_t - res["teacher_accuracy"]) > 1e-9:
+        print(f"note: the teacher's manifest says dev accuracy {acc_t:.4f}, measured "
+              f"{res['teacher_accuracy']:.4f}", flush=True)
+    if check_val:
+        xv, yv = d["val"]
+        res["val_accuracy"] = float((predict(student, xv) == np.asarray(yv)).mean())
+        res["val_accuracy_in_training"] = student.manifest["best"]["val_accuracy"]
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", nargs="+", default=list(cw.TASKS), choices=cw.TASKS)
+    ap.add_argument("--tasks", nargs="+", default=[*cw.TASKS, "sst2-student"],
+                    choices=(*cw.TASKS, "sst2-student"))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--check-val", action="store_true")
     ap.add_argument("--write-manifest", action="store_true")
@@ -88,9 +128,12 @@ def main() -> None:
               f"({ok} target {r['target']}; majority {r['majority_baseline']:.3f}; "
               f"load {r['load_s']} s, eval {r['eval_s']} s)"
               + (f"; val {r['val_accuracy']:.4f} (training: {r['val_accuracy_in_training']:.4f})"
-                 if "val_accuracy" in r else ""), flush=True)
+                 if "val_accuracy" in r else "")
+              + (f"; agreement with the teacher {r['agreement_with_teacher']:.4f} (teacher "
+                 f"{r['teacher_accuracy']:.4f})" if "agreement_with_teacher" in r else ""), flush=True)
         if a.write_manifest:
-            path = cw.ASSET_DIR / task / "manifest.json"
+            path = (cmixlib.student_weights.student_dir("sst2") if task == "sst2-student"
+                    else cw.ASSET_DIR / task) / "manifest.json"
             man = json.loads(path.read_text())
             man["evaluation"] = r
             path.write_text(json.dumps(man, indent=1) + "\n")

@@ -14,6 +14,7 @@ papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by n
 """
 from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path, default_model_name
 from .classifier_weights import load_classifier
+from .student_weights import load_student
 from .arch import UnsupportedModelError
 from .attention import rollout, attention_flow, normalize_rows
 from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 #: The public API (``from cmixlib import *``); every name has its page in the book's API reference.
 __all__ = [
     # models
-    "load_model", "load_classifier", "random_model", "ModelBundle", "ModelLoadError", "UnsupportedModelError",
+    "load_model", "load_classifier", "load_student", "random_model", "ModelBundle", "ModelLoadError", "UnsupportedModelError",
     "packaged_model_path", "default_model_name",
     # context mixing: the entry point and the method registry
     "context_mixing", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",

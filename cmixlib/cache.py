@@ -98,6 +98,13 @@ def code_text(path: Path) -> str:
     """The code of one source file without what cannot change a result: its syntax tree (so no
     comments, blank lines or formatting) with every docstring removed. Editing documentation
     therefore leaves :func:`source_hash` unchanged; any change to the code changes it."""
+    stat = path.stat()
+    return _code_text(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _code_text(path: Path, mtime_ns: int, size: int) -> str:
+    """:func:`code_text` of one file, memoised per modification time and size."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -177,6 +184,89 @@ def import_closure(roots: set[str] | list[str], package_dir: Path = PACKAGE_DIR)
             seen.add(path)
             todo.extend(_file_imports(path, _module_name(path, package_dir), path.stat().st_mtime_ns))
     return sorted(seen)
+
+
+def result_closure(roots: set[str] | list[str], package_dir: Path = PACKAGE_DIR) -> list[Path]:
+    """The source files of the package at ``package_dir`` whose code the modules ``roots`` can
+    run when they compute a result: as :func:`import_closure`, except that the ``__init__.py`` of
+    the packages above an imported module are not included (they run, but a result does not use
+    them unless it imports from them), and a package ``__init__.py`` made only of imports (a
+    re-export file: imports, ``__all__``, ``__version__``, a docstring) counts only as far as it
+    is used: ``from ..pkg import f`` leads to the module that defines ``f``; ``from .. import
+    pkg`` (the package bound to a name, its attributes unknown) to everything it imports. So an
+    experiment's cache version (:func:`cmixlib.experiments.runner.code_version`) covers the
+    modules it imports, not everything a package re-exports. An ``__init__.py`` with code of its
+    own counts as a module. Sorted paths."""
+    seen: set[Path] = set()
+    done: set[tuple[str, bool]] = set()
+    todo = [(r, True) for r in roots]                 # (dotted name, bound to a name?)
+    while todo:
+        name, bound = todo.pop()
+        if (name, bound) in done:
+            continue
+        done.add((name, bound))
+        path = _module_file(name, package_dir)
+        if path is None:                                  # pkg.f: f re-exported by pkg's __init__?
+            head, _, attr = name.rpartition(".")
+            parent = _module_file(head, package_dir) if head else None
+            where = _reexports(parent, package_dir, parent.stat().st_mtime_ns) if parent else None
+            if where is not None and attr in where:       # its module, or a module named attr
+                todo += [(where[attr], False), (f"{where[attr]}.{attr}", True)]
+            continue
+        mtime = path.stat().st_mtime_ns
+        if _reexports(path, package_dir, mtime) is not None:
+            if bound:                                     # the whole package is in hand
+                todo.extend((n, True) for n in _file_imports(path, _module_name(path, package_dir), mtime))
+            continue
+        if path not in seen:
+            seen.add(path)
+            names, bases = _file_bindings(path, _module_name(path, package_dir), mtime)
+            todo.extend([(n, True) for n in names] + [(b, False) for b in bases])
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_bindings(path: Path, module: str, mtime_ns: int) -> tuple[frozenset[str], frozenset[str]]:
+    """``(bound, bases)`` of one file's imports: the dotted names bound to a name (``import a.b``,
+    ``from a import b`` -> ``a.b``) and the modules names are imported from (``a``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    bound, bases = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = imported_names(ast.Module(body=[node], type_ignores=[]), module,
+                                   path.name == "__init__.py")
+            if isinstance(node, ast.Import):
+                bound |= names
+            else:
+                base = min(names, key=len)
+                bases.add(base)
+                bound |= names - {base}
+    return frozenset(bound), frozenset(bases)
+
+
+@functools.lru_cache(maxsize=None)
+def _reexports(path: Path, package_dir: Path, mtime_ns: int) -> dict[str, str] | None:
+    """``{name: module it comes from}`` of a re-export ``__init__.py`` (see :func:`result_closure`),
+    or None if the file holds code of its own (or is not an ``__init__.py``)."""
+    if path.name != "__init__.py":
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    module = _module_name(path, package_dir)
+    where: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = imported_names(ast.Module(body=[node], type_ignores=[]), module, True)
+            root = min(base, key=len)                        # the module imported from
+            for a in node.names:
+                where[a.asname or a.name] = root
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                where[a.asname or a.name.split(".")[0]] = a.name.rsplit(".", 1)[0]
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) and not (
+                isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("__")
+                                                     for t in node.targets)):
+            return None
+    return where
 
 
 @functools.lru_cache(maxsize=None)

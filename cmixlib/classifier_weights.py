@@ -207,7 +207,7 @@ def trained_dir(task: str, name: str) -> Path:
 
 
 def load_classifier(task: str, name: str | None = None, *, folder: str | Path | None = None,
-                    device: str | None = None):
+                    device: str | None = None, allow_fallback: bool = True):
     """A sequence classifier that does ``task`` (``"sst2"``, ``"mnli"`` or ``"hatexplain"``).
 
     ``name`` None (default): the packaged ``all-MiniLM-L6-v2`` with the committed weights of
@@ -218,7 +218,10 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
     The bundle is in eval mode with eager attention; ``model.config.id2label`` holds the label
     names; ``bundle.heldout_indices`` lists the evaluation rows of MNLI dev-matched never trained
     on (None for SST-2 and HateXplain, whose evaluation splits are untouched) and
-    ``bundle.manifest`` the training record.
+    ``bundle.manifest`` the training record. A ``name`` that cannot be loaded (offline, not cached)
+    falls back, with a warning, to the committed classifier, as :func:`cmixlib.load_model` falls
+    back to the packaged encoder (``bundle.is_fallback``; ``allow_fallback=False``:
+    :class:`~cmixlib.models.ModelLoadError` instead).
 
     Examples
     --------
@@ -229,18 +232,41 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
     'positive'
     >>> cmixlib.load_classifier("mnli").heldout_indices[:3]        # doctest: +SKIP
     """
+    import warnings
+
+    from .models import FALLBACK_NAME, ModelLoadError
+    from .validation import check_bool
+
     task = check_task(task)
+    check_bool(allow_fallback, "allow_fallback")
+    requested, bundle = name, None
+    if folder is None and name is not None:
+        try:
+            bundle = build_model(task, name, device=device)
+        except ModelLoadError:
+            if not allow_fallback:
+                raise
+            warnings.warn(f"cmixlib: {name!r} is not available (offline and not cached); using the "
+                          f"committed {task} classifier of the packaged '{FALLBACK_NAME}' instead. "
+                          "Results below come from that model.", stacklevel=2)
+            name = None
     if folder is None and name is not None:
         folder = trained_dir(task, name)
         if not (Path(folder) / "manifest.json").exists():
             _train_with_recipe(task, name, Path(folder))
+    committed = folder is None
     folder = Path(folder) if folder is not None else ASSET_DIR / task
     state, man = verified_state(folder)
     if man.get("task") != task:
         raise ClassifierWeightsError(f"{folder} holds weights for {man.get('task')!r}, not {task!r}.")
-    bundle = build_model(task, name, device=device)
+    bundle = bundle if bundle is not None else build_model(task, name, device=device)
     merge_weights(bundle.model, state, float(man["settings"]["lora_alpha"]) / man["settings"]["lora_r"])
     bundle.model.eval()
+    if name is None:                   # the packaged encoder: named as load_model names it
+        bundle.name, bundle.requested = FALLBACK_NAME, requested or FALLBACK_NAME
+        bundle.is_fallback = requested is not None
+    bundle.variant = (f"fine-tuned on {task}" + (" (committed weights)" if committed else
+                                                 f" (weights from {folder})"))
     bundle.head_is_pretrained = True   # the head is the committed, trained one
     bundle.notes = [n for n in bundle.notes if "initialised randomly" not in n]
     acc = (man.get("evaluation") or {}).get("accuracy")

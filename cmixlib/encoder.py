@@ -54,18 +54,26 @@ def max_positions(model: torch.nn.Module) -> int:
 
 @dataclass
 class Capture:
-    """Everything one forward pass leaves behind: per-layer inputs, outputs and attentions."""
+    """Everything one forward pass leaves behind: per-layer inputs, outputs and attentions, and
+    the value projections and the inputs of each layer's two LayerNorms (None where not
+    captured)."""
 
     inputs: list[torch.Tensor]        # x of each layer, (B, n, d)
     outputs: list[torch.Tensor]       # o of each layer, (B, n, d)
     attentions: list[torch.Tensor]    # alpha of each layer, (B, H, n, n)
     attention_mask: torch.Tensor      # (B, n) of 0/1
+    ln1_inputs: list[torch.Tensor] | None = None   # p of each layer, (B, n, d)
+    ln2_inputs: list[torch.Tensor] | None = None   # u of each layer, (B, n, d)
+    values: list[torch.Tensor] | None = None       # x W_V + b_V of each layer, (B, n, H*dh)
 
 
 @torch.no_grad()
 def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
                     attention_mask: torch.Tensor | None = None, **forward_kwargs) -> Capture:
-    """One ordinary forward pass with hooks that keep each layer's input and output.
+    """One ordinary forward pass with hooks that keep each layer's input and output, its value
+    projection and the inputs p and u of its LayerNorms (the model's own values, so the
+    decomposition need not recompute them: :attr:`LayerState.head_vectors`,
+    :attr:`LayerState.ln1_input`, :attr:`LayerState.ln2_input`).
 
     Attention probabilities come from ``output_attentions=True``; this needs eager attention
     (``attn_implementation="eager"``), which :func:`cmixlib.load_model` and
@@ -85,13 +93,36 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
     # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
-    calls, outs, result = _forward_with_layer_hooks(model, input_ids, attention_mask, output_attentions=True,
-                                                    **forward_kwargs)
+    kept: dict[tuple[int, int], torch.Tensor] = {}
+    handles = []
+    for k, m in enumerate(layers):
+        for which, ln in ((1, m.ln1), (2, m.ln2)):
+            def keep_input(mod, args, k=k, which=which):
+                if args and isinstance(args[0], torch.Tensor):
+                    kept[(which, k)] = args[0]
+            handles.append(ln.register_forward_pre_hook(keep_input))
+
+        def keep_value(mod, args, out, k=k):
+            if isinstance(out, torch.Tensor):
+                kept[(0, k)] = out
+        handles.append(m.value.register_forward_hook(keep_value))
+    try:
+        calls, outs, result = _forward_with_layer_hooks(model, input_ids, attention_mask,
+                                                        output_attentions=True, **forward_kwargs)
+    finally:
+        for h in handles:
+            h.remove()
     ins = [args[0] if args else kwargs["hidden_states"] for args, kwargs in calls]
     attentions = list(result.attentions)
     if len(attentions) != len(layers) or any(a is None for a in attentions):
         raise UnsupportedModelError("The model did not return attention weights; load it with attn_implementation='eager'.")
-    return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask)
+    got = [[kept.get((which, k)) for k in range(len(layers))] for which in (0, 1, 2)]
+    ok = [all(t is not None and t.shape[:-1] == ins[k].shape[:-1]
+              and t.shape[-1] == (ins[k].shape[-1] if which else layers[k].value.out_features)
+              for k, t in enumerate(lst)) for which, lst in enumerate(got)]
+    got = [lst if good else None for lst, good in zip(got, ok)]
+    return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask,
+                   values=got[0], ln1_inputs=got[1], ln2_inputs=got[2])
 
 
 def layer_output(out: Any) -> torch.Tensor:
@@ -160,7 +191,11 @@ class LayerState:
     """One layer of one sentence (no padding), with the decomposition computed lazily.
 
     Shapes: x, o (n, d); alpha (H, n, n). ``rows`` restricts the query rows i for which the
-    n x n x d tensors are built (default: all).
+    n x n x d tensors are built (default: all). ``captured_ln1_input`` / ``captured_ln2_input``:
+    the LayerNorm inputs p and u (n, d) from the model's own forward pass
+    (:func:`layer_states` passes them); where given, :attr:`ln1_input` / :attr:`ln2_input` are
+    these values instead of being recomputed from the decomposition. ``captured_value``: the
+    model's value projection x W_V + b_V (n, H*dh), used by :attr:`head_vectors` where given.
     """
 
     mods: LayerParts
@@ -168,6 +203,9 @@ class LayerState:
     alpha: torch.Tensor
     o: torch.Tensor
     rows: torch.Tensor | None = None
+    captured_ln1_input: torch.Tensor | None = field(default=None, repr=False)
+    captured_ln2_input: torch.Tensor | None = field(default=None, repr=False)
+    captured_value: torch.Tensor | None = field(default=None, repr=False)
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -183,7 +221,8 @@ class LayerState:
         """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, shape (H, n, d)."""
         m = self.mods
         H = m.num_heads
-        v = m.value(self.x)                                   # (n, H*dh), value bias included
+        v = self.captured_value if self.captured_value is not None else m.value(self.x)
+        # v: (n, H*dh), value bias included
         n, hd = v.shape
         dh = hd // H
         v = v.view(n, H, dh).transpose(0, 1)                  # (H, n, dh)
@@ -204,11 +243,25 @@ class LayerState:
         """F_ij for the selected rows (``rows``), shape (r, n, d)."""
         return self.attn_vectors_for(self.row_index)
 
-    @cached_property
-    def ln1_input(self) -> torch.Tensor:
-        """p_i = sum_j F_ij + b_O + x_i for all rows (n, d)."""
+    def recomputed_ln1_input(self) -> torch.Tensor:
+        """p_i = sum_j F_ij + b_O + x_i for all rows (n, d), from the decomposition."""
         full = torch.einsum("hij,hjd->id", self.alpha, self.head_vectors)
         return full + self.mods.out.bias + self.x
+
+    def recomputed_ln2_input(self, ln1_output: torch.Tensor | None = None) -> torch.Tensor:
+        """u_i = y_i + FFN(y_i) for all rows (n, d), recomputed from the LN1 output y
+        (default: :attr:`ln1_output`)."""
+        y = self.ln1_output if ln1_output is None else ln1_output
+        m = self.mods
+        return m.ffn_out(m.act(m.ffn_in(y))) + y
+
+    @cached_property
+    def ln1_input(self) -> torch.Tensor:
+        """p_i = sum_j F_ij + b_O + x_i for all rows (n, d): the model's own value where it was
+        captured (``captured_ln1_input``), else :meth:`recomputed_ln1_input`."""
+        if self.captured_ln1_input is not None:
+            return self.captured_ln1_input
+        return self.recomputed_ln1_input()
 
     @cached_property
     def ln1_output(self) -> torch.Tensor:
@@ -216,13 +269,26 @@ class LayerState:
 
     @cached_property
     def ln2_input(self) -> torch.Tensor:
-        y = self.ln1_output
-        m = self.mods
-        return m.ffn_out(m.act(m.ffn_in(y))) + y
+        """u_i = y_i + FFN(y_i) for all rows (n, d): the model's own value where it was captured
+        (``captured_ln2_input``), else :meth:`recomputed_ln2_input`."""
+        if self.captured_ln2_input is not None:
+            return self.captured_ln2_input
+        return self.recomputed_ln2_input()
 
     def recompute_output(self) -> torch.Tensor:
-        """o_i = LN2(FFN(y_i) + y_i) from the decomposition (tests compare it to the model)."""
-        return self.mods.ln2(self.ln2_input)
+        """o_i = LN2(FFN(y_i) + y_i) from the decomposition (tests compare it to the model):
+        p, y and u all recomputed, never the captured values."""
+        y = self.mods.ln1(self.recomputed_ln1_input())
+        return self.mods.ln2(self.recomputed_ln2_input(y))
+
+    @cached_property
+    def res_diag_vectors(self) -> torch.Tensor:
+        """z_ii = F_ii + x_i for the selected rows i, (r, d): the only entries of z that differ
+        from F."""
+        r = self.row_index
+        if "res_vectors" in self.__dict__:
+            return self.res_vectors[torch.arange(len(r), device=r.device), r]
+        return self.attn_vectors[torch.arange(len(r), device=r.device), r] + self.x[r]
 
     @cached_property
     def res_vectors(self) -> torch.Tensor:
@@ -238,9 +304,15 @@ class LayerState:
         (r, n, d).
 
         sum_j T_i(x_j) + gamma1 * (b_O - mean(b_O)) / sigma(p_i) + beta1 = LN1(p_i) exactly.
+        Computed from F (z without its diagonal), the diagonal from z_ii, so that z itself is
+        never built (the same formula for every entry).
         """
-        s = layer_norm_scale(self.mods.ln1, self.ln1_input[self.row_index])   # (r, 1)
-        return layer_norm_linear(self.mods.ln1, self.res_vectors, s[:, None, :])
+        rr = self.row_index
+        s = layer_norm_scale(self.mods.ln1, self.ln1_input[rr])               # (r, 1)
+        t = _ln_linear(self.mods.ln1, self.attn_vectors, s[:, None, :])
+        t[torch.arange(len(rr), device=t.device), rr] = _ln_linear(self.mods.ln1,
+                                                                   self.res_diag_vectors, s)
+        return t
 
     @cached_property
     def ln2_vectors(self) -> torch.Tensor:
@@ -250,7 +322,13 @@ class LayerState:
         The FFN is not decomposed: it only enters through the real scale sigma(u_i) of the LN2 input.
         """
         s = layer_norm_scale(self.mods.ln2, self.ln2_input[self.row_index])
-        return layer_norm_linear(self.mods.ln2, self.ln1_vectors, s[:, None, :])
+        return _ln_linear(self.mods.ln2, self.ln1_vectors, s[:, None, :])
+
+
+def _ln_linear(module: torch.nn.LayerNorm, v: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """:func:`layer_norm_linear` in a new tensor with one temporary fewer:
+    (v - mean_d(v)) * (gamma / scale), the product formed in place."""
+    return (v - v.mean(dim=-1, keepdim=True)).mul_(module.weight / scale)
 
 
 def iter_sentences(capture: Capture) -> list[torch.Tensor]:
@@ -265,6 +343,32 @@ def layer_states(capture: Capture, mods: list[LayerParts], b: int, keep: torch.T
     Cropping is exact: padded keys receive attention weight exactly 0 (the additive mask is the
     dtype's minimum), so the real tokens' computations never see padding.
     """
-    return [LayerState(mods=m, x=capture.inputs[k][b, keep], o=capture.outputs[k][b, keep],
-                       alpha=capture.attentions[k][b][:, keep][:, :, keep], rows=rows)
+    ln1 = getattr(capture, "ln1_inputs", None)
+    ln2 = getattr(capture, "ln2_inputs", None)
+    val = getattr(capture, "values", None)
+    sl = _as_slice(keep)
+
+    def crop(t: torch.Tensor) -> torch.Tensor:      # (B, n, d) -> (len(keep), d), a copy
+        return t[b, keep] if sl is None else t[b, sl].clone()
+
+    def crop_alpha(a: torch.Tensor) -> torch.Tensor:
+        return a[b][:, keep][:, :, keep] if sl is None else a[b, :, sl, sl].contiguous()
+
+    return [LayerState(mods=m, x=crop(capture.inputs[k]), o=crop(capture.outputs[k]),
+                       alpha=crop_alpha(capture.attentions[k]), rows=rows,
+                       captured_ln1_input=None if ln1 is None else crop(ln1[k]),
+                       captured_ln2_input=None if ln2 is None else crop(ln2[k]),
+                       captured_value=None if val is None else crop(val[k]))
             for k, m in enumerate(mods)]
+
+
+def _as_slice(keep: torch.Tensor) -> slice | None:
+    """``keep`` as a slice when it is a run of consecutive positions (a padded sentence's real
+    tokens), so cropping is a plain copy of a block; None otherwise."""
+    if keep.ndim != 1 or keep.dtype == torch.bool or len(keep) == 0:
+        return None
+    start = int(keep[0])
+    if start < 0:
+        return None
+    run = torch.arange(start, start + len(keep), device=keep.device, dtype=keep.dtype)
+    return slice(start, start + len(keep)) if torch.equal(keep, run) else None

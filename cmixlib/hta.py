@@ -22,20 +22,78 @@ the real input of that layer for this sentence: other layers are not involved (s
 divides each row by its sum, :math:`\tilde c_{i \leftarrow j} = c_{i \leftarrow j} / \sum_k
 c_{i \leftarrow k}`, as GlobEnc's HTA notebook does; ``normalize=False`` returns :math:`c`.
 
-**How.** One ordinary forward pass of the model records, with forward pre-hooks, each layer's
-input and the exact arguments the model passed to that layer module (attention mask and any
-other keyword). The layer's Jacobian is then obtained by calling the **same, unmodified Hugging
-Face layer module** with those arguments as a function of its hidden-state input, through
-:func:`torch.func.vjp` with the cotangents of all output coordinates of a group of output tokens
-batched by :func:`torch.func.vmap` (exactly ``n·d`` vector-Jacobian products per layer, in chunks
-of about ``chunk_size``), reduced to :math:`c_{i \leftarrow j}` chunk by chunk so that the
-:math:`(n d)^2` Jacobian is never held in memory. The replayed layer must reproduce the model's
-own output for that layer (checked; it fails e.g. with dropout active).
+**How (``method="closed"``, the default).** One forward pass records each layer's input
+:math:`x`, output and attention weights :math:`\alpha` (:func:`cmixlib.encoder.run_and_capture`);
+queries, keys and values are the layer's own projections of :math:`x`. In the notation of
+:mod:`cmixlib.encoder` (:math:`p_i = x_i + a_i`, :math:`y_i = \mathrm{LN}_1(p_i)`,
+:math:`u_i = y_i + \mathrm{FFN}(y_i)`, :math:`o_i = \mathrm{LN}_2(u_i)`), the blocks are
 
-Cost: ``n·d`` backward passes through one layer per layer, i.e. of order :math:`n^2 d^3` per
-layer; GlobEnc reports about two hours for 256 sentences with BERT-base on a GPU. Measured on 2 CPU
-cores with MiniLM (d = 384, 6 layers): 13-38 s for all layers of a 10-12-token sentence and
-9-100 s for 8-20 tokens, depending on how busy the cores were.
+.. math:: \frac{\partial o_i}{\partial x_j} = P_i \Big(\delta_{ij} I + \frac{\partial a_i}{\partial x_j}\Big),
+          \qquad P_i = J_{\mathrm{LN}_2}(u_i)\,\big(I + W_2\, \mathrm{diag}(\phi'(W_1 y_i + b_1))\, W_1\big)\,
+          J_{\mathrm{LN}_1}(p_i),
+
+with :math:`J_{\mathrm{LN}}(w) = \mathrm{diag}(\gamma / \sigma(w))\,(I - \mathbf{1}\mathbf{1}^T/d
+- \hat w \hat w^T / d)`, :math:`\hat w = (w - \bar w)/\sigma(w)`, and, per head :math:`h`
+(:math:`s^h_{ik} = q^h_i \cdot k^h_k / \sqrt{d_h}` plus a constant mask,
+:math:`\partial z^h_i / \partial s^h_{ik} = \alpha^h_{ik} (v^h_k - z^h_i)` for the softmax),
+
+.. math:: \frac{\partial a_i}{\partial x_j} = \sum_h W_O^h \Big[ \alpha^h_{ij} W_V^h
+          + \alpha^h_{ij} (v^h_j - z^h_i)\, u^{hT}_i
+          + \delta_{ij} \sum_k \alpha^h_{ik} (v^h_k - z^h_i)\, \kappa^{hT}_k \Big],
+
+:math:`z^h_i = \sum_k \alpha^h_{ik} v^h_k`, :math:`u^h_i = W_K^{hT} q^h_i / \sqrt{d_h}` (through
+the key :math:`k_j`), :math:`\kappa^h_k = W_Q^{hT} k^h_k / \sqrt{d_h}` (through the query
+:math:`q_i`); :math:`W_V^h, W_Q^h, W_K^h` are head :math:`h`'s :math:`d_h \times d` rows and
+:math:`W_O^h` its :math:`d \times d_h` columns. The diagonal blocks :math:`j = i` are formed
+explicitly. The others are never formed (nor the products :math:`P_i W_O W_V` of every head): with :math:`G_i = P_i W_O`, :math:`S_i = G_i^T G_i`,
+:math:`\rho^h_{ij} = \alpha^h_{ij}(v^h_j - z^h_i)` and :math:`D_j = \mathrm{diag}(x_j)` (``I``
+without × input), the block is :math:`X_{ij} + Y_{ij}`, :math:`X_{ij} = \sum_h \alpha^h_{ij} G^h_i
+W_V^h`, :math:`Y_{ij} = \sum_h G^h_i \rho^h_{ij} u^{hT}_i`, and
+:math:`c_{i \leftarrow j}^2 = \lVert X D_j \rVert_F^2 + 2 \langle X D_j, Y D_j \rangle + \lVert Y D_j \rVert_F^2` with
+
+.. math:: \lVert X D_j \rVert_F^2 = \sum_{h h'} \alpha^h_{ij} \alpha^{h'}_{ij}
+          \langle S^{hh'}_i, \Gamma^{hh'}_j \rangle,\ \Gamma_j = W_V D_j^2 W_V^T; \quad
+          \langle X D_j, Y D_j \rangle = \sum_{hh'} \alpha^h_{ij} \big(W_V^h (u^{h'}_i \odot x_j^2)\big)^T
+          S^{hh'}_i \rho^{h'}_{ij}; \quad
+          \lVert Y D_j \rVert_F^2 = \sum_{hh'} \rho^{hT}_{ij} S^{hh'}_i \rho^{h'}_{ij}
+          \sum_b u^h_{ib} u^{h'}_{ib} x_{jb}^2 .
+
+:math:`\phi'` comes from the layer's own activation module (forward-mode derivative). Before
+using a layer, the closed form checks that recomposing the layer from its parts reproduces the
+model's output (:meth:`cmixlib.encoder.LayerState.recompute_output`) and that
+:math:`\mathrm{softmax}(q k^T/\sqrt{d_h})` reproduces the model's attention weights, both within
+``atol``; a layer that fails (not this post-LN layer, e.g. another attention scaling) is computed
+with ``method="autograd"`` instead, with a warning. Exactness is tested against the full
+:math:`(n d) \times (n d)` Jacobian of the Hugging Face layer (``torch.autograd.functional.jacobian``)
+on every supported family in float64 (relative error about 1e-15; tests/test_hta.py); in float32
+the off-diagonal :math:`c^2` is a sum of three terms rather than of squares, and its error stays
+within the project's rule for float32 (no worse than an independent float32 computation).
+
+Cost per layer, in multiply-adds: :math:`n (d^2 d_\mathrm{ff} + 4 d^3 + H n d^2)` (per output
+token the FFN Jacobian, :math:`G_i`, :math:`S_i` and the diagonal block; :math:`\Gamma_j` per
+input token; the cross term), memory about ``chunk_size·n·d`` floats plus :math:`n d^2` for
+:math:`\Gamma`. Measured with ``benchmarks/bench_hta.py`` (2026-11-25, AMD EPYC,
+**1 thread**, float32, the packaged MiniLM: d = 384, 6 layers, 12 heads, d_ff = 1536, all layers
+of one 25-token sentence; two runs of 2 sentences each, on a shared 2-core machine with load
+average 3.2-5.1 from other jobs): **2.9-5.7 s** against 121-187 s for ``"autograd"`` in the
+same rounds, i.e. **33-42x faster** (the last run: 4.6 s vs 157 s and 2.9 s vs 121 s). The two
+methods' raw maps differed by at most 2.4e-6 (values up to 13). A 70-token sentence: 17 s under
+load average about 4, about 150 MB of extra memory.
+
+**How (``method="autograd"``).** One ordinary forward pass of the model records, with forward
+pre-hooks, each layer's input and the exact arguments the model passed to that layer module
+(attention mask and any other keyword). The layer's Jacobian is then obtained by calling the
+**same, unmodified Hugging Face layer module** with those arguments as a function of its
+hidden-state input, through :func:`torch.func.vjp` with the cotangents of all output coordinates
+of a group of output tokens batched by :func:`torch.func.vmap` (exactly ``n·d`` vector-Jacobian
+products per layer, in chunks of about ``chunk_size``), reduced to :math:`c_{i \leftarrow j}`
+chunk by chunk so that the :math:`(n d)^2` Jacobian is never held in memory. The replayed layer
+must reproduce the model's own output for that layer (checked; it fails e.g. with dropout
+active). Cost: ``n·d`` backward passes through one layer per layer, i.e. of order :math:`n^2 d^3`
+per layer; GlobEnc reports about two hours for 256 sentences with BERT-base on a GPU. Measured on 2 CPU
+cores with MiniLM (d = 384, 6 layers): 13-38 s for all layers of a 10-12-token sentence and 9-100
+s for 8-20 tokens, depending on how busy the cores were; 121-187 s for 25 tokens on 1 thread
+(the benchmark above).
 
 **Inputs.** One unpadded sentence (the conventions of :func:`cmixlib.context_mixing`: text with a
 tokenizer, or a mapping with ``input_ids`` of shape (1, n)); special tokens are ordinary positions
@@ -44,20 +102,31 @@ tokenizer, or a mapping with ``input_ids`` of shape (1, n)); special tokens are 
 """
 from __future__ import annotations
 
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from .core import InputError, _check_rows, _unpack_model, encode
-from .encoder import encoder_layers, layer_output, record_layer_calls
+from .encoder import (LayerState, UnsupportedModelError, encoder_layers, layer_norm_scale,
+                      layer_output, layer_states, record_layer_calls, run_and_capture)
 from .models import model_device
+from .validation import check_choice
 
-__all__ = ["hta", "HTAError"]
+__all__ = ["hta", "HTAError", "METHODS"]
+
+#: Values of ``hta(method=...)``: the closed form (default) and the vmapped vector-Jacobian products.
+METHODS = ("closed", "autograd")
 
 
 class HTAError(RuntimeError):
     """The layer could not be replayed exactly (e.g. the model is in training mode)."""
+
+
+class _NoClosedForm(Exception):
+    """The layer is not the post-LN layer the closed form assumes (its recomposition or its
+    attention weights differ from the model's own): the layer falls back to ``method="autograd"``."""
 
 
 def _replay(layer: torch.nn.Module, args: tuple, kwargs: dict):
@@ -108,9 +177,122 @@ def _layer_hta(f, x: torch.Tensor, expected: torch.Tensor, rows: np.ndarray, tim
     return res.numpy()
 
 
-def hta(model, tokenizer, text, *, times_input: bool = True, normalize: bool = True,
-        layers: Sequence[int] | None = None, rows=None, chunk_size: int = 512,
-        atol: float = 1e-4) -> np.ndarray:
+def _ln_left(z: torch.Tensor, gs: torch.Tensor, yhat: torch.Tensor) -> torch.Tensor:
+    r"""``J z`` for the LayerNorm Jacobian :math:`J = \mathrm{diag}(\gamma/\sigma)(I - \mathbf{1}
+    \mathbf{1}^T/d - \hat y \hat y^T/d)` at one token (``gs = γ/σ``, ``yhat = (p - mean(p))/σ``,
+    both ``(r, d)``), applied to ``z`` ``(r, d, m)`` without forming J."""
+    d = z.shape[-2]
+    z = z - z.mean(dim=-2, keepdim=True) - yhat.unsqueeze(-1) * (yhat.unsqueeze(-2) @ z) / d
+    return gs.unsqueeze(-1) * z
+
+
+def _ln_right(z: torch.Tensor, gs: torch.Tensor, yhat: torch.Tensor) -> torch.Tensor:
+    r"""``z J`` for the LayerNorm Jacobian J of :func:`_ln_left`, ``z`` of shape ``(r, m, d)``."""
+    w = z * gs.unsqueeze(-2)
+    d = w.shape[-1]
+    return w - w.mean(dim=-1, keepdim=True) - (w @ yhat.unsqueeze(-1)) * yhat.unsqueeze(-2) / d
+
+
+def _ln_point(ln: torch.nn.LayerNorm, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(γ/σ(p_i), (p_i - mean(p_i))/σ(p_i))`` of every token, each ``(n, d)``."""
+    s = layer_norm_scale(ln, p)
+    gamma = ln.weight if ln.weight is not None else torch.ones_like(p[0])
+    return gamma / s, (p - p.mean(dim=-1, keepdim=True)) / s
+
+
+def _heads(lin: torch.nn.Linear, x: torch.Tensor, H: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A projection's per-head outputs ``(H, n, d_h)`` (bias included) and weights ``(H, d_h, d)``."""
+    w = lin.weight
+    return lin(x).view(x.shape[0], H, -1).transpose(0, 1), w.view(H, w.shape[0] // H, w.shape[1])
+
+
+def _attention_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w_q: torch.Tensor,
+                     w_k: torch.Tensor, alpha: torch.Tensor, scale: float
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Per head (all ``(H, n, ·)``): :math:`z^h_i = \sum_k \alpha^h_{ik} v^h_k`, the key-side
+    vectors :math:`u^h_i = W_K^{hT} q^h_i / \sqrt{d_h}` and the query-side vectors
+    :math:`\kappa^h_k = W_Q^{hT} k^h_k / \sqrt{d_h}` (module docstring)."""
+    return alpha @ v, scale * q @ w_k, scale * k @ w_q
+
+
+def _rows_per_batch(chunk_size: int, n: int, d: int, d_ff: int, H: int) -> int:
+    """Output tokens per batch of the closed form: its temporaries take about
+    ``d d_ff + 5 d^2 + 3 H n d`` floats per token; ``chunk_size·n·d`` floats in all."""
+    return max(1, int(chunk_size) * n * d // (d * d_ff + 5 * d * d + 3 * H * n * d))
+
+
+def _closed_layer(st: LayerState, rows: np.ndarray, times_input: bool, chunk_size: int,
+                  atol: float) -> np.ndarray:
+    r"""``c[r, j]`` of one layer in closed form (module docstring, "How"): ``(len(rows), n)``."""
+    m, x, H = st.mods, st.x, st.mods.num_heads
+    n, d = x.shape
+    tol = atol * max(1.0, float(st.o.abs().max()))
+    err = float((st.recompute_output() - st.o).abs().max())
+    if not err <= tol:
+        raise _NoClosedForm(f"recomposing the layer from its parts missed its output by {err:.3g}")
+    q, w_q = _heads(m.query, x, H)
+    k, w_k = _heads(m.key, x, H)
+    v, w_v = _heads(m.value, x, H)                              # (H, n, d_h), (H, d_h, d)
+    dh = q.shape[-1]
+    da = H * dh
+    alpha = st.alpha
+    err = float((torch.softmax(q @ k.transpose(1, 2) * dh ** -0.5, dim=-1) - alpha).abs().max())
+    if not err <= atol:
+        raise _NoClosedForm(f"softmax(q k^T / sqrt(d_h)) missed the model's attention by {err:.3g}")
+    z, u, kappa = _attention_terms(q, k, v, w_q, w_k, alpha, dh ** -0.5)
+    gs1, yh1 = _ln_point(m.ln1, st.ln1_input)
+    gs2, yh2 = _ln_point(m.ln2, st.ln2_input)
+    pre = m.ffn_in(st.ln1_output)
+    _, dphi = torch.func.jvp(m.act, (pre,), (torch.ones_like(pre),))   # act'(pre): act is elementwise
+    w1, w2, w_o = m.ffn_in.weight, m.ffn_out.weight, m.out.weight     # (d_ff, d), (d, d_ff), (d, d_a)
+    wv = w_v.reshape(da, d)
+    x2 = x * x if times_input else torch.ones_like(x)           # x_j^2 (or 1): the column weights
+    xs = x if times_input else torch.ones_like(x[:1])
+    gam = x.new_empty(H, H, len(xs), dh, dh)                    # Gamma_j = W_V D_j^2 W_V^T by blocks hh'
+    for j in range(0, len(xs), 8):
+        wx = wv.unsqueeze(0) * xs[j:j + 8].unsqueeze(1)
+        gam[:, :, j:j + 8] = (wx @ wx.transpose(1, 2)).view(-1, H, dh, H, dh).permute(1, 3, 0, 2, 4)
+    gam = gam.view(H * H, len(xs), dh * dh).transpose(1, 2)     # (H H', d_h^2, n or 1)
+    per = _rows_per_batch(chunk_size, n, d, w1.shape[0], H)
+    res = torch.empty(len(rows), n, dtype=torch.float64)
+    for s in range(0, len(rows), per):
+        idx = torch.as_tensor(rows[s:s + per], device=x.device)
+        r, ar = len(idx), torch.arange(len(idx), device=x.device)
+        P = (w2 * dphi[idx].unsqueeze(1)) @ w1                  # FFN Jacobian (r, d, d)
+        P.diagonal(dim1=-2, dim2=-1).add_(1.0)                  # + residual
+        P = _ln_left(_ln_right(P, gs1[idx], yh1[idx]), gs2[idx], yh2[idx])   # P_i = J_LN2 (I + J_FFN) J_LN1
+        G = P @ w_o                                             # G_i = P_i W_O  (r, d, d_a)
+        S = G.transpose(1, 2) @ G                               # S_i = G_i^T G_i  (r, d_a, d_a)
+        a = alpha[:, idx].transpose(0, 1)                       # alpha^h_ij  (r, H, n)
+        u_i = u[:, idx].transpose(0, 1)                         # (r, H, d)
+        rho = a.unsqueeze(-1) * (v.unsqueeze(0) - z[:, idx].transpose(0, 1).unsqueeze(2))  # (r, H, n, d_h)
+        # ||X D||^2: sum_hh' alpha^h alpha^h' <S^hh', Gamma_j^hh'>
+        M = (S.view(r, H, dh, H, dh).permute(1, 3, 0, 2, 4).reshape(H * H, r, dh * dh) @ gam)
+        M = M.view(H, H, r, -1).permute(2, 0, 1, 3)             # (r, H, H', n or 1)
+        csq = (a.unsqueeze(2) * a.unsqueeze(1) * M).sum((1, 2))
+        # omega^{h,h'}_ij = S^hh' rho^h'_ij, (r, H', H, d_h, n)
+        om = (S.view(r, da, H, dh).permute(0, 2, 1, 3) @ rho.transpose(-1, -2)).view(r, H, H, dh, n)
+        # 2 <X D, Y D>: beta^{h,h'}_ij = W_V^h (u^h'_i * x_j^2)
+        ux = (u_i.transpose(1, 2).unsqueeze(-1) * x2.t().unsqueeze(1)).reshape(r, d, H * n)
+        beta = (wv @ ux).view(r, H, dh, H, n).permute(0, 3, 1, 2, 4)          # (r, H', H, d_h, n)
+        csq += 2 * ((beta * om).sum(3) * a.unsqueeze(1)).sum((1, 2))
+        # ||Y D||^2: sum_hh' <rho^h, S^hh' rho^h'> sum_b u^h_b u^h'_b x_jb^2
+        uu = ((u_i.unsqueeze(2) * u_i.unsqueeze(1)).reshape(r, H * H, d) @ x2.t()).view(r, H, H, n)
+        csq += ((om * rho.permute(0, 1, 3, 2).unsqueeze(1)).sum(3) * uu.transpose(1, 2)).sum((1, 2))
+        # diagonal blocks j = i in full: P_i + G_i N_ii, N_ii = alpha_ii W_V + rho_ii u_i^T + sum_k rho_ik kappa_k^T
+        N = (a[ar, :, idx][..., None, None] * w_v + rho[ar, :, idx].unsqueeze(-1) * u_i.unsqueeze(2)
+             + rho.transpose(-1, -2) @ kappa)                  # (r, H, d_h, d)
+        Zd = P + G @ N.reshape(r, da, d)
+        if times_input:
+            Zd = Zd * x[idx].unsqueeze(1)
+        csq[ar, idx] = Zd.pow(2).sum((1, 2))
+        res[s:s + r] = csq.clamp_min(0).sqrt().double().cpu()
+    return res.numpy()
+
+
+def hta(model: Any, tokenizer: Any, text: Any, *, times_input: bool = True, normalize: bool = True,
+        layers: Sequence[int] | None = None, rows: Sequence[int] | None = None, chunk_size: int = 512,
+        atol: float = 1e-4, method: str = "closed") -> np.ndarray:
     r"""HTA × input maps of every layer for one sentence: array ``(L, n, n)``, row i = output token.
 
     .. math:: c^{\ell}_{i \leftarrow j} = \lVert (\partial e^{\ell}_i / \partial e^{\ell-1}_j)
@@ -121,11 +303,17 @@ def hta(model, tokenizer, text, *, times_input: bool = True, normalize: bool = T
     ``times_input=False``: :math:`\lVert \partial e^{\ell}_i / \partial e^{\ell-1}_j \rVert_F`.
     ``normalize``: rows divided by their sums (default). ``layers``: 0-based indices of the layers
     to compute (default all; the others are NaN). ``rows``: only these output tokens (the others are
-    NaN); the cost is proportional to the number of rows. ``chunk_size``: about how many
-    vector-Jacobian products run in one vmapped batch (memory ``chunk_size·n·d`` floats).
-    ``atol``: tolerance (relative to the largest output value) of the replay check.
+    NaN); the cost is proportional to the number of rows. ``chunk_size``: memory, about
+    ``chunk_size·n·d`` floats at once (``method="autograd"``: that many vector-Jacobian products
+    in one vmapped batch; ``"closed"``: as many output tokens at once as fit, each taking about
+    ``d·d_ff + 5 d² + 3 H n d`` floats). ``atol``:
+    tolerance (relative to the largest output value) of the replay check. ``method``:
+    ``"closed"`` (default, the Jacobian blocks in closed form) or ``"autograd"`` (vmapped
+    vector-Jacobian products through the Hugging Face layer); a layer that the closed form does
+    not reproduce falls back to ``"autograd"`` with a warning.
     """
     model, tokenizer = _unpack_model(model, tokenizer)
+    check_choice(method, METHODS, "method")
     if not isinstance(model, torch.nn.Module):
         raise InputError("hta needs a Hugging Face encoder (or a ModelBundle).")
     if model.training:
@@ -146,12 +334,29 @@ def hta(model, tokenizer, text, *, times_input: bool = True, normalize: bool = T
     if layers is not None and any(not -L <= int(k) < L for k in layers):
         raise InputError(f"layers={list(layers)} out of range for a model with {L} layers (0..{L - 1}).")
     device = model_device(model)
-    calls = record_layer_calls(model, ids.to(device), mask.to(device))
+    ids, mask = ids.to(device), mask.to(device)
+    states = None
+    if method == "closed":
+        try:
+            states = layer_states(run_and_capture(model, ids, mask), mods, 0, torch.arange(n, device=device))
+        except UnsupportedModelError as exc:     # e.g. no attention weights (no eager attention)
+            warnings.warn(f"hta: {exc} Computing every layer with method='autograd'.", stacklevel=2)
+    calls = None
     out = np.full((L, n, n), np.nan)
     for k in todo:
-        args, kwargs, expected = calls[k]
-        f, x = _replay(mods[k].layer, args, kwargs)
-        c = _layer_hta(f, x.detach(), expected[0].detach(), row_idx, times_input, chunk_size, atol)
+        c = None
+        if states is not None:
+            try:
+                with torch.no_grad():
+                    c = _closed_layer(states[k], row_idx, times_input, chunk_size, atol)
+            except _NoClosedForm as exc:
+                warnings.warn(f"hta: layer {k} is not the post-LN layer of the closed form ({exc}); "
+                              "computing it with method='autograd'.", stacklevel=2)
+        if c is None:
+            calls = record_layer_calls(model, ids, mask) if calls is None else calls
+            args, kwargs, expected = calls[k]
+            f, x = _replay(mods[k].layer, args, kwargs)
+            c = _layer_hta(f, x.detach(), expected[0].detach(), row_idx, times_input, chunk_size, atol)
         if normalize:
             total = c.sum(axis=-1, keepdims=True)
             c = np.where(total > 0, c / np.where(total > 0, total, 1.0), np.nan)

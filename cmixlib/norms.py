@@ -18,19 +18,35 @@ def _diag_index(st: LayerState) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.arange(len(r), device=r.device), r
 
 
+def _memo(st: LayerState, key: str, compute) -> torch.Tensor:
+    """``compute()`` once per layer state (the (r, n) maps that several methods build on: W, N,
+    each a pass over n x n x d or H x n x n values); every call returns a copy of the (small)
+    result, so callers may change it."""
+    if key not in st._cache:
+        st._cache[key] = compute()
+    return st._cache[key].clone()
+
+
 def attention_mean(st: LayerState) -> torch.Tensor:
     """W: raw attention averaged over heads, A_ij = (1/H) sum_h alpha^h_ij."""
-    return st.alpha[:, st.row_index, :].mean(dim=0)
+    return _memo(st, "attention_mean", lambda: st.alpha[:, st.row_index, :].mean(dim=0))
 
 
 def attn_norm(st: LayerState) -> torch.Tensor:
     """N (Kobayashi et al. 2020): ||sum_h alpha^h_ij f^h(x_j)||_2, f^h including b_V."""
-    return torch.linalg.vector_norm(st.attn_vectors, dim=-1)
+    return _memo(st, "attn_norm", lambda: torch.linalg.vector_norm(st.attn_vectors, dim=-1))
 
 
 def attn_norm_res(st: LayerState) -> torch.Tensor:
-    """N-Res: ||sum_h alpha^h_ij f^h(x_j) + delta_ij x_i||_2 (residual on the diagonal)."""
-    return torch.linalg.vector_norm(st.res_vectors, dim=-1)
+    """N-Res: ||sum_h alpha^h_ij f^h(x_j) + delta_ij x_i||_2 (residual on the diagonal).
+
+    z_ij = F_ij off the diagonal, so those entries are N's; only ||z_ii|| is computed anew."""
+    if "res_vectors" in st.__dict__:           # z already built: read it
+        return torch.linalg.vector_norm(st.res_vectors, dim=-1)
+    out = attn_norm(st)                                      # a copy
+    rr, cc = _diag_index(st)
+    out[rr, cc] = torch.linalg.vector_norm(st.res_diag_vectors, dim=-1)
+    return out
 
 
 def attn_norm_res_ln(st: LayerState) -> torch.Tensor:
@@ -107,7 +123,7 @@ def n_fixedres(st: LayerState) -> torch.Tensor:
 def w_res(st: LayerState) -> torch.Tensor:
     """W-Res: attention with its diagonal removed and rows renormalised, mixed with the identity
     by N-Enc's context-mixing ratio r_i: r_i * A'_i + (1 - r_i) e_i."""
-    a = attention_mean(st).clone()
+    a = attention_mean(st)                                   # a copy
     rr, cc = _diag_index(st)
     a[rr, cc] = 0.0
     return _fixed_residual(a, st, mixing_ratio(st, "globenc_layer"))

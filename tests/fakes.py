@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+import numpy as np
+
 from cmixlib import experiments as X
 from cmixlib.encoder import encoder_layers
 
@@ -34,3 +36,28 @@ class BundleSources(X.Sources):
 
     def base(self):
         return self.base_bundle, None
+
+
+def rationale_posts(limit: int | None, cls_id: int = 1, sep_id: int = 2) -> list[dict]:
+    """HateXplain-like posts (as :func:`cmixlib.data.load_hatexplain_rationale_inputs` returns
+    them) of 2-9 words, some words of 2-3 pieces, each with a non-empty rationale."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(limit or 7):
+        n_words = int(rng.integers(2, 10))
+        pieces = rng.integers(1, 4, n_words).tolist()
+        ids, w2t = [cls_id], []
+        for k in pieces:
+            w2t.append(list(range(len(ids), len(ids) + k)))
+            ids += rng.integers(5, 100, k).tolist()
+        ids.append(sep_id)
+        rationale = (rng.uniform(size=n_words) < 0.4).astype(int).tolist()
+        rationale[int(rng.integers(n_words))] = 1
+        word_ids = [-1] * len(ids)
+        for w, ks in enumerate(w2t):
+            for k in ks:
+                word_ids[k] = w
+        out.append({"idx": 10 + i, "id": f"p{i}", "post_tokens": [f"w{j}" for j in range(n_words)],
+                    "label": i % 3, "rationale": rationale, "input_ids": ids, "word_to_tokens": w2t,
+                    "word_ids": word_ids, "target_index": 0})
+    return out

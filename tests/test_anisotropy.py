@@ -167,6 +167,8 @@ class TinySources(X.Sources):
         return [{"input_ids": [1] + rng.integers(5, 100, n - 2).tolist() + [2], "label": 0, "target_index": 0}
                 for n in lengths]
 
+    sst2_test = sst2      # ALTI's experiments read the test split
+
 
 def test_fig3_experiment_on_tiny_models():
     src = TinySources()

@@ -259,6 +259,8 @@ class FakeSources(BundleSources):
     def sst2(self, bundle, limit):
         return [dict(e, target_index=0, label=i % 2) for i, e in enumerate(_examples(limit or 4, seed=1))]
 
+    sst2_test = sst2      # ALTI's experiments read the test split
+
     def sva(self, bundle, limit):
         return _examples(limit or 4, seed=2)
 
@@ -408,7 +410,7 @@ def test_length_batches_sort_stably_by_length():
 def test_declared_inputs_are_listed_and_loaded_through_the_sources(fakes):
     needs = X.list_experiments().set_index("name")["needs"]
     assert needs["vz-cue-alignment"] == "MLM by condition, BLiMP agreement"
-    assert needs["alti-table2"] == "sst2: sst2 classifier, SST-2 dev; sva: pretrained MLM, SVA"
+    assert needs["alti-table2"] == "sst2: sst2 classifier, SST-2 test; sva: pretrained MLM, SVA"
     ctx = X.Context(experiment="vz-cue-alignment", model="fake", limit=5, settings={"condition": "finetuned"},
                     progress=False, sources=fakes, inputs=X.REGISTRY["vz-cue-alignment"].inputs)
     bundle, info, examples = ctx.load_inputs()

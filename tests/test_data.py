@@ -71,8 +71,11 @@ def test_sst2_dev_and_train():
     assert not dev["sentence"].str.endswith(" ").any()
     train = D.load_sst2("train")
     assert len(train) == 67349
+    test = D.load_sst2("test")                 # unlabelled: ALTI's split, predictions only
+    assert len(test) == 1821 and test["label"].isna().all()
+    assert test["sentence"].iloc[0] == "uneasy mishmash of styles and genres ."
     with pytest.raises(ValueError):
-        D.load_sst2("test")
+        D.load_sst2("validation")
 
 
 def test_mnli_and_hatexplain():

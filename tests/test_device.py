@@ -36,7 +36,7 @@ from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_an
 from cmixlib.hta import hta
 from cmixlib.value_zeroing import value_zeroing_layer
 from device_guard import HostTracker
-from fakes import TOK, BundleSources, FakeBundle
+from fakes import TOK, BundleSources, FakeBundle, rationale_posts
 from tolerances import assert_no_worse_than_baseline
 
 FAMILIES = ("bert", "roberta", "electra", "distilbert")
@@ -147,11 +147,16 @@ class DeviceSources(BundleSources):
     def sst2(self, bundle, limit):
         return [dict(e, target_index=0) for e in _examples(limit or 4, self.arch, seed=1)]
 
+    sst2_test = sst2      # ALTI's experiments read the test split
+
     def sva(self, bundle, limit):
         return _examples(limit or 4, self.arch, seed=2)
 
     def classification_inputs(self, bundle, task, limit):
         return [dict(e, target_index=0) for e in _examples(limit or 4, self.arch, seed=3)]
+
+    def hatexplain_rationales(self, bundle, limit):
+        return rationale_posts(limit or 4, cls_id=0 if self.arch == "roberta" else 1)
 
 
 def _settings(name: str) -> dict:

@@ -121,3 +121,51 @@ def test_a_named_model_is_trained_once_by_the_recipe_then_loaded_from_the_cache(
     assert len(calls) == 1 and calls[0][2] == cw.trained_dir("sst2", name)
     assert str(calls[0][2]).startswith(str(tmp_path))
     assert first.model.config.id2label == second.model.config.id2label == {0: "negative", 1: "positive"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiments read these classifiers (cmixlib.experiments.Sources)
+# ---------------------------------------------------------------------------------------------
+def _spec(experiment: str, **settings):
+    from cmixlib.experiments import REGISTRY, RunSpec
+
+    return RunSpec(experiment, "bert-base-uncased", None, {**REGISTRY[experiment].defaults, **settings})
+
+
+def test_an_unloadable_name_falls_back_to_the_committed_classifier():
+    name = "no-such-org/no-such-model-for-cmixlib-tests"
+    with pytest.warns(UserWarning, match="not available"):
+        b = cmixlib.load_classifier("sst2", name)
+    assert b.is_fallback and b.requested == name and b.name == cmixlib.models.FALLBACK_NAME
+    assert "offline fallback" in b.describe() and "committed weights" in b.describe()
+    with pytest.raises(cmixlib.models.ModelLoadError):
+        cmixlib.load_classifier("sst2", name, allow_fallback=False)
+
+
+def test_the_experiments_read_the_committed_classifiers_by_default():
+    from cmixlib.experiments import Sources
+
+    sources = Sources().bind(_spec("globenc-correlations"))
+    with pytest.warns(UserWarning):             # bert-base-uncased is not here: the offline model
+        bundle, info = sources.classifier("mnli")
+    assert info["accuracy"] == bundle.manifest["evaluation"]["accuracy"] and info["accuracy_n"] == 4000
+    rows = sources.classification_inputs(bundle, "mnli", None)   # the rows it never saw
+    xs, ys = cw.task_splits("mnli")["eval"]
+    assert len(rows) == len(xs) == 4000 and [r["label"] for r in rows] == list(ys)
+    enc = bundle.tokenizer(*xs[7])["input_ids"]
+    assert rows[7]["input_ids"] == enc[:512] and rows[7]["target_index"] == 0
+
+
+def test_model_b_of_the_committed_classifier_is_the_distilled_student():
+    from cmixlib.experiments import Sources
+
+    sources = Sources().bind(_spec("alti-fig7-consistency"))
+    b, info, how = sources.model_b(loaded("sst2"))
+    assert b.model.config.num_hidden_layers == 3 and "distilled student" in how
+    assert info["accuracy"] == b.manifest["evaluation"]["accuracy"]
+    # quick-mode settings (a brief fine-tune of A) never read the committed student
+    quick = Sources().bind(_spec("alti-fig7-consistency", cls_max_train_examples=8))
+    calls = []
+    quick.train_classifier = lambda task, model, **kw: calls.append(kw) or (loaded("sst2"), {})
+    quick.model_b(loaded("sst2"))
+    assert calls and calls[0]["keep_layers"] == [1, 3, 5]

@@ -143,6 +143,32 @@ def _save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def linear_schedule(opt, total: int, warmup: float):
+    """Linear warm-up over ``ceil(total * warmup)`` steps, then linear decay to 0 at ``total``."""
+    warm = math.ceil(total * warmup)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda k: k / max(1, warm) if k < warm else max(0.0, (total - k) / max(1, total - warm)))
+
+
+def resume(ckpt_path: Path, settings: dict, fingerprint: list, trainable: dict, opt, sched,
+           label: str) -> tuple[int, tuple, float, list] | None:
+    """Restore a run from ``ckpt_path`` (trainable tensors, optimiser, schedule, RNG) and return
+    ``(step, best, elapsed, curve)``; None when there is no checkpoint. A checkpoint made with
+    other ``settings`` or data ``fingerprint`` stops the program (delete it to restart)."""
+    if not ckpt_path.exists():
+        return None
+    ck = torch.load(ckpt_path, weights_only=False)
+    if ck["settings"] != settings or ck["data"] != fingerprint:
+        sys.exit(f"{ckpt_path} was made with other settings or data: delete {ckpt_path.parent} to restart.")
+    with torch.no_grad():
+        for n, p in trainable.items():
+            p.copy_(ck["trainable"][n])
+    opt.load_state_dict(ck["opt"]), sched.load_state_dict(ck["sched"])
+    torch.set_rng_state(ck["rng"])
+    print(f"[{label}] resuming at step {ck['step']}", flush=True)
+    return ck["step"], tuple(ck["best"]), ck["elapsed"], ck["curve"]
+
+
 def train_task(task: str, *, base: str | None = None, out_dir: Path | None = None,
                work_dir: Path | None = None, max_steps: int | None = None, export: bool = True,
                **overrides) -> dict:
@@ -166,21 +192,9 @@ def train_task(task: str, *, base: str | None = None, out_dir: Path | None = Non
     plan = batch_plan([len(e["input_ids"]) for e in enc_tr], s["batch_size"], s["epochs"], s["seed"])
     total = len(plan)
     opt = torch.optim.AdamW(list(trainable.values()), lr=s["lr"], weight_decay=s["weight_decay"])
-    warm = math.ceil(total * s["warmup"])
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda k: k / max(1, warm) if k < warm else max(0.0, (total - k) / max(1, total - warm)))
-    start, best, elapsed, curve = 0, (-1.0, -1), 0.0, []
-    if ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
-        if ck["settings"] != s or ck["data"] != [cw.sha256_file(f) for f in d["files"]]:
-            sys.exit(f"{ckpt_path} was made with other settings or data: delete {work} to restart.")
-        with torch.no_grad():
-            for n, p in trainable.items():
-                p.copy_(ck["trainable"][n])
-        opt.load_state_dict(ck["opt"]), sched.load_state_dict(ck["sched"])
-        torch.set_rng_state(ck["rng"])
-        start, best, elapsed, curve = ck["step"], tuple(ck["best"]), ck["elapsed"], ck["curve"]
-        print(f"[{task}] resuming at step {start}/{total}", flush=True)
+    sched = linear_schedule(opt, total, s["warmup"])
+    start, best, elapsed, curve = resume(ckpt_path, s, [cw.sha256_file(f) for f in d["files"]],
+                                         trainable, opt, sched, task) or (0, (-1.0, -1), 0.0, [])
     y = torch.as_tensor(ytr)
     model.train()
     t0, losses = time.perf_counter() - elapsed, []

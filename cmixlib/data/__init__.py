@@ -31,6 +31,7 @@ from .blimp import (PAPER_BLIMP_AGREEMENT_TOTAL, SPACY_MODEL, annotate_blimp, an
 from .blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, Cue, annotate_pair,
                           annotation_rules_hash, cue_for, expand_contractions, noun_number)
 from .inputs import load_sst2_inputs, load_sva
+from .hatexplain import load_hatexplain_rationale_inputs, load_hatexplain_rationales  # noqa: F401
 from .loaders import (BLIMP_AGREEMENT_SUBSETS, DATA_ENV_VAR, HATEXPLAIN_LABELS, HATEXPLAIN_SPLITS,
                       MNLI_LABEL2ID, SST2_SPLITS, DataError, DataFileNotFoundError,
                       MalformedDataError, data_dir, data_file, load_blimp, load_hatexplain,

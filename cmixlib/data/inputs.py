@@ -18,7 +18,8 @@ def load_sst2_inputs(tokenizer: Any, split: str = "dev", limit: int | None = Non
                      max_length: int | None = None) -> list[dict]:
     """SST-2 sentences tokenized for attribution, in file order.
 
-    Each dict has ``idx`` (row in the file), ``sentence``, ``label`` (0/1), ``input_ids`` (with
+    Each dict has ``idx`` (row in the file), ``sentence``, ``label`` (0/1; None for the unlabelled
+    ``"test"`` split), ``input_ids`` (with
     special tokens, no truncation or padding), ``tokens`` and ``target_index = 0``: the
     classification token (``[CLS]``/``<s>``) whose attribution row is evaluated, as in ALTI and
     GlobEnc. ``limit`` keeps the first ``limit`` sentences (ALTI used the first 1000 of its split;
@@ -33,7 +34,8 @@ def load_sst2_inputs(tokenizer: Any, split: str = "dev", limit: int | None = Non
         ids = tokenizer(sentence, add_special_tokens=True)["input_ids"]
         if max_length is not None and len(ids) > max_length:
             continue
-        out.append({"idx": idx, "sentence": sentence, "label": int(label), "input_ids": list(ids),
+        out.append({"idx": idx, "sentence": sentence, "label": None if label is None else int(label),
+                    "input_ids": list(ids),
                     "tokens": tokenizer.convert_ids_to_tokens(ids), "target_index": 0})
     return out
 

@@ -37,7 +37,7 @@ BLIMP_AGREEMENT_SUBSETS: dict[str, str] = {
     "rpsv": "regular_plural_subject_verb_agreement_1",
 }
 
-SST2_SPLITS = ("train", "dev")
+SST2_SPLITS = ("train", "dev", "test")
 
 HATEXPLAIN_SPLITS = ("train", "val", "test")
 
@@ -140,29 +140,38 @@ def _read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
 # raw loaders
 # --------------------------------------------------------------------------------------------
 def load_sst2(split: str = "dev") -> pd.DataFrame:
-    """GLUE SST-2 as a DataFrame with columns ``sentence`` (str) and ``label`` (int).
+    """GLUE SST-2 as a DataFrame with columns ``sentence`` (str) and ``label`` (int, or None).
 
-    ``split`` is ``"dev"`` (872 sentences, the GLUE validation set used by GlobEnc) or
-    ``"train"`` (67,349 phrases). The labels are 0 = negative, 1 = positive. The GLUE test split is
-    unlabelled and not shipped. Sentences are lower-cased and PTB-tokenised as in GLUE; the trailing
-    space GLUE leaves before the tab is stripped. Row order follows the file.
+    ``split`` is ``"dev"`` (872 sentences, the GLUE validation set used by GlobEnc), ``"train"``
+    (67,349 phrases) or ``"test"`` (1,821 sentences, **unlabelled**: ``label`` is None; the
+    split ALTI's experiments draw from). The labels are 0 = negative, 1 = positive. Sentences are
+    lower-cased and PTB-tokenised as in GLUE; the trailing space GLUE leaves before the tab is
+    stripped. Row order follows the file.
     """
     if split not in SST2_SPLITS:
         raise ValueError(f"split must be one of {SST2_SPLITS}, not {split!r}")
     path = data_file("sst2", f"{split}.tsv")
     lines = _read_lines(path)
-    if not lines or lines[0].rstrip("\r") != "sentence\tlabel":
-        raise MalformedDataError(f"{path}: the first line must be the header 'sentence<TAB>label'. "
+    header, form = (("index\tsentence", "'index<TAB>sentence'") if split == "test"
+                    else ("sentence\tlabel", "'sentence<TAB>0|1'"))
+    if not lines or lines[0].rstrip("\r") != header:
+        raise MalformedDataError(f"{path}: the first line must be the header {header!r}. "
                                  "Restore the file from git.")
     sentences, labels = [], []
     for n, line in enumerate(lines[1:], start=2):
         parts = line.rstrip("\r").split("\t")
-        if len(parts) != 2 or parts[1] not in ("0", "1"):
-            raise MalformedDataError(f"{path}, line {n}: expected 'sentence<TAB>0|1', got {line[:80]!r}. "
+        ok = len(parts) == 2 and (parts[0].isdigit() if split == "test" else parts[1] in ("0", "1"))
+        if not ok:
+            raise MalformedDataError(f"{path}, line {n}: expected {form}, got {line[:80]!r}. "
                                      "Restore the file from git.")
-        sentences.append(parts[0].strip())
-        labels.append(int(parts[1]))
-    return pd.DataFrame({"sentence": sentences, "label": labels})
+        if split == "test":
+            sentences.append(parts[1].strip())
+            labels.append(None)
+        else:
+            sentences.append(parts[0].strip())
+            labels.append(int(parts[1]))
+    return pd.DataFrame({"sentence": sentences, "label": pd.Series(labels, dtype=object)
+                         if split == "test" else labels})
 
 
 def load_mnli() -> pd.DataFrame:

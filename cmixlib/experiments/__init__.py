@@ -15,10 +15,11 @@ computation).
 
 **Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
 ``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version).
-The code version (:func:`code_version`) hashes the source of every ``.py`` file under
-``cmixlib/`` that can change a result (all but the presentation modules: plots, notebook setup,
-CLI, exercise checkers), so any such code change, a different model or any changed setting
-recomputes.
+The code version (:func:`code_version`) hashes the code of every module of ``cmixlib`` that the
+experiment's module imports, transitively (:func:`cmixlib.cache.result_closure`; not the
+presentation modules: plots, notebook setup, CLI, exercise checkers), and the committed weights'
+manifests, so a change to that code, a different model or any changed setting recomputes, and
+an edit of a module the experiment does not import does not.
 
 **Your own models or data.** ``run_experiment(name, model="my-model", sources=MySources())``
 with a subclass of :class:`Sources` that overrides what it should load (e.g. ``mlm(condition)``,
@@ -26,6 +27,7 @@ with a subclass of :class:`Sources` that overrides what it should load (e.g. ``m
 random models.
 
 Modules: :mod:`~cmixlib.experiments.runner` (declaration, registry, cache, run),
+:mod:`~cmixlib.experiments.spec` (the frozen run spec passed down),
 :mod:`~cmixlib.experiments.sources` (models and examples), :mod:`~cmixlib.experiments.common`
 (shared batching and metrics), and one module per paper. Registered experiments (``cmix list``;
 each compute function's docstring gives the exact recipe):
@@ -44,23 +46,25 @@ alti-table2                    Spearman with grad-l2 (SST-2), blank-out     clas
 globenc-correlations           Spearman with G×I saliency per layer,        classifier(s)*        globenc
                                GlobEnc Table 1 / Figure 3 / Table 2
 alti-fig7-consistency          Spearman between two models' attributions    2 SST-2 classifiers*  alti
-                               (same prediction), ALTI Figure 7             (B: a layer-pruned
+                               (same prediction), ALTI Figure 7             (B: the distilled
                                                                             student offline)
 globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST-2 classifier*     globenc
-                               input per layer, GlobEnc Figure 4 (99% CI)   (slow: n·d backward
-                                                                            passes per layer)
+                               input per layer, GlobEnc Figure 4 (99% CI)   (closed-form
+                                                                            Jacobian blocks)
 alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti
                                representations, transformed vectors and     (or the encoder)
                                attention-block outputs, ALTI Figure 3
 =============================  ===========================================  ====================  =============
 
-(*) trained and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such
-head (e.g. the offline MiniLM fallback); slow on CPU. ``--limit`` keeps the first N examples.
+(*) classifiers: committed for the offline MiniLM (:func:`cmixlib.load_classifier`,
+:func:`cmixlib.load_student`), trained once by the same recipe for another model; MLMs: trained
+and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such head. ``--limit``
+keeps the first N examples.
 """
 from __future__ import annotations
 
 from ..cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
-from . import alti, globenc, value_zeroing
+from . import alti, globenc, plausibility, value_zeroing
 from .alti import FIG7_METHODS
 from .common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch, comparison_table,
                      map_agreement, mean_ci, mlm_target, padded_batch, target_rows,
@@ -70,9 +74,10 @@ from .runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment, RunRes
                      code_version, list_experiments, presentation_files, register, results_root,
                      run_experiment)
 from .sources import Data, Inputs, Model, ModelByCondition, Sources, blimp_sample, load_condition_mlm
+from .spec import RunSpec
 from .value_zeroing import VZ_DISTANCE_VARIANTS, VZ_GLOBAL_METHODS, VZ_LAYER_METHODS, align_key_note
 
-__all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
+__all__ = ["Experiment", "Context", "RunSpec", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",
            "results_root", "cache_key", "comparison_table", "Sources", "Model", "ModelByCondition", "Data", "Inputs",
            "load_condition_mlm", "blimp_sample", "padded_batch",
@@ -87,4 +92,5 @@ for _experiment in (globenc.LN_OUTLIERS, alti.FIG6_SPECIAL_RANKS, value_zeroing.
                     value_zeroing.FAITHFULNESS, alti.TABLE2, globenc.CORRELATIONS,
                     alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT, alti.FIG3_ANISOTROPY):
     register(_experiment)
+register(plausibility.PLAUSIBILITY)        # beyond the papers
 del _experiment

@@ -22,9 +22,9 @@ __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "
 # Figure 6: normalised rank of special tokens
 # ============================================================================================
 def fig6_special_ranks(ctx: Context) -> dict[str, pd.DataFrame]:
-    """For each SST-2 dev sentence, the final-layer [CLS] row of each method is turned into normalised
+    """For each SST-2 test sentence (the first ``limit``, as ALTI's code), the final-layer [CLS] row of each method is turned into normalised
     dense ranks and the ranks of [CLS], [SEP], "." and "," are averaged; then the mean over sentences.
-    ``condition="finetuned"`` trains an SST-2 classifier (cmixlib.training); ``"pretrained"`` uses
+    ``condition="finetuned"`` reads the SST-2 classifier (:meth:`Sources.classifier`); ``"pretrained"`` uses
     the bare encoder (no gradient method then). Paper numbers: the ALTI repository's values."""
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
@@ -44,7 +44,7 @@ FIG6_SPECIAL_RANKS = Experiment(
     name="alti-fig6-special-ranks", title="Mean normalised rank of [CLS]/[SEP]/./, on SST-2",
     paper="ALTI (Figure 6)", compute=fig6_special_ranks,
     inputs=Inputs(ModelByCondition({"finetuned": SST2_CLASSIFIER, "pretrained": Model("base")}),
-                  Data("sst2")),
+                  Data("sst2_test")),
     defaults={"condition": "finetuned", "methods": ["attention", "attention_rollout",
                                                     "rollout:attn_norm_res_ln", "alti", "grad_l2"],
               "rank_scheme": "dense", **CLASSIFIER_SETTINGS},
@@ -77,14 +77,15 @@ def _blankout_reference(bundle, batch, methods, settings):
 
 #: Table 2's tasks: label, model and examples, and the reference each method is correlated with.
 TABLE2_TASKS = {
-    "sst2": {"label": "SST-2", "inputs": Inputs(SST2_CLASSIFIER, Data("sst2")), "reference": _grad_reference},
+    "sst2": {"label": "SST-2", "inputs": Inputs(SST2_CLASSIFIER, Data("sst2_test")), "reference": _grad_reference},
     "sva": {"label": "SVA", "inputs": Inputs(Model("mlm", "pretrained"), Data("sva")),
             "reference": _blankout_reference},
 }
 
 
 def table2(ctx: Context) -> dict[str, pd.DataFrame]:
-    """SST-2 (dev split, a classifier fine-tuned by cmixlib.training): Spearman between the
+    """SST-2 (the first ``limit`` test sentences, as ALTI's code; the classifier of
+    :meth:`Sources.classifier`): Spearman between the
     final-layer [CLS] row of each method and grad-l2 of the predicted class probability w.r.t. the
     word embeddings. SVA (Linzen data, pre-trained MLM, ``limit`` or 500 random sentences): Spearman
     between the [MASK] row and blank-out (token -> ``blankout_replacement``, probability of the
@@ -157,8 +158,8 @@ def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s) -> dict[str, np.
 
 def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     """ALTI Figure 7: two SST-2 classifiers that share a tokenizer (model A = ``--model``, fine-tuned
-    by cmixlib.training; model B from ``model_b``, see :meth:`Sources.model_b
-    <cmixlib.experiments.sources.Sources.model_b>`) explain each SST-2 dev sentence on which they
+    by :meth:`Sources.classifier`; model B from ``model_b``, see :meth:`Sources.model_b
+    <cmixlib.experiments.sources.Sources.model_b>`) explain each SST-2 test sentence (the first ``limit``) on which they
     predict the same class c. Per method, the attribution vectors of the two models (ALTI:
     final-layer [CLS] row of the rollout; gradients w.r.t. the input word embeddings of p_c:
     grad-l2 ||g_j||, gradient·input |g_j·x_j|, IG with a [MASK] baseline and ``ig_steps`` steps,
@@ -187,8 +188,9 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     for k, ex in enumerate(ctx.tqdm(examples, desc="ALTI Figure 7")):
         ids = ids_tensor(ex)
         ca, cb = predicted_class(bundle_a.model, ids), predicted_class(bundle_b.model, ids)
-        correct["A"] += int(ca == int(ex["label"]))
-        correct["B"] += int(cb == int(ex["label"]))
+        if ex.get("label") is not None:        # the test split is unlabelled
+            correct["A"] += int(ca == int(ex["label"]))
+            correct["B"] += int(cb == int(ex["label"]))
         if ca != cb:
             continue
         agree += 1
@@ -200,10 +202,11 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
             per_rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "predicted": ca, "method": m,
                              "spearman": rho})
     n = len(examples)
+    labelled = all(ex.get("label") is not None for ex in examples)
     result = pd.DataFrame([{"method": m, **mean_ci(v, s["confidence"])} for m, v in per.items()])
     models = pd.DataFrame([
         {"model": role, "description": describe(b), "layers": num_layers(b.model),
-         "dev_accuracy": (i or {}).get("accuracy"), "sample_accuracy": correct[role] / max(1, n), "n": n}
+         "dev_accuracy": (i or {}).get("accuracy"), "sample_accuracy": (correct[role] / max(1, n) if labelled else None), "n": n}
         for role, b, i in (("A", bundle_a, info_a), ("B", bundle_b, info_b))])
     agreement = pd.DataFrame([{"n_sentences": n, "n_same_prediction": agree,
                                "agreement_rate": agree / max(1, n)}])
@@ -233,7 +236,7 @@ FIG7_CONSISTENCY = Experiment(
     name="alti-fig7-consistency",
     title="Spearman between two models' attributions where both predict the same class (SST-2)",
     paper="ALTI (Figure 7)", compute=fig7_consistency,
-    inputs=Inputs(SST2_CLASSIFIER, Data("sst2"), also="model B (Sources.model_b, setting model_b)"),
+    inputs=Inputs(SST2_CLASSIFIER, Data("sst2_test"), also="model B (Sources.model_b, setting model_b)"),
     defaults={"methods": FIG7_METHODS, "model_b": "auto", "keep_layers": None, "ig_steps": 100,
               "include_special": True, "confidence": 0.95, **CLASSIFIER_SETTINGS,
               "b_cls_epochs": None, "b_cls_max_train_examples": 6000},
@@ -250,7 +253,7 @@ FIG3_ISOTROPY_THRESHOLD = 0.1
 def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
     """ALTI Figure 3 (the quantity of the repository's ``get_cos_mean``), with exact expectations
     (:mod:`cmixlib.anisotropy`) in place of one random pair of positions per sentence. For each
-    SST-2 dev sentence (the first ``limit``; the code: the first 500 of the GLUE *test* split)
+    SST-2 test sentence (the first ``limit``, as the code: the first 500 of the GLUE test split)
     and layer, the mean pairwise cosine (c = (||sum_k u_k||^2 - N) / (N(N-1)), u_k unit vectors)
     of: ``hidden``, the token representations of layers 0..L (embedding output, layer outputs;
     the code's solid line); ``transformed``, for each query i of layer l = 1..L the transformed
@@ -369,6 +372,6 @@ FIG3_ANISOTROPY = Experiment(
     title="Mean cosine of token representations and of transformed vectors per layer (SST-2)",
     paper="ALTI (Figure 3)", compute=fig3_anisotropy,
     inputs=Inputs(ModelByCondition({"finetuned": SST2_CLASSIFIER, "pretrained": Model("base")}),
-                  Data("sst2")),
+                  Data("sst2_test")),
     defaults={"condition": "finetuned", "include_special": True, "pool": "queries", **CLASSIFIER_SETTINGS},
     paper_numbers=pn.alti_repo_anisotropy, compare=_fig3_compare, summary=_fig3_summary)

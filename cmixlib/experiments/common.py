@@ -3,7 +3,7 @@ target (or [CLS]) row of every method for a padded batch, excluded positions, me
 t intervals, correlations of maps, and our numbers beside the papers'."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -11,9 +11,7 @@ import pandas as pd
 from .. import evaluation as ev
 from ..arch import num_layers
 from ..batching import length_batches, pad_sequences
-
-if TYPE_CHECKING:
-    from .runner import Context
+from .spec import RunView
 
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
@@ -131,7 +129,7 @@ def target_rows(bundle, ex, methods: list[str], settings: Mapping, *, level: str
     return target_rows_batch(bundle, [ex], methods, settings, level=level, seeds=[seed])[0]
 
 
-def batched_rows(ctx: "Context", bundle, examples: list[dict], *, level: str, desc: str):
+def batched_rows(ctx: RunView, bundle, examples: list[dict], *, level: str, desc: str):
     """Yield ``(index, example, {method: target-row scores})`` for ``ctx.settings["methods"]``, one
     length batch at a time (:func:`target_rows_batch`), with a progress bar; the random baseline of
     example ``i`` is seeded with ``seed * 100003 + i``."""
@@ -145,7 +143,7 @@ def batched_rows(ctx: "Context", bundle, examples: list[dict], *, level: str, de
             bar.update(len(idx))
 
 
-def batched(ctx: "Context", examples: list[dict], rows, *, desc: str) -> dict[int, Any]:
+def batched(ctx: RunView, examples: list[dict], rows, *, desc: str) -> dict[int, Any]:
     """``{index: rows(batch)[k]}`` over the length batches of ``examples`` (``rows`` maps a list of
     examples to one value per example), with a progress bar."""
     out: dict[int, Any] = {}

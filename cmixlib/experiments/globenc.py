@@ -182,9 +182,9 @@ FIG4_VARIANTS: dict[str, dict] = {"map_raw": {"unit": "map", "diagonal": True},
 
 
 def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
-    """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (cmixlib.training): for
-    the first ``limit`` dev sentences with at most ``max_tokens`` tokens ([CLS]/[SEP] included;
-    GlobEnc: the first 256, at most 64 tokens), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
+    """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (:meth:`Sources.classifier`):
+    for the first ``limit`` dev sentences (with ``max_tokens``, only those of at most that many
+    tokens, [CLS]/[SEP] included; None: no cap; GlobEnc: the first 256), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
     c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
     ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
     in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
@@ -201,10 +201,12 @@ def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting
     methods = list(s["methods"])
     bundle, _, pool = ctx.load_inputs()
-    examples = [ex for ex in pool if len(ex["input_ids"]) <= int(s["max_tokens"])]
+    cap = s["max_tokens"]
+    examples = [ex for ex in pool if cap is None or len(ex["input_ids"]) <= int(cap)]
     examples = examples if ctx.limit is None else examples[:ctx.limit]
     ctx.info["data_size"] = len(examples)
-    ctx.note(f"sentences: the first {len(examples)} SST-2 dev sentences with at most {s['max_tokens']} tokens "
+    ctx.note(f"sentences: the first {len(examples)} SST-2 dev sentences"
+             + (f" with at most {cap} tokens" if cap is not None else "") + " "
              f"(mean length {np.mean([len(e['input_ids']) for e in examples]) if examples else 0:.1f} tokens)")
     rows, seconds = [], []
     for k, ex in enumerate(ctx.tqdm(examples, desc="HTA")):
@@ -242,6 +244,6 @@ HTA_AGREEMENT = Experiment(
     title="Single-layer correlation of N-Res / N-ResLN / N-Enc maps with HTA × input maps (SST-2)",
     paper="GlobEnc (Figure 4)", compute=hta_agreement,
     inputs=Inputs(SST2_CLASSIFIER, Data("sst2", limit=whole_split)),
-    defaults={"methods": FIG4_METHODS, "correlation": "pearson", "max_tokens": 64,
+    defaults={"methods": FIG4_METHODS, "correlation": "pearson", "max_tokens": None,
               "times_input": True, "confidence": 0.99, **CLASSIFIER_SETTINGS},
     summary=_fig4_summary)

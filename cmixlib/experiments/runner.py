@@ -8,8 +8,9 @@ sidecar (and the papers' numbers as ``paper.csv``) and returns a :class:`RunResu
 
 **Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
 ``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version);
-the code version (:func:`code_version`) hashes the source of every module of cmixlib that can
-change a result, so any such code change, a different model or any changed setting recomputes.
+the code version (:func:`code_version`) hashes the source of every module of cmixlib the
+experiment imports (and the committed weights' manifests), so a change to that code, a different
+model or any changed setting recomputes, and an edit elsewhere does not.
 """
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ import pandas as pd
 from ..models import default_device, model_device, resolve_device, use_device
 from ..validation import InputError, check_bool, check_choice, check_positive_int
 from ..validation import describe as show
-from ..cache import PACKAGE_DIR, cache_root, jsonable, source_files, source_hash, stable_hash
+from ..cache import (PACKAGE_DIR, cache_root, code_text, jsonable, result_closure, source_files,
+                     stable_hash)
 from .common import describe
 from .sources import Inputs, Sources
+from .spec import RunSpec
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
-           "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",
+           "list_experiments", "code_version", "code_files", "PRESENTATION_MODULES", "presentation_files",
            "results_root", "cache_key"]
 
 Frames = Mapping[str, pd.DataFrame]
@@ -98,23 +101,35 @@ def register(experiment: Experiment | str, **declaration):
 @dataclass
 class Context:
     """What an experiment's ``compute`` receives: the run's model name, ``limit``, merged
-    ``settings`` and progress flag; ``sources`` (bound to this context) for its models and
-    examples, as declared in ``inputs`` (:meth:`load_inputs`); ``notes`` and ``info``, which go
-    to ``meta.json``."""
+    ``settings`` (read-only) and progress flag, frozen together as :attr:`spec`
+    (:class:`~cmixlib.experiments.spec.RunSpec`); ``sources`` (bound to that spec) for its models
+    and examples, as declared in ``inputs`` (:meth:`load_inputs`); ``notes`` and ``info``, which
+    go to ``meta.json``. A run's identity does not change once it starts: to run other settings,
+    make another Context."""
 
     experiment: str
     model: str
     limit: int | None
-    settings: dict
+    settings: Mapping[str, Any]
     progress: bool = True
     notes: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)   # model_description, data_size, ... (meta.json)
     sources: Sources | None = None
     inputs: Inputs | Mapping[str, Inputs] | None = None
+    spec: RunSpec = field(init=False)
     _devices: set = field(default_factory=set, init=False, repr=False)   # meta.json "device"
 
     def __post_init__(self):
-        self.sources = (self.sources if self.sources is not None else Sources()).bind(self)
+        self.spec = RunSpec(self.experiment, self.model, self.limit, self.settings, self.progress)
+        self.settings = self.spec.settings
+        self.sources = (self.sources if self.sources is not None else Sources()).bind(self.spec, self.note)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("experiment", "model", "limit", "settings", "progress") and "spec" in self.__dict__ \
+                and value is not getattr(self.spec, name):
+            raise AttributeError(f"Context.{name} is fixed for the run (its RunSpec); make a new "
+                                 "Context to run other settings.")
+        super().__setattr__(name, value)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -197,10 +212,6 @@ def results_root() -> Path:
 PRESENTATION_MODULES = frozenset({"book", "book_runs", "cli", "exercises", "plotting", "reproduction",
                                   "verdicts"})
 
-#: The adapted MLM's manifest (it holds its weights' checksums), part of the code version.
-_MLM_MANIFEST = Path("assets") / "minilm_mlm" / "manifest.json"
-
-
 def presentation_files() -> frozenset[str]:
     """The ``.py`` files of :data:`PRESENTATION_MODULES` (all files of a sub-package), as paths
     relative to the package (as :func:`cmixlib.cache.source_files` takes them)."""
@@ -208,14 +219,30 @@ def presentation_files() -> frozenset[str]:
                      for f in source_files(*sorted(PRESENTATION_MODULES), missing_ok=True))
 
 
-def code_version() -> str:
-    """Hash (12 hex) of the source of every ``.py`` file under ``cmixlib/`` (sub-packages
-    included, :func:`cmixlib.cache.source_hash`) but those of :data:`PRESENTATION_MODULES`, and
-    of the adapted MLM's manifest."""
-    h = hashlib.sha256(source_hash(exclude=presentation_files()).encode())
-    manifest = PACKAGE_DIR / _MLM_MANIFEST
-    if manifest.exists():
-        h.update(manifest.read_bytes())
+def code_files(experiment: str | None = None) -> list[Path]:
+    """The ``.py`` files of cmixlib a result of ``experiment`` depends on: those its module
+    imports, transitively (:func:`cmixlib.cache.result_closure`; an experiment declared outside
+    cmixlib, e.g. in a notebook, and ``None``: every file), less :data:`PRESENTATION_MODULES`."""
+    exp = REGISTRY.get(experiment) if experiment is not None else None
+    module = getattr(exp.compute, "__module__", "") if exp is not None else ""
+    if module.startswith(f"{PACKAGE_DIR.name}."):
+        files = result_closure([module])
+    else:
+        files = source_files()
+    skip = presentation_files()
+    return [f for f in files if f.relative_to(PACKAGE_DIR).as_posix() not in skip]
+
+
+def code_version(experiment: str | None = None) -> str:
+    """Hash (12 hex) of the code of :func:`code_files` (docstrings and comments left out,
+    :func:`cmixlib.cache.code_text`) and of the committed weights' manifests (they hold the
+    weights' checksums: ``cmixlib/assets/*/manifest.json``, ``assets/classifiers/*/``): editing a
+    module re-runs only the experiments that import it."""
+    h = hashlib.sha256()
+    for f in sorted(code_files(experiment)):
+        h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(f).encode() + b"\0")
+    for manifest in sorted((PACKAGE_DIR / "assets").rglob("manifest.json")):
+        h.update(manifest.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + manifest.read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -363,7 +390,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     else:
         default_device()
     model_name = _resolve_model(model)
-    version = code_version()
+    version = code_version(name)
     key = cache_key(name, model_name, limit, merged, version)
     directory = results_root() / name / key
     cached = _load_cached(directory) if use_cache else None

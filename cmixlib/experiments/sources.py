@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..arch import num_layers
-
-if TYPE_CHECKING:
-    from .runner import Context
+from .spec import RunSpec
 
 __all__ = ["Sources", "Model", "ModelByCondition", "Data", "Inputs", "whole_split",
            "load_condition_mlm", "blimp_sample", "SST2_CLASSIFIER",
            "CLASSIFIER_SETTINGS", "FINETUNED_MLM_SETTINGS"]
 
-#: Settings (with their defaults) of an experiment that reads a classifier (:meth:`Sources.classifier`).
-CLASSIFIER_SETTINGS = {"cls_epochs": 2, "cls_max_train_examples": 1500, "cls_max_dev_examples": None}
+#: Settings (with their defaults) of an experiment that reads a classifier (:meth:`Sources.classifier`):
+#: all None, the classifiers of :func:`cmixlib.load_classifier` (committed for the offline model,
+#: trained by the same recipe for any other); a number of training examples instead fine-tunes
+#: the run's model briefly (:func:`cmixlib.training.train_classifier`; quick mode, tests).
+CLASSIFIER_SETTINGS = {"cls_epochs": None, "cls_max_train_examples": None, "cls_max_dev_examples": None}
 
 #: Settings of an experiment that reads the fine-tuned MLM (:func:`load_condition_mlm`; None:
 #: :mod:`cmixlib.training`'s defaults).
@@ -76,29 +77,38 @@ class Sources:
     singular/plural); SST-2 sentences ``tokens`` and ``label``; classification inputs ``label``.
 
     :func:`run_experiment` hands the experiment a copy bound to the run (:meth:`bind`), so a
-    method can read :attr:`context` (model name, settings, progress, ``note()``).
+    method can read :attr:`spec` (the frozen :class:`~cmixlib.experiments.spec.RunSpec`: model
+    name, limit, settings, progress) and write to the run's notes with :meth:`note`.
     """
 
-    context: "Context | None" = None
+    spec: RunSpec | None = None
+    _note_sink: Callable[[str], None] | None = None
 
-    def bind(self, context: "Context") -> "Sources":
-        """A copy of these sources for the run ``context``."""
+    def bind(self, spec: RunSpec, note: Callable[[str], None] | None = None) -> "Sources":
+        """A copy of these sources for the run ``spec``; ``note(text)`` records a note of the run."""
+        if not isinstance(spec, RunSpec):
+            raise TypeError(f"Sources.bind takes a RunSpec, not {type(spec).__name__}.")
         bound = copy.copy(self)
-        bound.context = context
+        bound.spec, bound._note_sink = spec, note
         return bound
+
+    def note(self, text: str) -> None:
+        """Add ``text`` to the run's notes (``meta.json``); nothing when unbound."""
+        if self._note_sink is not None:
+            self._note_sink(text)
 
     # the run's model name, settings and progress flag (defaults when unbound)
     @property
     def _model(self) -> str | None:
-        return self.context.model if self.context is not None else None
+        return self.spec.model if self.spec is not None else None
 
     @property
     def _settings(self) -> Mapping:
-        return self.context.settings if self.context is not None else {}
+        return self.spec.settings if self.spec is not None else {}
 
     @property
     def _progress(self) -> bool:
-        return self.context.progress if self.context is not None else False
+        return self.spec.progress if self.spec is not None else False
 
     def mlm(self, condition: str) -> tuple[Any, dict | None]:
         """The Value Zeroing experiments' MLM for ``condition`` (:func:`load_condition_mlm`)."""
@@ -112,16 +122,28 @@ class Sources:
         return training.train_classifier(task, model, **kw)
 
     def _classifier_kw(self) -> dict:
-        """Training arguments from the run's ``cls_max_train_examples``, ``cls_epochs`` and
-        ``cls_max_dev_examples`` (the dev rows its accuracy is measured on; None: all)."""
+        """Training arguments from the run's ``cls_max_train_examples``, ``cls_epochs`` (None: 2)
+        and ``cls_max_dev_examples`` (the dev rows its accuracy is measured on; None: all)."""
         s = self._settings
         return dict(max_train_examples=s.get("cls_max_train_examples"),
                     max_dev_examples=s.get("cls_max_dev_examples"),
-                    epochs=s.get("cls_epochs", 2), progress=self._progress)
+                    epochs=s.get("cls_epochs") or 2, progress=self._progress)
 
     def classifier(self, task: str) -> tuple[Any, dict | None]:
-        """The run's model fine-tuned on ``task`` (settings ``cls_epochs``, ``cls_max_train_examples``)."""
-        return self.train_classifier(task, self._model, **self._classifier_kw())
+        """The run's model fine-tuned on ``task``: with ``cls_max_train_examples`` None (default),
+        :func:`cmixlib.load_classifier` (the committed classifier of the offline model, also the
+        fallback when the run's model does not load; any other model trained once by the same
+        recipe), ``info["accuracy"]`` its measured accuracy on the evaluation split; with a
+        number, a brief fine-tune on that many examples (:meth:`train_classifier`)."""
+        if self._settings.get("cls_max_train_examples") is not None:
+            return self.train_classifier(task, self._model, **self._classifier_kw())
+        from ..classifier_weights import load_classifier
+
+        bundle = load_classifier(task, self._model)
+        ev = bundle.manifest.get("evaluation") or {}
+        info = {"accuracy": ev.get("accuracy"), "accuracy_split": ev.get("split"),
+                "accuracy_n": ev.get("n")}
+        return bundle, info
 
     def base(self) -> tuple[Any, dict | None]:
         """The bare pre-trained encoder (:func:`cmixlib.load_model`)."""
@@ -139,6 +161,13 @@ class Sources:
 
         return data.load_sst2_inputs(bundle.tokenizer, split="dev", limit=limit)
 
+    def sst2_test(self, bundle, limit: int | None) -> list[dict]:
+        """SST-2 test sentences (the first ``limit``; unlabelled, ``label`` None): the split ALTI's
+        analyses draw from, which need only the model's prediction."""
+        from .. import data
+
+        return data.load_sst2_inputs(bundle.tokenizer, split="test", limit=limit)
+
     def sva(self, bundle, limit: int | None) -> list[dict]:
         """Subject-verb agreement sentences (Linzen et al.): ``limit`` or 500, seed 0."""
         from .. import data
@@ -147,12 +176,18 @@ class Sources:
 
     def classification_inputs(self, bundle, task: str, limit: int | None) -> list[dict]:
         """The dev examples of a classification task (:func:`cmixlib.training.classification_data`;
-        SST-2: :meth:`sst2`), target position 0 ([CLS])."""
+        SST-2: :meth:`sst2`), target position 0 ([CLS]). MNLI with a classifier that holds
+        ``heldout_indices`` (:func:`cmixlib.load_classifier`): its held-out dev-matched rows."""
         if task == "sst2":
             return self.sst2(bundle, limit)
         from .. import training
 
-        xs, ys = training.classification_data(task, max_dev_examples=limit)["dev"]
+        if task == "mnli" and getattr(bundle, "heldout_indices", None) is not None:
+            from ..classifier_weights import task_splits   # rows this classifier never saw
+
+            xs, ys = task_splits("mnli")["eval"]
+        else:
+            xs, ys = training.classification_data(task, max_dev_examples=limit)["dev"]
         out = []
         for x, y in zip(xs, ys):
             enc = bundle.tokenizer(*x) if isinstance(x, (list, tuple)) else bundle.tokenizer(x)
@@ -160,56 +195,85 @@ class Sources:
         return out[:limit] if limit is not None else out
 
     def model_b(self, bundle_a) -> tuple[Any, dict | None, str]:
-        """``(bundle, info, how)``: the second SST-2 classifier of ALTI Figure 7 (cmixlib.training).
+        """``(bundle, info, how)``: the second SST-2 classifier of ALTI Figure 7.
 
         Setting ``model_b="auto"``: ``distilbert-base-uncased`` when model A really is
         ``bert-base-uncased`` and DistilBERT can be loaded (the paper's pair), else ``"student"``.
-        ``"student"``: model A's pre-trained encoder with only the layers ``keep_layers``, then
-        fine-tuned like model A (no distillation). DistilBERT's student was initialised from BERT
-        by "taking one layer out of two" (Sanh et al. 2019; Hugging Face's script kept layers 0,
-        2, 4, 7, 9, 11: the first and the last); the default here is every other layer counted
-        from the top, so that the last layer, the one the classification head reads, is kept: 1,
-        3, 5 of 6 (MiniLM), 1, 3, ..., 11 of 12. Any other value of ``model_b`` is a model name,
-        loaded without the offline fallback.
-
-        Model B is fine-tuned with model A's ``cls_*`` settings except ``b_cls_max_train_examples``
-        (default 6,000 sentences) and ``b_cls_epochs`` (None: A's). A pruned student does not learn
-        SST-2 from A's 1,500 sentences: with MiniLM, lr 3e-5, 2 epochs, layers 0, 2, 4 reach a dev
-        accuracy of 0.509 and layers 1, 3, 5 0.538 (majority class 0.509); with 6,000 sentences
-        layers 1, 3, 5 reach 0.798.
+        ``"student"``: with the run's classifier settings at their defaults and model A the
+        committed classifier of the offline model, the committed **distilled student**
+        (:func:`cmixlib.load_student`: half of A's layers, initialised from every other layer of
+        A, trained by distillation from A on SST-2 train, as DistilBERT was made from BERT).
+        Otherwise (quick mode, tests, another model A) a pruned student: A's pre-trained encoder
+        with only the layers ``keep_layers`` (default: every other layer counted from the top, so
+        that the last layer, the one the classification head reads, is kept: 1, 3, 5 of 6), then
+        fine-tuned briefly (:meth:`train_classifier`, no distillation) with A's ``cls_*``
+        settings except ``b_cls_max_train_examples`` (default 6,000; None: A's) and
+        ``b_cls_epochs`` (None: A's). Any
+        other value of ``model_b`` is a model name, loaded without the offline fallback and
+        fine-tuned like A.
         """
-        s = self._settings
-        kw = self._classifier_kw()
+        choices = {"auto": self._model_b_auto, "student": self._model_b_student}
+        spec = self._settings["model_b"]
+        return choices[spec](bundle_a) if spec in choices else self._model_b_named(spec)
+
+    def _b_kw(self) -> dict:
+        """Brief fine-tuning arguments of a model B (A's, with the ``b_cls_*`` overrides)."""
+        s, kw = self._settings, self._classifier_kw()
         for key in ("max_train_examples", "epochs"):
             if s.get(f"b_cls_{key}") is not None:
                 kw[key] = s[f"b_cls_{key}"]
-        choices = {"auto": self._model_b_auto, "student": self._model_b_student}
-        spec = s["model_b"]
-        return choices[spec](bundle_a, kw) if spec in choices else self._model_b_named(spec, kw)
+        return kw
 
-    def _model_b_named(self, name: str, kw: dict) -> tuple[Any, dict | None, str]:
-        b, info = self.train_classifier("sst2", name, allow_fallback=False, **kw)
+    def _model_b_named(self, name: str) -> tuple[Any, dict | None, str]:
+        if self._settings.get("cls_max_train_examples") is None:
+            from ..classifier_weights import load_classifier
+
+            b = load_classifier("sst2", name, allow_fallback=False)
+            return b, {"accuracy": (b.manifest.get("evaluation") or {}).get("accuracy")}, name
+        b, info = self.train_classifier("sst2", name, allow_fallback=False, **self._b_kw())
         return b, info, name
 
-    def _model_b_auto(self, bundle_a, kw: dict) -> tuple[Any, dict | None, str]:
+    def _model_b_auto(self, bundle_a) -> tuple[Any, dict | None, str]:
         from ..models import ModelLoadError
 
         if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
             try:
-                b, info, _ = self._model_b_named("distilbert-base-uncased", kw)
+                b, info, _ = self._model_b_named("distilbert-base-uncased")
                 return b, info, "distilbert-base-uncased (the paper's second model)"
             except ModelLoadError:
-                self.context.note("model_b=auto: distilbert-base-uncased could not be loaded; "
+                self.note("model_b=auto: distilbert-base-uncased could not be loaded; "
                                   "a DistilBERT-style student is used")
-        return self._model_b_student(bundle_a, kw)
+        return self._model_b_student(bundle_a)
 
-    def _model_b_student(self, bundle_a, kw: dict) -> tuple[Any, dict | None, str]:
-        keep = self._settings["keep_layers"]
+    def _model_b_student(self, bundle_a) -> tuple[Any, dict | None, str]:
+        s = self._settings
+        manifest = getattr(bundle_a, "manifest", None) or {}
+        committed = (s.get("cls_max_train_examples") is None and s.get("keep_layers") is None
+                     and manifest.get("task") == "sst2"
+                     and getattr(bundle_a, "variant", "") == "fine-tuned on sst2 (committed weights)")
+        if committed:
+            from ..student_weights import load_student
+
+            b = load_student("sst2")
+            ev = b.manifest.get("evaluation") or {}
+            kept = b.manifest.get("keep_layers")
+            return b, {"accuracy": ev.get("accuracy")}, (
+                f"the committed distilled student of model A (teacher layers {kept} kept, "
+                "trained by distillation from A on SST-2 train; cmixlib.load_student)")
+        keep = s["keep_layers"]
         n = num_layers(bundle_a.model)
         keep = list(keep) if keep is not None else list(range(n - 1, -1, -2))[::-1]
-        b, info = self.train_classifier("sst2", self._model, keep_layers=keep, **kw)
+        b, info = self.train_classifier("sst2", self._model, keep_layers=keep, **self._b_kw())
         return b, info, (f"DistilBERT-style student of model A's pre-trained encoder: layers {list(keep)} "
                          "kept, then fine-tuned on SST-2 like model A (no distillation)")
+
+    def hatexplain_rationales(self, bundle, limit: int | None) -> list[dict]:
+        """HateXplain posts with a majority rationale of the run's ``split`` setting (default
+        ``"test"``), the first ``limit`` (:func:`cmixlib.data.load_hatexplain_rationale_inputs`)."""
+        from ..data.hatexplain import load_hatexplain_rationale_inputs
+
+        return load_hatexplain_rationale_inputs(bundle.tokenizer, self._settings.get("split", "test"),
+                                                limit)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,7 +283,7 @@ def _fill(arg: str | None, sources: Sources, task: str | None) -> tuple:
     """``()`` or ``(arg,)`` with "{condition}" / "{task}" filled in from the run."""
     if arg is None:
         return ()
-    return (arg.format(condition=sources.context.settings.get("condition"), task=task),)
+    return (arg.format(condition=sources.spec.settings.get("condition"), task=task),)
 
 
 def _named(what: str, arg: str | None) -> str:
@@ -253,7 +317,7 @@ class ModelByCondition:
     choices: Mapping[str, Model]
 
     def load(self, sources: Sources, task: str | None = None) -> tuple[Any, dict | None]:
-        condition = sources.context.settings["condition"]
+        condition = sources.spec.settings["condition"]
         if condition not in self.choices:
             raise ValueError(f"condition must be one of {list(self.choices)}, not {condition!r}")
         return self.choices[condition].load(sources, task)
@@ -262,7 +326,7 @@ class ModelByCondition:
         return " / ".join(f"{model} if {c}" for c, model in self.choices.items())
 
 
-def whole_split(context: "Context") -> None:
+def whole_split(spec: RunSpec) -> None:
     """A :class:`Data` limit: every example (the experiment applies the run's limit itself)."""
     return None
 
@@ -270,19 +334,19 @@ def whole_split(context: "Context") -> None:
 @dataclass(frozen=True)
 class Data:
     """Examples an experiment reads: :class:`Sources` method ``kind`` (``"blimp"``, ``"sst2"``,
-    ``"sva"``, ``"classification_inputs"``) called with the model's bundle, ``arg`` (as for
-    :class:`Model`) and ``limit(context)`` (default: the run's ``limit``)."""
+    ``"sst2_test"``, ``"sva"``, ``"classification_inputs"``) called with the model's bundle, ``arg`` (as for
+    :class:`Model`) and ``limit(spec)`` (default: the run's ``limit``)."""
 
     kind: str
     arg: str | None = None
-    limit: Callable[["Context"], int | None] | None = None
+    limit: Callable[[RunSpec], int | None] | None = None
 
     def load(self, sources: Sources, bundle, task: str | None = None) -> list[dict]:
-        limit = self.limit(sources.context) if self.limit is not None else sources.context.limit
+        limit = self.limit(sources.spec) if self.limit is not None else sources.spec.limit
         return getattr(sources, self.kind)(bundle, *_fill(self.arg, sources, task), limit)
 
     def __str__(self) -> str:
-        what = {"blimp": "BLiMP agreement", "sst2": "SST-2 dev", "sva": "SVA",
+        what = {"blimp": "BLiMP agreement", "sst2": "SST-2 dev", "sst2_test": "SST-2 test", "sva": "SVA",
                 "classification_inputs": "dev split"}.get(self.kind, self.kind)
         return _named(what, self.arg)
 
