@@ -81,7 +81,7 @@ BOOK_RUNS: dict[str, BookRun] = {
         "alti-fig6-special-ranks", 500, 2, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 540 SST-2 test sentences, so that about 500 on which the two models predict the
     # same class are compared (model B: the distilled 3-layer student; 100-step IG for both
-    # models, about 2.5 s a sentence on one core: the longest run of the book)
+    # models, about 2.8 s a sentence on one core: the longest run of the book)
     "alti-fig7": BookRun(
         "alti-fig7-consistency", 540, 3,
         quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 10}, group="classifier"),
