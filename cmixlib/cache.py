@@ -61,6 +61,25 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def verify_files(folder: str | Path, expected: dict[str, str], error: type[Exception],
+                 restore: str, rebuild: str) -> list[Path]:
+    """The paths of ``folder / name`` for each ``name -> sha256`` of ``expected`` (a manifest's),
+    after checking that each exists and has that checksum; otherwise ``error`` naming the file,
+    how to ``restore`` it (a path for ``git checkout --``) and the ``rebuild`` command."""
+    paths = []
+    for name, want in expected.items():
+        path = Path(folder) / name
+        if not path.exists():
+            raise error(f"{path} is missing (see `{rebuild}`).")
+        got = file_sha256(path)
+        if got != want:
+            raise error(f"{path} has sha256 {got[:12]}..., its manifest says {want[:12]}...: the "
+                        f"file was altered or is a Git LFS pointer. Restore it with `git checkout "
+                        f"-- {restore}` or rebuild it with `{rebuild}`.")
+        paths.append(path)
+    return paths
+
+
 def stable_hash(obj: Any, length: int = 16) -> str:
     """SHA-256 (hex, truncated) of a canonical JSON dump of ``obj``."""
     text = json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))

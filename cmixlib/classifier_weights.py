@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .cache import file_sha256
+from .cache import file_sha256, verify_files
 
 #: Folder with one sub-folder per task (``weights.safetensors`` + ``manifest.json``).
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "classifiers"
@@ -168,19 +168,10 @@ def verified_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any
     """The stored tensors and the manifest, after checking every file's sha256."""
     from safetensors.torch import load_file
 
-    folder = Path(folder)
-    man = read_manifest(folder)
+    man = read_manifest(Path(folder))
     state: dict[str, torch.Tensor] = {}
-    for name, expected in man["sha256"].items():
-        path = folder / name
-        if not path.exists():
-            raise ClassifierWeightsError(f"{path} is missing (see `make classifier-weights`).")
-        got = sha256_file(path)
-        if got != expected:
-            raise ClassifierWeightsError(
-                f"{path} has sha256 {got[:12]}..., its manifest says {expected[:12]}...: the file "
-                "was altered or is a Git LFS pointer. Restore it with `git checkout -- "
-                "cmixlib/assets/classifiers` or rebuild it with `make classifier-weights`.")
+    for path in verify_files(folder, man["sha256"], ClassifierWeightsError,
+                             "cmixlib/assets/classifiers", "make classifier-weights"):
         state.update(load_file(str(path)))
     return state, man
 

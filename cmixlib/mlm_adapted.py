@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from .arch import UnsupportedModelError, family_of, mlm_head
-from .cache import file_sha256
+from .cache import verify_files
 
 #: Folder with the adapted tensors (``adapted-*.safetensors``), ``manifest.json``, ``curve.jsonl``.
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_mlm"
@@ -63,16 +63,8 @@ def learning_curve() -> list[dict[str, Any]]:
 
 def verify_checksums(folder: Path = ASSET_DIR) -> None:
     """Raise :class:`AdaptedWeightsError` unless every shard's sha256 equals the manifest's."""
-    for name, expected in manifest()["shard_sha256"].items():
-        path = folder / name
-        if not path.exists():
-            raise AdaptedWeightsError(f"{path} is missing (see `make mlm-weights`).")
-        got = file_sha256(path)
-        if got != expected:
-            raise AdaptedWeightsError(
-                f"{path} has sha256 {got[:12]}..., the manifest says {expected[:12]}...: the file "
-                "was altered or is a Git LFS pointer. Restore it with "
-                "`git checkout -- cmixlib/assets/minilm_mlm` or rebuild it (`make mlm-weights`).")
+    verify_files(folder, manifest()["shard_sha256"], AdaptedWeightsError,
+                 "cmixlib/assets/minilm_mlm", "make mlm-weights")
 
 
 def adapted_state(folder: Path = ASSET_DIR) -> dict[str, torch.Tensor]:
