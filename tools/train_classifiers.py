@@ -193,8 +193,9 @@ def train_task(task: str, *, base: str | None = None, out_dir: Path | None = Non
     total = len(plan)
     opt = torch.optim.AdamW(list(trainable.values()), lr=s["lr"], weight_decay=s["weight_decay"])
     sched = linear_schedule(opt, total, s["warmup"])
-    start, best, elapsed, curve = resume(ckpt_path, s, [cw.sha256_file(f) for f in d["files"]],
-                                         trainable, opt, sched, task) or (0, (-1.0, -1), 0.0, [])
+    fingerprint = [cw.sha256_file(f) for f in d["files"]]
+    start, best, elapsed, curve = resume(ckpt_path, s, fingerprint, trainable, opt, sched,
+                                         task) or (0, (-1.0, -1), 0.0, [])
     y = torch.as_tensor(ytr)
     model.train()
     t0, losses = time.perf_counter() - elapsed, []
@@ -204,7 +205,7 @@ def train_task(task: str, *, base: str | None = None, out_dir: Path | None = Non
         _save({"step": step, "trainable": {n: p.detach().clone() for n, p in trainable.items()},
                "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": torch.get_rng_state(),
                "best": list(best), "elapsed": time.perf_counter() - t0, "curve": curve,
-               "settings": s, "data": [cw.sha256_file(f) for f in d["files"]]}, ckpt_path)
+               "settings": s, "data": fingerprint}, ckpt_path)
 
     with open(log_path, "a") as log:
         for step in range(start, stop):
