@@ -27,8 +27,9 @@ test: $(STAMP)
 # - A notebook is re-executed when its cells change, or the cmixlib code it can import, the
 #   package data, data/, CMIX_MODEL or CMIX_QUICK (tools/cmix_nbdeps.py, a Sphinx extension).
 # - `cmix prewarm` first computes every run of the evaluation chapters into the result cache,
-#   its two groups of runs (masked LMs, classifiers) in JOBS processes side by side (one torch
-#   thread each on 2 cores); the chapters then load the results. JOBS=1: one process.
+#   in JOBS processes (one torch thread each on 2 cores) that take the runs from one queue,
+#   longest first (book_runs.prewarm_chains); the chapters then load the results. JOBS=1: one
+#   process.
 # - tools/check_site.py then checks the site offline (links, no CDN scripts, no error outputs);
 #   it reports problems without failing the target (`--browser` adds a headless Chromium check).
 WIDGETS_JS := book/_static/vendor/html-manager/embed.js

@@ -25,7 +25,7 @@ from typing import Any
 from .book import quick_mode
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "run_arguments", "run",
-           "book_calls", "prewarm", "describe_run"]
+           "book_calls", "prewarm", "prewarm_chains", "describe_run"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -45,9 +45,11 @@ class BookRun:
 
     ``full_limit`` ``None`` means the experiment's whole data (see each experiment's docstring);
     ``conditioned`` runs take a model condition (pre-trained or fine-tuned MLM). ``group``: the
-    runs that train or read the same models ("mlm": the masked LMs of the Value Zeroing
-    evaluations; "classifier": the sentence classifiers) run one after another in
-    :func:`prewarm`, the groups side by side."""
+    runs that read the same models ("mlm": the masked LMs of the Value Zeroing evaluations;
+    "classifier": the sentence classifiers); in quick mode, where those models are briefly
+    trained in the build, a group runs one after another in :func:`prewarm`. ``cost``: seconds
+    of one full-mode run on one core (per condition; measured, see the README), used only to
+    order :func:`prewarm`'s queue, longest first."""
 
     experiment: str
     full_limit: int | None
@@ -56,52 +58,55 @@ class BookRun:
     quick_settings: Mapping[str, Any] = field(default_factory=dict)
     conditioned: bool = False
     group: str = "mlm"
+    cost: float = 60.0
 
 
 #: Every run the book asks for, by name, with its sizes in full and quick mode.
 BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half, as the paper
     "cue-alignment": BookRun(
-        "vz-cue-alignment", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-cue-alignment", None, 2, cost=420, quick_settings=_QUICK_IG, conditioned=True),
     # the whole BLiMP agreement test half
     "distance-ablation": BookRun(
-        "vz-distance-ablation", None, 2, settings={"condition": "pretrained"}),
+        "vz-distance-ablation", None, 2, cost=167, settings={"condition": "pretrained"}),
     # the whole test half, for the probe and for the alignment
     "mdl-probing": BookRun(
-        "vz-mdl-probing", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-mdl-probing", None, 2, cost=58, quick_settings=_QUICK_IG, conditioned=True),
     # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
-        "vz-faithfulness", None, 2, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-faithfulness", None, 2, cost=318, quick_settings=_QUICK_IG, conditioned=True),
     # the first 500 SST-2 test sentences (ALTI's split: its analyses need only the prediction)
     # and 500 random SVA sentences, as the paper
     "alti-table2": BookRun(
-        "alti-table2", 500, 2, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-table2", 500, 2, cost=164, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 500 SST-2 test sentences
     "alti-fig6": BookRun(
-        "alti-fig6-special-ranks", 500, 2, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-fig6-special-ranks", 500, 2, cost=18, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 540 SST-2 test sentences, so that about 500 on which the two models predict the
-    # same class are compared (model B: the distilled 3-layer student; 100-step IG for both
-    # models, about 2.8 s a sentence on one core: the longest run of the book)
+    # same class are compared (model B: the distilled 3-layer student). IG with 32 Gauss-Legendre
+    # steps, a third of the authors' 100 (IG is 9/10 of this run's time); the first 25 compared
+    # sentences are also run at 100 steps and the agreement is reported (frame "ig_check")
     "alti-fig7": BookRun(
-        "alti-fig7-consistency", 540, 3,
-        quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 10}, group="classifier"),
+        "alti-fig7-consistency", 540, 3, cost=620, settings={"ig_steps": 32, "ig_check": 25},
+        quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 4,
+                        "ig_check": 1, "ig_check_steps": 8}, group="classifier"),
     # the first 500 SST-2 test sentences, as the code
     "alti-fig3": BookRun(
-        "alti-fig3-anisotropy", 500, 2, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-fig3-anisotropy", 500, 2, cost=25, quick_settings=_QUICK_CLS, group="classifier"),
     # the validation splits of the three tasks, as the paper: SST-2 dev (872), MNLI the 4,000
     # dev-matched rows the classifier never saw (the paper: all 9,815), HateXplain val (1,922);
     # both rollouts from one pass (frame "variants")
     "globenc-correlations": BookRun(
-        "globenc-correlations", None, 2, settings={"tasks": ["sst2", "mnli", "hatexplain"]},
+        "globenc-correlations", None, 2, cost=792, settings={"tasks": ["sst2", "mnli", "hatexplain"]},
         quick_settings={**_QUICK_CLS, "tasks": ["sst2", "mnli", "hatexplain"]},
         group="classifier"),
     # the first 256 SST-2 dev sentences, no token cap, as the paper (closed-form Jacobians)
     "globenc-fig4": BookRun(
-        "globenc-fig4-hta", 256, 1, quick_settings={**_QUICK_CLS, "max_tokens": 8},
+        "globenc-fig4-hta", 256, 1, cost=1028, quick_settings={**_QUICK_CLS, "max_tokens": 8},
         group="classifier"),
     # every HateXplain test post with a majority rationale (1,106), the committed classifier
     "plausibility": BookRun(
-        "hatexplain-plausibility", None, 2, quick_settings={**_QUICK_CLS, **_QUICK_IG},
+        "hatexplain-plausibility", None, 2, cost=753, quick_settings={**_QUICK_CLS, **_QUICK_IG},
         group="classifier"),
 }
 
@@ -163,25 +168,39 @@ def _run_group(calls: list[tuple[str, str | None]], threads: int) -> list[tuple[
     return done
 
 
+def prewarm_chains(quick: bool | None = None) -> list[list[tuple[str, str | None]]]:
+    """The calls of :func:`book_calls` cut into chains that :func:`prewarm` runs one after
+    another, longest chain first. Quick mode: one chain per :attr:`BookRun.group` (its models are
+    trained in the build, once). Full mode: one chain per call, except that the fine-tuned
+    condition's runs share one chain (the prompt-fine-tuned MLM is trained in the build, once, by
+    the first of them); all other models are committed and only loaded."""
+    quick = quick_mode() if quick is None else quick
+    chains: dict[str, list[tuple[str, str | None]]] = {}
+    for name, condition in book_calls():
+        key = (BOOK_RUNS[name].group if quick else
+               "mlm-finetuned" if condition == "finetuned" else f"{name}/{condition}")
+        chains.setdefault(key, []).append((name, condition))
+    cost = lambda chain: sum(BOOK_RUNS[name].cost for name, _ in chain)  # noqa: E731
+    return sorted(chains.values(), key=cost, reverse=True)
+
+
 def prewarm(jobs: int = 2) -> list[tuple[str, float]]:
-    """Compute every book run into the result cache before the chapters are executed, the
-    groups of :class:`BookRun` in ``jobs`` processes side by side (each with cores // jobs torch
-    threads), the runs of one group in order so that a model is trained once. The chapters then
-    load the results from the cache; a run already cached costs only its loading. Returns
-    ``(run, seconds)`` per run. ``jobs=1`` runs everything in this process."""
+    """Compute every book run into the result cache before the chapters are executed: the chains
+    of :func:`prewarm_chains` go to ``jobs`` processes (each with cores // jobs torch threads)
+    as a queue, longest first, so that a process that finishes takes the next chain. The
+    chapters then load the results from the cache; a run already cached costs only its loading.
+    Returns ``(run, seconds)`` per run. ``jobs=1`` runs everything in this process."""
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    groups: dict[str, list[tuple[str, str | None]]] = {}
-    for name, condition in book_calls():
-        groups.setdefault(BOOK_RUNS[name].group, []).append((name, condition))
-    jobs = max(1, min(int(jobs), len(groups)))
+    chains = prewarm_chains()
+    jobs = max(1, min(int(jobs), len(chains)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     if jobs == 1:
-        return [x for calls in groups.values() for x in _run_group(calls, threads)]
+        return [x for calls in chains for x in _run_group(calls, threads)]
     with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_run_group, calls, threads) for calls in groups.values()]
+        futures = [pool.submit(_run_group, calls, threads) for calls in chains]
         return [x for f in futures for x in f.result()]
 
 

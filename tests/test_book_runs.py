@@ -32,6 +32,25 @@ def test_every_book_run_names_an_experiment_and_a_group():
         assert spec.group in {"mlm", "classifier"}, name
 
 
+def test_prewarm_chains_share_only_what_is_trained_in_the_build():
+    """Quick mode: one chain per group (brief classifiers and MLMs trained once). Full mode: the
+    fine-tuned condition's runs share one chain (the prompt-fine-tuned MLM is trained in the
+    build), every other call is a chain of its own; chains come longest first; every call once."""
+    calls = set(B.book_calls())
+    quick = B.prewarm_chains(quick=True)
+    assert {B.BOOK_RUNS[c[0][0]].group for c in quick} == {"mlm", "classifier"} and len(quick) == 2
+    assert all(len({B.BOOK_RUNS[n].group for n, _ in ch}) == 1 for ch in quick)
+    full = B.prewarm_chains(quick=False)
+    for chains in (quick, full):
+        flat = [x for ch in chains for x in ch]
+        assert len(flat) == len(set(flat)) and set(flat) == calls
+    ft = [ch for ch in full if any(c == "finetuned" for _, c in ch)]
+    assert len(ft) == 1 and all(c == "finetuned" for _, c in ft[0]) and len(ft[0]) > 1
+    assert all(len(ch) == 1 for ch in full if ch is not ft[0])
+    cost = [sum(B.BOOK_RUNS[n].cost for n, _ in ch) for ch in full]
+    assert cost == sorted(cost, reverse=True)
+
+
 def test_book_calls_cover_every_run_and_condition():
     calls = B.book_calls()
     assert len(calls) == len(set(calls))

@@ -231,6 +231,21 @@ def test_alti_fig7_on_fakes(fakes, capsys):
     # the same float32 computation twice (same model, inputs and ops: bitwise the same maps), so every
     # Spearman is exactly 1; the float64 mean of ones is 1
     np.testing.assert_allclose(r2.result["mean"], 1.0, rtol=1e-15)
+    assert "ig_check" not in r2.frames            # ig_check = 0 by default
+    # the step check: the same model on both sides gives rho(A, B) = 1 at either step count, and
+    # IG at 3 steps against itself (ig_check_steps = 3) is rho = 1
+    r3 = X.run_experiment("alti-fig7-consistency", model="fake", limit=4, progress=False, sources=same,
+                          settings={"ig_steps": 3, "ig_check": 2, "ig_check_steps": 3})
+    chk = r3.frames["ig_check"].set_index("quantity")
+    assert list(chk.index) == ["A", "B", "consistency", "consistency_ref"]
+    assert (chk["n"] == 2).all() and (chk["reference_steps"] == 3).all()
+    np.testing.assert_allclose(chk["mean"], 1.0, rtol=1e-12)
+    # a different reference step count gives a real comparison: still a correlation
+    r4 = X.run_experiment("alti-fig7-consistency", model="fake", limit=4, progress=False, sources=fakes,
+                          settings={"ig_steps": 2, "ig_check": 1, "ig_check_steps": 8})
+    if "ig_check" in r4.frames:                   # only if the two fakes agree on a sentence
+        vals = r4.frames["ig_check"]["mean"].dropna()
+        assert ((vals >= -1) & (vals <= 1)).all()
     with pytest.raises(ValueError, match="unknown method"):
         X.run_experiment("alti-fig7-consistency", model="fake", limit=2, settings={"methods": ["nope"]},
                          progress=False, sources=fakes)
@@ -302,6 +317,17 @@ def test_map_agreement_definition():
     assert X.map_agreement(m, r, diagonal=False) == pytest.approx(off)
     mask = ~np.eye(5, dtype=bool)
     assert X.map_agreement(m, r, unit="map", diagonal=False) == pytest.approx(np.corrcoef(m[mask], r[mask])[0, 1])
+    # the rows at once equal the one-row correlation: Spearman too, a constant row is skipped, a
+    # row with a NaN drops that entry (as the one-row function)
+    from scipy.stats import spearmanr
+    rho = np.mean([spearmanr(m[i], r[i]).statistic for i in range(5)])
+    assert X.map_agreement(m, r, correlation="spearman") == pytest.approx(rho, abs=1e-12)
+    c, d = m.copy(), r.copy()
+    c[2] = 0.5
+    d[3, 1] = np.nan
+    rows = [np.corrcoef(m[i], r[i])[0, 1] for i in (0, 1, 4)]
+    rows.append(np.corrcoef(np.delete(m[3], 1), np.delete(r[3], 1))[0, 1])
+    assert X.map_agreement(c, d) == pytest.approx(np.mean(rows), abs=1e-12)
 
 
 def test_globenc_fig4_on_fakes(fakes, capsys):

@@ -16,7 +16,8 @@ from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, ModelByCondition
 
 __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "FIG7_METHODS",
-           "FIG3_ANISOTROPY", "FIG3_ISOTROPY_THRESHOLD", "fig3_claims", "fig3_repo_frame"]
+           "FIG3_ANISOTROPY", "FIG3_ISOTROPY_THRESHOLD", "fig3_claims", "fig3_repo_frame",
+           "describe_ig_check"]
 
 # ============================================================================================
 # Figure 6: normalised rank of special tokens
@@ -156,6 +157,47 @@ def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s) -> dict[str, np.
     return out
 
 
+def _ig_step_check(bundle_a, bundle_b, ids, cls: int, xa: dict, xb: dict, s,
+                   excl) -> dict[str, float]:
+    """IG of both models once more with ``ig_check_steps`` steps on one sentence: the Spearman
+    between each model's two IG vectors, and the consistency rho(A, B) with either step count."""
+    ref = dict(s, ig_steps=int(s["ig_check_steps"]))
+    ra = _fig7_vectors(bundle_a, ids, cls, ["integrated_gradients"], ref)["integrated_gradients"]
+    rb = _fig7_vectors(bundle_b, ids, cls, ["integrated_gradients"], ref)["integrated_gradients"]
+    ig = "integrated_gradients"
+    rho = lambda u, v: ev.per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
+    return {"A": rho(xa[ig], ra), "B": rho(xb[ig], rb),
+            "consistency": rho(xa[ig], xb[ig]), "consistency_ref": rho(ra, rb)}
+
+
+def _ig_check_table(rows: list[dict], s) -> pd.DataFrame:
+    """The ``ig_check`` frame: per quantity, mean and minimum over the checked sentences."""
+    df = pd.DataFrame(rows)
+    steps, ref = int(s["ig_steps"]), int(s["ig_check_steps"])
+    what = {"A": f"model A: Spearman of IG at {steps} vs {ref} steps",
+            "B": f"model B: Spearman of IG at {steps} vs {ref} steps",
+            "consistency": f"rho(A, B) of IG at {steps} steps",
+            "consistency_ref": f"rho(A, B) of IG at {ref} steps"}
+    return pd.DataFrame([{"quantity": k, "description": what[k], "mean": float(df[k].mean()),
+                          "min": float(df[k].min()), "n": len(df), "steps": steps,
+                          "reference_steps": ref} for k in what])
+
+
+def describe_ig_check(frame: pd.DataFrame) -> str:
+    """A sentence from Figure 7's ``ig_check`` frame. Rule: it prints the two step counts, the
+    number of sentences, the mean (and minimum) Spearman of each model's IG vectors at the two
+    step counts, and rho(A, B) of IG's consistency with either; no judgement is added."""
+    c = frame.set_index("quantity")
+    steps, ref, n = (int(c["steps"].iloc[0]), int(c["reference_steps"].iloc[0]),
+                     int(c["n"].iloc[0]))
+    model = lambda k: f"{c.loc[k, 'mean']:.4f} (min {c.loc[k, 'min']:.4f})"  # noqa: E731
+    return (f"IG runs with {steps} Gauss-Legendre steps; on the first {n} compared sentences it "
+            f"was also run with {ref}: Spearman between the two IG vectors, model A "
+            f"{model('A')}, model B {model('B')}; IG's consistency rho(A, B) there is "
+            f"{c.loc['consistency', 'mean']:.3f} at {steps} steps and "
+            f"{c.loc['consistency_ref', 'mean']:.3f} at {ref}.")
+
+
 def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     """ALTI Figure 7: two SST-2 classifiers that share a tokenizer (model A = ``--model``, fine-tuned
     by :meth:`Sources.classifier`; model B from ``model_b``, see :meth:`Sources.model_b
@@ -165,7 +207,10 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     grad-l2 ||g_j||, gradient·input |g_j·x_j|, IG with a [MASK] baseline and ``ig_steps`` steps,
     |sum_d|) are compared with Spearman's rho over all positions ([CLS]/[SEP] included unless
     ``include_special`` is False); mean over sentences with a t interval. The paper prints no numbers
-    (bars only): "our method is the most consistent ..., with grad_l2 following behind"."""
+    (bars only): "our method is the most consistent ..., with grad_l2 following behind".
+    With ``ig_check`` > 0, the first ``ig_check`` compared sentences also get IG with
+    ``ig_check_steps`` steps (the authors' code: 100): frame ``ig_check`` gives the Spearman of
+    each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min)."""
     from .. import core
     from ..gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
 
@@ -183,7 +228,7 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["model_description"] = f"A: {describe(bundle_a, info_a)} | B: {describe(bundle_b, info_b)}"
     ctx.note(f"model B: {how}")
     per: dict[str, list[float]] = {m: [] for m in methods}
-    per_rows, correct, agree = [], {"A": 0, "B": 0}, 0
+    per_rows, correct, agree, check_rows = [], {"A": 0, "B": 0}, 0, []
     excl = None if s["include_special"] else [0, -1]
     for k, ex in enumerate(ctx.tqdm(examples, desc="ALTI Figure 7")):
         ids = ids_tensor(ex)
@@ -196,6 +241,8 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
         agree += 1
         xa = _fig7_vectors(bundle_a, ids, ca, methods, s)
         xb = _fig7_vectors(bundle_b, ids, cb, methods, s)
+        if agree <= int(s["ig_check"]) and "integrated_gradients" in methods:
+            check_rows.append(_ig_step_check(bundle_a, bundle_b, ids, ca, xa, xb, s, excl))
         for m in methods:
             rho = ev.per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
             per[m].append(rho)
@@ -213,6 +260,8 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["model_b"] = how
     frames = {"result": result, "models": models, "agreement": agreement,
               "per_example": pd.DataFrame(per_rows, columns=["example", "n_tokens", "predicted", "method", "spearman"])}
+    if check_rows:
+        frames["ig_check"] = _ig_check_table(check_rows, s)
     if "alti" in methods:   # paired over the same sentences: rho(method) - rho(ALTI), the paper's claim is < 0
         ref = np.asarray(per["alti"], dtype=float)
         frames["vs_alti"] = pd.DataFrame([
@@ -238,6 +287,7 @@ FIG7_CONSISTENCY = Experiment(
     paper="ALTI (Figure 7)", compute=fig7_consistency,
     inputs=Inputs(SST2_CLASSIFIER, Data("sst2_test"), also="model B (Sources.model_b, setting model_b)"),
     defaults={"methods": FIG7_METHODS, "model_b": "auto", "keep_layers": None, "ig_steps": 100,
+              "ig_check": 0, "ig_check_steps": 100,
               "include_special": True, "confidence": 0.95, **CLASSIFIER_SETTINGS,
               "b_cls_epochs": None, "b_cls_max_train_examples": 6000},
     summary=_fig7_summary)
