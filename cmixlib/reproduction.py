@@ -5,9 +5,14 @@ why it is not run here, or assesses our result with a stated rule (:mod:`cmixlib
 
 * numbers in the paper -> :func:`cmixlib.verdicts.ranking_verdict` ("reproduced" only when our
   model is the paper's and every value is within tolerance; else "same ranking", "same
-  direction" or "differs" by the rank agreement of the methods);
-* a figure with qualitative claims -> :func:`cmixlib.verdicts.claims_verdict` ("same ranking" when every claim
-  holds, "same direction" when at least half do, else "differs");
+  direction", "too few methods" or "differs" by Spearman's rho, its exact permutation p-value
+  and the best method); only the paper's printed values enter the ranking, the authors'
+  repository values (ALTI Table 2) get their own verdict in the detail;
+* a figure with qualitative claims -> :func:`cmixlib.verdicts.claims_verdict` with the paper's
+  headline claim for the figure ("differs" when it fails; "same ranking" when every claim
+  holds, "same direction" when the headline and at least half of the others do);
+* a run on another model than the paper's (exact model ids, :func:`same_model_id`): the verdict
+  ends in "(other model)" (:func:`cmixlib.verdicts.with_model_condition`);
 * "not run" with the reason (an item about another model than the one the book's runs use,
   named; an analysis not built yet);
 * "not scored": drawn in a chapter, but the paper states nothing a rule could test.
@@ -25,9 +30,10 @@ import pandas as pd
 from . import paper_numbers as pn
 from .book_runs import CONDITION_LABELS, run
 from .models import DEFAULT_MODEL
-from .verdicts import alignment_claims, claims_verdict, describe_depth_trend, ranking_verdict
+from .verdicts import (ALIGNMENT_HEADLINE, alignment_claims, claims_verdict,
+                       describe_depth_trend, ranking_verdict, with_model_condition)
 
-__all__ = ["Item", "ITEMS", "MAIN_MODEL", "status_table", "verdict_counts"]
+__all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -63,11 +69,58 @@ def _row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -> dict
             "model": _short_model(res.meta["model"]), "n": res.meta["data_size"]}
 
 
-def _same_model(res) -> bool:
-    """Rule: the run's model description names the papers' model and no offline fallback (the
-    marker :meth:`cmixlib.ModelBundle.describe` writes)."""
+#: Organisations the Hub moved the papers' legacy model ids under ("bert-base-uncased" is now
+#: also "google-bert/bert-base-uncased"): the only prefix ``_model_id`` drops.
+_LEGACY_ORGS = ("google-bert", "distilbert", "FacebookAI", "openai-community")
+
+
+def _model_id(name: str) -> str:
+    """A Hub model id without a legacy organisation prefix (``_LEGACY_ORGS``)."""
+    name = name.strip()
+    org, _, rest = name.partition("/")
+    return rest if rest and org in _LEGACY_ORGS else name
+
+
+def same_model_id(a: str, b: str) -> bool:
+    """Rule: two model ids name the same model iff they are equal after dropping a legacy
+    organisation prefix -- never a substring test ("bert-base-uncased" is inside
+    "distilbert-base-uncased")."""
+    return _model_id(a) == _model_id(b)
+
+
+def _run_models(description: str) -> list[str]:
+    """The model ids of a run's description, one per part ("sst2: X (...) | sva: Y (...)" ->
+    [X, Y]; "A: X (...) | B: Y (...)" -> [X, Y]): a part's "key: " prefix (one word) and
+    everything from its " (" on are dropped."""
+    ids = []
+    for part in str(description).split(" | "):
+        key, sep, rest = part.partition(": ")
+        if sep and " " not in key and "(" not in key:
+            part = rest
+        ids.append(part.split(" (")[0].strip())
+    return ids
+
+
+def _same_model(res, paper_models: str | tuple[str, ...] = MAIN_MODEL) -> bool:
+    """Rule: the run is of the paper's model iff its description has no offline fallback (the
+    marker :meth:`cmixlib.ModelBundle.describe` writes) and each part's model id is exactly the
+    paper's (:func:`same_model_id`): with one id, every part must be it; with a tuple, part i
+    must be ``paper_models[i]`` (ALTI Figure 7: BERT, then DistilBERT)."""
     text = str(res.meta["model"])
-    return MAIN_MODEL in text and "offline fallback" not in text
+    if "offline fallback" in text:
+        return False
+    ids = _run_models(text)
+    want = (paper_models,) * len(ids) if isinstance(paper_models, str) else paper_models
+    return len(ids) == len(want) and all(same_model_id(a, b) for a, b in zip(ids, want))
+
+
+def _claims_row(res, claims: pd.Series, headline: str, paper: str, ours: str = "",
+                paper_models: str | tuple[str, ...] = MAIN_MODEL) -> dict:
+    """The row of a claims item: :func:`claims_verdict` with the headline, marked "(other
+    model)" when the run's model is not the paper's."""
+    v, detail = claims_verdict(claims, headline=headline)
+    return _row(res, (with_model_condition(v, _same_model(res, paper_models)), detail), paper,
+                ours)
 
 
 def _ranking(res, comp: pd.DataFrame, **kw) -> tuple[pd.DataFrame, tuple[str, str]]:
@@ -91,8 +144,8 @@ def _vz_claims(condition: str) -> Callable[[], dict]:
         res = run("cue-alignment", condition)
         t = _dot_table(res)
         claims = alignment_claims(t, [m for m in t.columns if m in GRADIENT_METHODS])
-        return _row(res, claims_verdict(claims), "heat map (no numbers)",
-                    f"mean dot, Value Zeroing {t['value_zeroing'].mean():.3f}")
+        return _claims_row(res, claims, ALIGNMENT_HEADLINE, "heat map (no numbers)",
+                           f"mean dot, Value Zeroing {t['value_zeroing'].mean():.3f}")
     return assess
 
 
@@ -103,8 +156,9 @@ def _vz_probes() -> dict:
         r = res.result
         mean = r[r.metric == "probes_needed"].groupby("method")["mean"].mean()
         claims[f"Value Zeroing needs the fewest probes ({CONDITION_LABELS[c]})"] = \
-            mean.idxmin() == "value_zeroing"
-    return _row(res, claims_verdict(pd.Series(claims)), "heat map (no numbers)")
+            bool(mean["value_zeroing"] <= mean.min())          # a tie counts, not broken by name
+    headline = f"Value Zeroing needs the fewest probes ({CONDITION_LABELS['pretrained']})"
+    return _claims_row(res, pd.Series(claims), headline, "heat map (no numbers)")
 
 
 def _vz_fig3() -> dict:
@@ -115,14 +169,15 @@ def _vz_fig3() -> dict:
         sentence = describe_depth_trend(comp, f"{CONDITION_LABELS[c]} compression")
         claims[f"compression rises with depth ({CONDITION_LABELS[c]})"] = "rises" in sentence
         text.append(sentence)
-    return _row(res, claims_verdict(pd.Series(claims)), "curves (no numbers)", " ".join(text))
+    headline = f"compression rises with depth ({CONDITION_LABELS['pretrained']})"
+    return _claims_row(res, pd.Series(claims), headline, "curves (no numbers)", " ".join(text))
 
 
 def _vz_table(name: str, condition: str) -> Callable[[], dict]:
     def assess() -> dict:
         res = run(name, condition)
         comp, v = _ranking(res, res.comparison())
-        best = comp["paper"].idxmax()
+        best = comp.index[comp["paper"].to_numpy().argmax()]     # the frame's order, not names
         return _row(res, v, f"{best}: {comp.loc[best, 'paper']:.2f}",
                     f"{best}: {comp.loc[best, 'ours']:.2f}")
     return assess
@@ -134,17 +189,35 @@ def _vz_distance() -> dict:
                                                                                 errors="ignore")
     claims = pd.Series({f"{v} ranks the [MASK] row like cosine (mean Spearman >= 0.7)":
                         bool(a >= 0.7) for v, a in agree.items()})
-    return _row(res, claims_verdict(claims), "no numbers: 'the pattern did not change'",
-                ", ".join(f"{v} {a:.2f}" for v, a in agree.items()))
+    headline = "every other distance ranks the [MASK] row like cosine (the pattern is unchanged)"
+    claims = pd.concat([pd.Series({headline: bool(len(claims)) and bool(claims.all())}), claims])
+    return _claims_row(res, claims, headline, "no numbers: 'the pattern did not change'",
+                       ", ".join(f"{v} {a:.2f}" for v, a in agree.items()))
 
 
 # ---- ALTI ------------------------------------------------------------------------------------
 def _alti_table2(task: str) -> Callable[[], dict]:
+    """ALTI Table 2: the ranking uses the paper's printed values only (``table == "Table 2"``);
+    the authors' repository JSON (which adds raw attention) is ranked separately, in the
+    detail -- the two sources are never mixed in one comparison."""
     def assess() -> dict:
+        from .experiments import REGISTRY
+
         res = run("alti-table2")
-        comp = res.comparison()
-        comp, v = _ranking(res, comp[(comp.task == task) & (comp.paper_model == MAIN_MODEL)])
-        return _row(res, v, f"ALTI {comp.loc['alti', 'paper']:.2f}",
+        exp, paper = REGISTRY[res.meta["experiment"]], res.paper
+
+        def compared(rows: pd.DataFrame) -> pd.DataFrame:
+            comp = exp.compare(res.frames, rows)
+            return comp[(comp.task == task) & (comp.paper_model == MAIN_MODEL)]
+
+        comp, v = _ranking(res, compared(paper[paper["table"] == "Table 2"]))
+        repo = paper[paper["table"].astype(str).str.startswith("repo")]
+        detail = v[1]
+        if len(repo):
+            _, rv = _ranking(res, compared(repo))
+            detail += (". Authors' repository JSON (not the paper; with raw attention): "
+                       f"{rv[0]}, {rv[1]}")
+        return _row(res, (v[0], detail), f"ALTI {comp.loc['alti', 'paper']:.2f}",
                     f"ALTI {comp.loc['alti', 'ours']:.2f}")
     return assess
 
@@ -158,10 +231,15 @@ def _alti_fig6() -> dict:
 
 def _alti_fig7() -> dict:
     res = run("alti-fig7")
-    order = list(res.result.sort_values("mean", ascending=False)["method"])
-    claims = pd.Series({"ALTI is the most consistent method": order[0] == "alti",
-                        "grad-L2 follows ALTI": len(order) > 1 and order[1] == "grad_l2"})
-    return _row(res, claims_verdict(claims), "bars (no numbers)", " > ".join(order))
+    mean = res.result.set_index("method")["mean"]
+    rest = mean.drop("alti")
+    order = list(mean.sort_values(ascending=False, kind="stable").index)
+    headline = "ALTI is the most consistent method"
+    claims = pd.Series({headline: bool((mean["alti"] > rest).all()),
+                        "grad-L2 follows ALTI": "grad_l2" in rest
+                        and bool((rest["grad_l2"] > rest.drop("grad_l2")).all())})
+    return _claims_row(res, claims, headline, "bars (no numbers)", " > ".join(order),
+                       paper_models=(MAIN_MODEL, "distilbert-base-uncased"))
 
 
 def _alti_fig3() -> dict:
@@ -169,10 +247,11 @@ def _alti_fig3() -> dict:
 
     res = run("alti-fig3")
     r = res.result.set_index(["kind", "layer"])["mean"]
-    return _row(res, claims_verdict(fig3_claims(res.result)),
-                "curves (no numbers; the repository's BERT values in paper_numbers)",
-                f"layer 1: transformed {r[('transformed', 1)]:.2f}, "
-                f"token representations {r[('hidden', 1)]:.2f}")
+    claims = fig3_claims(res.result)
+    return _claims_row(res, claims, claims.index[0],        # less anisotropic in every layer
+                       "curves (no numbers; the repository's BERT values in paper_numbers)",
+                       f"layer 1: transformed {r[('transformed', 1)]:.2f}, "
+                       f"token representations {r[('hidden', 1)]:.2f}")
 
 
 # ---- GlobEnc ---------------------------------------------------------------------------------
@@ -195,11 +274,11 @@ def _globenc_fig4() -> dict:
     res = run("globenc-fig4")
     r = res.result
     mean = r[r.variant == "map_raw"].groupby("method")["mean"].mean()
-    claims = pd.Series({"N-ResLN is below N-Res and N-Enc (whole maps)":
-                        bool(mean["attn_norm_res_ln"] < min(mean["attn_norm_res"],
-                                                            mean["globenc_layer"]))})
-    return _row(res, claims_verdict(claims), "curves (no numbers)",
-                ", ".join(f"{m} {v:.2f}" for m, v in mean.items()))
+    headline = "N-ResLN is below N-Res and N-Enc (whole maps)"
+    claims = pd.Series({headline: bool(mean["attn_norm_res_ln"] < min(mean["attn_norm_res"],
+                                                                      mean["globenc_layer"]))})
+    return _claims_row(res, claims, headline, "curves (no numbers)",
+                       ", ".join(f"{m} {v:.2f}" for m, v in mean.items()))
 
 
 def _globenc_fig5() -> dict:
@@ -207,10 +286,10 @@ def _globenc_fig5() -> dict:
 
     res = run_experiment("globenc-fig5-ln-outliers", progress=False)
     p = res.result["pearson"].dropna()
-    claims = pd.Series({"the LN1/LN2 outlier gains correlate negatively in most layers":
-                        bool((p < 0).sum() * 2 > len(p))})
-    return _row(res, claims_verdict(claims), "bars (no numbers)",
-                f"negative in {(p < 0).sum()} of {len(p)} layers")
+    headline = "the LN1/LN2 outlier gains correlate negatively in most layers"
+    claims = pd.Series({headline: bool((p < 0).sum() * 2 > len(p))})     # signs, per layer
+    return _claims_row(res, claims, headline, "bars (no numbers)",
+                       f"negative in {(p < 0).sum()} of {len(p)} layers")
 
 
 def _other_model(*models: str) -> str:

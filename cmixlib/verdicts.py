@@ -11,12 +11,18 @@ docstring states its rule, and the chapters name the function next to the senten
 * :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2, tested on a
   layer x method table (chapter 9 and the reproduction status);
 * :func:`ranking_verdict` -- the verdict of a table of numbers: reproduced / same ranking /
-  same direction / differs;
-* :func:`claims_verdict` -- the verdict of a figure from its qualitative claims.
+  same direction / too few methods / differs, with an exact permutation p-value;
+* :func:`claims_verdict` -- the verdict of a figure from its qualitative claims and its
+  headline claim;
+* :func:`holds_every_layer` -- a per-layer claim ("in every layer") tested at every layer;
+* :func:`permutation_p` -- the one-sided permutation p-value of Spearman's rho;
+* :func:`with_model_condition` -- a verdict marked "(other model)" when the run's model is not
+  the paper's.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from itertools import permutations
 from typing import Any
 
 import numpy as np
@@ -26,20 +32,38 @@ from .evaluation import spearman
 from .models import DEFAULT_MODEL
 
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
-           "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict", "VERDICTS",
-           "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "TOLERANCE"]
+           "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
+           "holds_every_layer", "permutation_p", "with_model_condition", "ALIGNMENT_HEADLINE",
+           "VERDICTS", "OTHER_MODEL", "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "ALPHA",
+           "TOLERANCE", "TIE_TOLERANCE", "EXACT_UP_TO", "MONTE_CARLO_PERMUTATIONS"]
 
-#: The verdict vocabulary of the reproduction status, best first.
-VERDICTS = ("reproduced", "same ranking", "same direction", "differs", "not run")
-#: "same ranking": Spearman of our values with the paper's over the methods at least this.
+#: The mark of a verdict on another model than the paper's (:func:`with_model_condition`).
+OTHER_MODEL = " (other model)"
+_BASE = ("reproduced", "same ranking", "same direction", "too few methods", "differs")
+#: The verdict vocabulary of the reproduction status, best first; every assessed verdict but
+#: "reproduced" has an "(other model)" form (the run's model is not the paper's).
+VERDICTS = tuple(w for b in _BASE for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))
+                 ) + ("not run",)
+#: "same ranking": Spearman of our values with the paper's over the methods at least this (and
+#: significant, :data:`ALPHA`, and the same best method).
 RANKING_AGREEMENT = 0.8
-#: "same direction": Spearman of our values with the paper's over the methods at least this (a
-#: moderate agreement: with 4 to 8 methods, a smaller positive rho is what a random order gives
-#: often: a random order reaches rho >= 0.4 with chance 0.375 for 4 methods, 0.16 for 8).
-DIRECTION_AGREEMENT = 0.4
+#: "same direction": Spearman above this (and significant at :data:`ALPHA`).
+DIRECTION_AGREEMENT = 0.0
+#: The one-sided permutation p-value a ranking verdict better than "differs" needs.
+ALPHA = 0.05
 #: "reproduced": every value within this of the paper's (only when the model is the paper's).
 TOLERANCE = 0.05
+#: Two methods tie for best when their values are within this (half a unit of the papers'
+#: second printed decimal).
+TIE_TOLERANCE = 0.005
+#: Exact permutation p-values up to this many methods (8! = 40,320 orders); above, Monte-Carlo.
+EXACT_UP_TO = 8
+#: Monte-Carlo permutations (seed 0) for more than :data:`EXACT_UP_TO` methods.
+MONTE_CARLO_PERMUTATIONS = 20_000
 _EPS = 1e-9
+
+#: The headline claim of :func:`alignment_claims` (Value Zeroing's Figures 1-2).
+ALIGNMENT_HEADLINE = "Value Zeroing has the highest alignment of all methods in every layer"
 
 
 def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str:
@@ -61,14 +85,59 @@ def _claims_held(claims: pd.Series, noun: str) -> str:
                                                             if failed else "")
 
 
-def claims_verdict(claims: pd.Series) -> tuple[str, str]:
-    """Verdict of a figure from its boolean claims: all hold -> "same ranking"; at least half ->
-    "same direction"; else "differs". Detail: "k of m claims hold" and the failed ones."""
-    k, m = int(claims.astype(bool).sum()), len(claims)
+def claims_verdict(claims: pd.Series, headline: str | None = None) -> tuple[str, str]:
+    """Verdict of a figure from its boolean claims (index = the claims' text).
+
+    Rule with a ``headline`` (one claim's text, the paper's main claim about the figure):
+
+    * the headline fails -> "differs", whatever the other claims;
+    * every claim holds -> "same ranking";
+    * the headline holds and at least half of the other claims hold -> "same direction";
+    * else "differs".
+
+    Without a headline (fallback, for a table of claims none of which is the main one): all
+    hold -> "same ranking"; at least half -> "same direction"; else "differs".
+    Detail: "k of m claims hold", the headline and whether it holds, and the failed claims."""
+    ok = claims.astype(bool)
+    k, m = int(ok.sum()), len(ok)
     detail = _claims_held(claims, "claims")
+    if headline is None:
+        if k == m:
+            return "same ranking", detail
+        return ("same direction" if 2 * k >= m else "differs"), detail
+    if headline not in ok.index:
+        raise KeyError(f"the headline {headline!r} is not one of the claims")
+    held = bool(ok[headline])
+    detail = f"headline {'holds' if held else 'fails'}: {headline}; {detail}"
+    others = ok.drop(headline)
+    if not held:
+        return "differs", detail
     if k == m:
         return "same ranking", detail
-    return ("same direction" if 2 * k >= m else "differs"), detail
+    return ("same direction" if 2 * int(others.sum()) >= len(others) else "differs"), detail
+
+
+def holds_every_layer(values_by_layer: pd.DataFrame | pd.Series,
+                      predicate: Callable[[Any], Any]) -> bool:
+    """Whether a claim "in every layer" holds: ``predicate`` applied to each layer's values.
+
+    ``values_by_layer``: one row (DataFrame) or value (Series) per layer. ``predicate`` takes one
+    layer's row (a Series of method -> value) or value and returns a bool. Rule: True iff the
+    predicate holds at every layer (and there is at least one layer) -- never on a mean over
+    layers, which one strong layer can carry."""
+    rows = (values_by_layer.iterrows() if isinstance(values_by_layer, pd.DataFrame)
+            else values_by_layer.items())
+    results = [bool(predicate(row)) for _, row in rows]
+    return bool(results) and all(results)
+
+
+def with_model_condition(verdict: str, same_model: bool) -> str:
+    """``verdict`` + " (other model)" when the run's model is not the paper's (rule: every
+    assessed verdict except "not run"/"not scored"; "reproduced" needs the paper's model, so it
+    never gets the mark)."""
+    if same_model or verdict in ("not run", "not scored") or verdict.endswith(OTHER_MODEL):
+        return verdict
+    return verdict + OTHER_MODEL
 
 
 def describe_model_difference(model: Any, paper_model: str = DEFAULT_MODEL) -> str:
@@ -145,59 +214,119 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
     """Value Zeroing's claims about its Figures 1-2 (§5), tested on one condition's layer x method
     table of mean dot products (rows: layers in order; columns: method names).
 
-    Rules (means over layers unless stated): Value Zeroing has the highest mean; raw attention is
-    below the random baseline; N is above raw attention; N-ResLN is below N; single-layer GlobEnc
-    and ALTI are below Value Zeroing; each gradient method is higher in the first third of the
-    layers than in the last third. Returns one boolean per claim (index = the claim's text)."""
+    Rules: Value Zeroing is above every other column **in every layer** (the paper's headline:
+    "the best-aligned method at every layer"; :func:`holds_every_layer`, not a mean); on the
+    means over layers, as signs of differences: raw attention is below the random baseline; N is
+    above raw attention; N-ResLN is below N; single-layer GlobEnc and ALTI are below Value
+    Zeroing; each gradient method is higher in the first third of the layers than in the last
+    third. Returns one boolean per claim (index = the claim's text; the first is the headline,
+    :data:`ALIGNMENT_HEADLINE`)."""
     mean = table.mean()
     third = max(1, len(table) // 3)
     first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
     out = {
-        "Value Zeroing has the highest mean alignment of all methods":
-            mean.idxmax() == "value_zeroing",
-        "raw attention is below the random baseline": mean["attention"] < mean["random"],
-        "N (attn-norm) is above raw attention": mean["attn_norm"] > mean["attention"],
-        "N-ResLN is below N": mean["attn_norm_res_ln"] < mean["attn_norm"],
+        ALIGNMENT_HEADLINE: holds_every_layer(
+            table, lambda row: row["value_zeroing"] > row.drop("value_zeroing").max()),
+        "raw attention is below the random baseline": mean["attention"] - mean["random"] < 0,
+        "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
+        "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
         "single-layer GlobEnc and ALTI are below Value Zeroing":
-            max(mean["globenc_layer"], mean["alti_layer"]) < mean["value_zeroing"],
+            max(mean["globenc_layer"], mean["alti_layer"]) - mean["value_zeroing"] < 0,
     }
     for g in [m for m in (gradient_methods or []) if m in table]:
         out[f"{label(g)} is higher in the first third of the layers than in the last"] = \
-            bool(first[g] > last[g])
+            bool(first[g] - last[g] > 0)
     return pd.Series({k: bool(v) for k, v in out.items()})
+
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank), centred."""
+    r = pd.Series(values).rank(method="average").to_numpy(dtype=float)
+    return r - r.mean()
+
+
+def permutation_p(ours: np.ndarray, paper: np.ndarray, *,
+                  seed: int = 0) -> tuple[float, float, str, float]:
+    """``(rho, p, how, p_min)``: Spearman's rho of two value lists and its one-sided permutation
+    p-value P(rho_perm >= rho_obs) under a random order of our values.
+
+    Rule: with m <= :data:`EXACT_UP_TO` values, all m! orders of our (average) ranks are
+    enumerated ("exact"); above, :data:`MONTE_CARLO_PERMUTATIONS` random orders (``seed``) give
+    p = (count + 1) / (N + 1) ("Monte-Carlo"). ``p_min``: the smallest p any order of our values
+    could reach (exact: the share of orders at the largest rho; 1/6 for m = 3, so no 3-method
+    table is ever significant at :data:`ALPHA`). rho is NaN (and p 1) when a list is constant."""
+    ro, rp = _ranks(np.asarray(ours, dtype=float)), _ranks(np.asarray(paper, dtype=float))
+    m, norm = len(ro), float(np.linalg.norm(ro) * np.linalg.norm(rp))
+    if norm == 0:
+        return float("nan"), 1.0, "constant values", 1.0
+    rho = float(ro @ rp / norm)
+    if m <= EXACT_UP_TO:
+        perms = np.array(list(permutations(range(m))), dtype=np.intp)
+        rhos = ro[perms] @ rp / norm
+        p = float(np.mean(rhos >= rho - _EPS))
+        return rho, p, "exact", float(np.mean(rhos >= rhos.max() - _EPS))
+    rng = np.random.default_rng(seed)
+    perm = rng.permuted(np.tile(np.arange(m), (MONTE_CARLO_PERMUTATIONS, 1)), axis=1)
+    rhos = ro[perm] @ rp / norm
+    n = MONTE_CARLO_PERMUTATIONS
+    p = float((np.sum(rhos >= rho - _EPS) + 1) / (n + 1))
+    return rho, p, f"Monte-Carlo, {n:,} permutations", 1.0 / (n + 1)
+
+
+def _best(values: pd.Series, higher_is_better: bool) -> list[str]:
+    """The methods tied for best: within :data:`TIE_TOLERANCE` of the best value (in the
+    frame's order, never chosen by name)."""
+    best = values.max() if higher_is_better else values.min()
+    return [str(k) for k, v in values.items() if abs(v - best) <= TIE_TOLERANCE + _EPS]
+
+
+def _show_best(methods: list[str]) -> str:
+    return methods[0] if len(methods) == 1 else " = ".join(methods) + " (tie)"
 
 
 def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,
                     same_model: bool, higher_is_better: bool = True) -> tuple[str, str]:
     """``(verdict, detail)`` for a table of per-method numbers, ours against the paper's.
 
-    Rule, over the methods both have (at least 2, else "not run"):
+    Rule, over the m methods both have (at least 2, else "not run"); rho = Spearman of the two
+    value lists, p = its one-sided permutation p-value (:func:`permutation_p`: exact for m <= 8):
 
     * "reproduced": the model is the paper's and every value is within :data:`TOLERANCE`;
-    * "same ranking": Spearman of the two value lists >= :data:`RANKING_AGREEMENT` and the same
-      best method;
-    * "same direction": Spearman >= :data:`DIRECTION_AGREEMENT`;
-    * "differs": otherwise.
+    * "too few methods": no order of our values could reach p <= :data:`ALPHA` (m <= 3): the
+      ranking is not tested, whatever rho is;
+    * "same ranking": rho >= :data:`RANKING_AGREEMENT`, p <= :data:`ALPHA`, and the same best
+      method: the methods within :data:`TIE_TOLERANCE` of the best (ours, the paper's) share
+      at least one method;
+    * "same direction": rho > 0 and p <= :data:`ALPHA`;
+    * "differs": otherwise (including a constant list, where rho is undefined).
 
-    A run on another model can be at best "same ranking": its numbers are not the paper's
-    quantity."""
+    A run on another model cannot be "reproduced", and its verdict carries "(other model)"
+    (:func:`with_model_condition`). Detail, e.g. "Spearman +0.93 (p = 0.003, exact, 7 methods);
+    best: ours A = B (tie), paper A; largest |difference| 0.05"."""
     o = pd.Series(ours, dtype=float).dropna()
     p = pd.Series(paper, dtype=float).dropna()
     shared = [m for m in p.index if m in o.index]
     if len(shared) < 2:
         return "not run", "fewer than two methods with both values"
     o, p = o[shared], p[shared]
-    rho = spearman(o.to_numpy(), p.to_numpy())
-    best = (o.idxmax(), p.idxmax()) if higher_is_better else (o.idxmin(), p.idxmin())
+    rho, pval, how, p_min = permutation_p(o.to_numpy(), p.to_numpy())
+    best_o, best_p = _best(o, higher_is_better), _best(p, higher_is_better)
     gap = float(np.max(np.abs(o.to_numpy() - p.to_numpy())))
-    detail = (f"Spearman {rho:+.2f} over {len(shared)} methods; best: ours {best[0]}, paper "
-              f"{best[1]}; largest |difference| {gap:.2f}")
+    detail = (f"Spearman {rho:+.2f} (p = {pval:.3g}, {how}, {len(shared)} methods); best: ours "
+              f"{_show_best(best_o)}, paper {_show_best(best_p)}; largest |difference| {gap:.2f}")
     if same_model and gap <= TOLERANCE:
         return "reproduced", detail
-    # Spearman over m methods takes the values 1 - 6 k / (m (m^2 - 1)); computed from ranks in
-    # floating point a threshold value such as 0.4 (m = 4) can come out as 0.39999..., hence _EPS
-    if rho >= RANKING_AGREEMENT - _EPS and best[0] == best[1]:
-        return "same ranking", detail
-    if rho >= DIRECTION_AGREEMENT - _EPS:
-        return "same direction", detail
-    return "differs", detail
+    significant = pval <= ALPHA + _EPS
+    if np.isnan(rho):
+        verdict = "differs"
+    elif p_min > ALPHA + _EPS:
+        verdict = "too few methods"
+        detail += f" (no order of {len(shared)} methods reaches p <= {ALPHA:g})"
+    elif rho >= RANKING_AGREEMENT - _EPS and significant and set(best_o) & set(best_p):
+        verdict = "same ranking"
+    elif rho > DIRECTION_AGREEMENT + _EPS and significant:
+        verdict = "same direction"
+    else:
+        verdict = "differs"
+    return with_model_condition(verdict, same_model), detail

@@ -34,7 +34,7 @@ CONSTANTS = {
     "0.5": "rollout's identity weight (Abnar & Zuidema) and describe_depth_trend's threshold",
     "3.2": "the cap that the original MDL script's double softmax puts on compression",
     "0.1": "an MDL block fraction (0.1 %)", "0.2": "an MDL block fraction (0.2 %)",
-    "0.4": "an MDL block fraction (0.4 %); verdicts.DIRECTION_AGREEMENT",
+    "0.4": "an MDL block fraction (0.4 %)",
     "1.6": "an MDL block fraction (1.6 %)", "6.25": "an MDL block fraction (6.25 %)",
     "12.5": "an MDL block fraction (12.5 %)",
     "0.007": "12/(L(L^2-1)) for L = 12, a property of Spearman's rho",
@@ -42,7 +42,8 @@ CONSTANTS = {
     "10%": "warm-up share of prompt fine-tuning", "15%": "BERT's masking rate",
     "50%": "an MDL block fraction", "100%": "an MDL block fraction",
     "95%": "confidence level of an interval", "99%": "confidence level of an interval",
-    "0.05": "verdicts.TOLERANCE, the tolerance of a 'reproduced' verdict",
+    "0.05": "verdicts.TOLERANCE (a 'reproduced' verdict) and verdicts.ALPHA (the p-value bound)",
+    "0.005": "verdicts.TIE_TOLERANCE, methods this close to the best tie",
     "0.8": "an MDL block fraction (0.8 %); verdicts.RANKING_AGREEMENT (a 'same ranking' verdict)",
 }
 #: Chapters that describe the offline fallback model as a fact of the library.
