@@ -24,7 +24,7 @@ from . import data, evaluation, gradients, registry
 from . import experiments
 from .experiments import list_experiments, run_experiment
 
-__version__ = "0.1.0"
+__version__ = "1.0.0.dev0"   # also the package metadata (pyproject.toml reads it); CHANGELOG.md
 
 #: The public API (``from cmixlib import *``); every name has its page in the book's API reference.
 __all__ = [

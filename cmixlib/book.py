@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -154,7 +155,42 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
 
     device = str(default_device())
     return {"quick": quick_mode(), "colab": in_colab(), "device": device,
-            "torch": torch.__version__}
+            "torch": torch.__version__, "started": time.time()}
+
+
+def hardware() -> str:
+    """The machine in words: CPU model, logical cores, torch threads, and the GPU if one is used
+    (read from ``/proc/cpuinfo`` where it exists, else :func:`platform.processor`)."""
+    import platform
+
+    import torch
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    text = (f"{cpu or platform.processor() or platform.machine()}, {os.cpu_count()} logical "
+            f"cores, {torch.get_num_threads()} torch threads")
+    if torch.cuda.is_available():
+        text += f", GPU {torch.cuda.get_device_name(0)}"
+    return text
+
+
+def chapter_footer(run_info: dict) -> str:
+    """The last line of every chapter: how long the chapter's own cells took (from
+    :func:`setup_notebook` to now; experiments read from the result cache count only their
+    loading, their compute times are printed where they are used), on which machine
+    (:func:`hardware`), with which cmixlib and torch, in which mode."""
+    from . import __version__
+
+    seconds = time.time() - float(run_info["started"])
+    mode = "quick mode (CMIX_QUICK=1)" if run_info.get("quick") else "full mode"
+    where = "Colab" if run_info.get("colab") else "local"
+    return (f"Executed in {seconds:.0f} s ({mode}, {where}, device {run_info['device']}) on "
+            f"{hardware()}; cmixlib {__version__}, torch {run_info['torch']}.")
 
 
 if __name__ == "__main__":  # ``python cmixlib/book.py install``: the Colab cell's installer
