@@ -97,13 +97,33 @@ _shown_fallbacks: set[str] = set()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """``warnings.showwarning`` for the chapters: "Category: message", the fallback warning once."""
+    """``warnings.showwarning`` for the chapters: "Category: message"; the offline-fallback
+    warning once per model and page, as a note (an HTML admonition in a notebook, which the
+    site renders like the book's own notes) rather than a warning box."""
     text = str(message)
     if _FALLBACK_WARNING in text:
         if text in _shown_fallbacks:
             return
         _shown_fallbacks.add(text)
+        if _show_note("Which model", text.removeprefix("cmixlib: ")):
+            return
     print(f"{category.__name__}: {text}", file=file or sys.stderr)
+
+
+def _show_note(title: str, text: str) -> bool:
+    """Display ``text`` as a note admonition in a running notebook; False outside IPython."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return False
+    if get_ipython() is None:
+        return False
+    import html
+
+    display(HTML(f'<div class="admonition note"><p class="admonition-title">{html.escape(title)}'
+                 f"</p><p>{html.escape(text)}</p></div>"))
+    return True
 
 
 def setup_notebook(seed: int = 0, style: bool = True) -> dict:

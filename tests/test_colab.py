@@ -114,6 +114,27 @@ def test_chapter_warnings_are_short_and_the_fallback_is_shown_once(capsys):
     assert "UserWarning: something else" in err and "/tmp/ipykernel_1" not in err
 
 
+def test_in_a_notebook_the_fallback_is_a_note_not_a_warning_box(monkeypatch, capsys):
+    """In a running notebook the fallback warning becomes one HTML note admonition per model
+    (the site renders it as a note), and nothing goes to stderr; other warnings still do."""
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
+    book._shown_fallbacks.clear()
+    msg = UserWarning("cmixlib: 'bert-base-uncased' is not available (offline and not cached); "
+                      "using the packaged pretrained 'm' instead. <b>")
+    for _ in range(2):
+        book._show_warning(msg, UserWarning, "x.py", 1)
+    book._show_warning(UserWarning("something else"), UserWarning, "x.py", 2)
+    assert len(shown) == 1 and 'class="admonition note"' in shown[0]
+    assert "&#x27;bert-base-uncased&#x27; is not available" in shown[0] and "&lt;b&gt;" in shown[0]
+    err = capsys.readouterr().err
+    assert "is not available" not in err and "UserWarning: something else" in err
+
+
 def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
     import shutil
 
