@@ -75,8 +75,9 @@ BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
         "vz-faithfulness", None, 2, cost=318, quick_settings=_QUICK_IG, conditioned=True),
-    # the first 500 SST-2 test sentences (ALTI's split: its analyses need only the prediction)
-    # and 500 random SVA sentences, as the paper
+    # the first 500 SST-2 test sentences (ALTI's split: its analyses need only the prediction;
+    # the paper's count, "500 random samples"; the authors' code takes the first 1,000) and 500
+    # random SVA sentences, as the paper
     "alti-table2": BookRun(
         "alti-table2", 500, 2, cost=164, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 500 SST-2 test sentences
