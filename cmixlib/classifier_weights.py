@@ -37,7 +37,7 @@ from .cache import file_sha256, verify_files
 
 #: Folder with one sub-folder per task (``weights.safetensors`` + ``manifest.json``).
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "classifiers"
-#: Tasks with committed weights (the order of :data:`cmixlib.training.CLASSIFIER_TASKS`).
+#: Tasks with committed weights (the order of ``cmixlib.training.CLASSIFIER_TASKS``).
 TASKS = ("sst2", "mnli", "hatexplain")
 #: Linear maps of each encoder layer that carry a LoRA adapter.
 LORA_TARGETS = ("attention.self.query", "attention.self.key", "attention.self.value",
@@ -53,7 +53,7 @@ class ClassifierWeightsError(RuntimeError):
 
 
 def check_task(task: str) -> str:
-    """The canonical task name; a clear :class:`ValueError` for any other value."""
+    """The canonical task name; a clear ``ValueError`` for any other value."""
     t = task.lower().replace("-", "") if isinstance(task, str) else task
     if t not in TASKS:
         raise ValueError(f"Unknown classifier task={task!r}; allowed values: {', '.join(TASKS)}.")

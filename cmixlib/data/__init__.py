@@ -45,7 +45,8 @@ __all__ = [
     "SPACY_MODEL", "SST2_SPLITS", "annotate_blimp", "annotate_pair", "annotation_cache_file",
     "annotation_rules_hash", "blimp_agreement_counts", "blimp_annotation_audit", "cache_dir",
     "cue_for", "data_dir", "data_file", "encode_words", "encode_words_batch",
-    "expand_contractions", "load_blimp", "load_blimp_agreement", "load_hatexplain", "load_linzen",
+    "expand_contractions", "load_blimp", "load_blimp_agreement", "load_hatexplain",
+    "load_hatexplain_rationale_inputs", "load_hatexplain_rationales", "load_linzen",
     "load_mnli", "load_spacy", "load_sst2", "load_sst2_inputs", "load_sva", "noun_number",
     "single_token_id",
 ]
