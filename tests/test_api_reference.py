@@ -219,3 +219,24 @@ def test_short_docstring_references_find_the_nearest_documented_object():
             == "cmixlib.gradients.captum_methods.GRADIENT_METHODS")
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data", data) is None     # wrong kind
     assert xref.nearest_object(objects, "no_such_name", "cmixlib", None) is None
+
+
+def test_api_pages_show_short_type_names_and_no_long_values():
+    """tools/cmix_autodoc.py: signatures without ``~typing.``/``<factory>``/quoted annotations
+    (string defaults untouched), and constants show a value only when it is short and plain."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from cmix_autodoc import MAX_VALUE, tidy_signature, value_is_shown
+
+    sig = ("(compute: ~typing.Callable[[~cmixlib.experiments.runner.Context], "
+           "~typing.Mapping[str, ~pandas.DataFrame]], defaults: dict = <factory>, "
+           "directory: 'Path', scale: float = 1.5, name='a.b')")
+    assert tidy_signature(sig) == ("(compute: Callable[[Context], Mapping[str, DataFrame]], "
+                                   "defaults: dict = ..., directory: Path, scale: float = 1.5, "
+                                   "name='a.b')")
+    assert tidy_signature(None) is None
+    assert value_is_shown(4) and value_is_shown(("sst2", "mnli"))
+    assert not value_is_shown("x" * (MAX_VALUE + 1)) and not value_is_shown({"f": print})
+    config = (ROOT / "_config.yml").read_text()
+    assert "cmix_autodoc: tools/" in config
