@@ -1,4 +1,4 @@
-"""cmixlib: context mixing in Transformer encoders.
+"""cmixlib: context mixing in Transformers (BERT-family encoders; pre-LN decoder LMs).
 
 Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists every
 context-mixing method (:mod:`cmixlib.registry` holds them with the baselines, labels and colours).
@@ -7,7 +7,9 @@ Where is what: :mod:`~cmixlib.arch` (the module names of each model family, noth
 them), :mod:`~cmixlib.models` (loading, offline fallback, tiny random models),
 :mod:`~cmixlib.encoder` (one captured forward pass, the per-layer decomposition),
 :mod:`~cmixlib.norms`, :mod:`~cmixlib.value_zeroing` and :mod:`~cmixlib.attention` (the methods),
-:mod:`~cmixlib.core` (the entry point), :mod:`~cmixlib.gradients` (gradient, erasure and random
+:mod:`~cmixlib.core` (the entry point; a Llama-style or GPT-2 decoder LM is routed to
+:mod:`~cmixlib.decoder_methods`, on :mod:`~cmixlib.decoder`'s captured pass and
+:mod:`~cmixlib.decoder_vz`), :mod:`~cmixlib.gradients` (gradient, erasure and random
 baselines), :mod:`~cmixlib.data` (datasets, BLiMP annotation), :mod:`~cmixlib.training` (the
 trainers and their one ``fit`` loop), :mod:`~cmixlib.evaluation` and :mod:`~cmixlib.probing` (the
 papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by name and cached).

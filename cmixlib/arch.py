@@ -5,6 +5,11 @@ Every other module reaches an encoder's parts through the functions here
 :func:`embedding_output_module`, :func:`num_layers`, ...). Supporting a new post-LN family means
 adding one :class:`Family` entry to :data:`FAMILIES`.
 
+Pre-LN decoder LMs (Llama-style with RMSNorm, RoPE, grouped-query attention and SwiGLU; GPT-2
+with Conv1D and learned positions) have their own table, :data:`DECODER_FAMILIES` of
+:class:`DecoderFamily` entries, read through :func:`decoder_family_of`, :func:`decoder_parts`,
+:func:`decoder_final_norm` and :func:`decoder_unembed` (see the section below).
+
 One encoder layer, in the notation of :mod:`cmixlib.encoder`, and the parts named here::
 
     x --query, key, value--> attention --out (W_O, b_O)--> + x --ln1--> y
@@ -19,6 +24,9 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["Family", "FAMILIES", "SUPPORTED_FAMILIES", "UnsupportedModelError", "LayerParts",
+           "DecoderFamily", "DECODER_FAMILIES", "DecoderParts", "decoder_family_of",
+           "is_decoder_lm", "norm_params", "linear_weights",
+           "decoder_parts", "decoder_final_norm", "decoder_unembed", "random_decoder_config",
            "family_of", "layer_holder", "layer_list", "layer_parts", "parts_of_layer", "num_layers", "num_heads",
            "embedding_output_module", "mlm_head", "position_offset", "random_config"]
 
@@ -170,9 +178,11 @@ def family_of(model: torch.nn.Module) -> Family:
     raise UnsupportedModelError(
         f"cmixlib cannot read {type(model).__name__} (model_type={model_type or '?'!r}). "
         f"Supported: {SUPPORTED_FAMILIES} loaded with transformers (e.g. AutoModel / "
-        "AutoModelForMaskedLM / AutoModelForSequenceClassification). Other architectures (pre-LN, "
-        "decoders, ALBERT's shared layers, DeBERTa's relative attention) are not covered; a new "
-        "post-LN family is one entry in cmixlib.arch.FAMILIES.")
+        "AutoModelForMaskedLM / AutoModelForSequenceClassification). Pre-LN decoder LMs "
+        f"({SUPPORTED_DECODERS}) are read by cmixlib.decoder instead (cmixlib.context_mixing "
+        "routes them there); other architectures (other pre-LN models, ALBERT's shared layers, "
+        "DeBERTa's relative attention) are not covered; a new post-LN family is one entry in "
+        "cmixlib.arch.FAMILIES.")
 
 
 def layer_holder(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
@@ -272,4 +282,282 @@ def random_config(arch: str, *, hidden: int, layers: int, heads: int, intermedia
     kwargs = {names[k]: v for k, v in sizes.items()}
     for key, value in fam.config_extra.items():
         kwargs[key] = value(sizes) if callable(value) else value
+    return getattr(transformers, cls_name)(**kwargs)
+
+
+# --------------------------------------------------------------------------- pre-LN decoders
+#
+# Pre-LN decoder LMs are described by a second table, DECODER_FAMILIES, read by
+# cmixlib.decoder (the captured forward pass) and cmixlib.decoder_methods. One pre-LN decoder
+# layer, in the notation of cmixlib.decoder, and the parts named here:
+#
+#     x --ln1--> u --value (W_V, b_V)--> v --alpha (causal), out (W_O, b_O)--> a;  m = x + a
+#     m --ln2--> w --mlp--> g;  x' = m + g (the layer output);   logits = unembed(final_norm(x'))
+#
+# The encoder helpers above (family_of, layer_parts, ...) keep refusing decoders: a decoder is
+# found by decoder_family_of, and cmixlib.core routes it to cmixlib.decoder_methods.
+
+#: Parts of one decoder layer (attribute paths inside the layer module).
+DECODER_PART_NAMES = ("ln1", "attn", "value", "out", "ln2", "mlp")
+
+
+def _linear_weights(path: str) -> Callable[[torch.nn.Module], tuple[torch.Tensor, Any]]:
+    """(weight (out, in), bias or None) of the ``nn.Linear`` at ``path`` inside a layer."""
+    def read(layer: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+        lin = _get(layer, path)
+        return lin.weight, lin.bias
+    return read
+
+
+def _conv1d_value(layer: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    """GPT-2's fused ``c_attn`` (Conv1D, y = x W + b, W of shape (d, 3d), columns q | k | v):
+    the value slice as a Linear-convention weight (d, d) and bias (d,)."""
+    conv = layer.attn.c_attn
+    d = conv.weight.shape[0]
+    return conv.weight[:, 2 * d:].t(), conv.bias[2 * d:]
+
+
+def _conv1d_out(layer: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    """GPT-2's ``c_proj`` (Conv1D, weight (H d_head, d)) as a Linear-convention (d, H d_head)."""
+    conv = layer.attn.c_proj
+    return conv.weight.t(), conv.bias
+
+
+def _value_slice_of_fused(out: torch.Tensor) -> torch.Tensor:
+    """The value third of GPT-2's fused q | k | v projection output (..., 3d) -> (..., d)."""
+    d = out.shape[-1] // 3
+    return out[..., 2 * d:]
+
+
+@dataclass(frozen=True)
+class DecoderFamily:
+    """Where one pre-LN decoder family keeps its parts (attribute paths, dotted).
+
+    ``layers``: the layer list, from the base model (``model.base_model``); ``layer``: the parts
+    of one layer (keys :data:`DECODER_PART_NAMES`: the two norms, the attention module, whose
+    forward returns ``(output, weights)``, the module whose output holds the values, the output
+    projection and the MLP module); ``final_norm``: from the base model; ``unembed``: the LM head
+    on the ``*ForCausalLM`` model; ``norm``: ``"rmsnorm"`` (x / rms(x) * gamma) or
+    ``"layernorm"``; ``value_weights`` / ``out_weights``: functions of a layer module giving
+    ``(W_V (KV d_head, d), b_V or None)`` and ``(W_O (d, H d_head), b_O or None)`` in the
+    ``nn.Linear`` convention (y = x W^T + b) whatever the module type; ``value_output``: the
+    values in the value module's output (all of it, or GPT-2's last third); ``mlp_in``,
+    ``mlp_down``, ``mlp_act``: the MLP's input projections, output projection and activation
+    inside the layer: MLP(w) = down(act(in_0 w) * in_1 w) with two input projections (SwiGLU's
+    gate and up), down(act(in_0 w)) with one (GPT-2); ``heads_key`` /
+    ``kv_heads_key``: config names of the query and key-value head counts (None: no grouped-query
+    attention); ``config``: the ``transformers`` config class and how its names spell size,
+    depth, heads, key-value heads, FFN width and vocabulary; ``config_extra``: further values.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    layers: str
+    layer: dict[str, str]
+    final_norm: str
+    unembed: str
+    norm: str
+    value_weights: Callable[[torch.nn.Module], tuple[torch.Tensor, Any]]
+    out_weights: Callable[[torch.nn.Module], tuple[torch.Tensor, Any]]
+    value_output: Callable[[torch.Tensor], torch.Tensor] = lambda out: out
+    mlp_in: tuple[str, ...] = ("mlp.gate_proj", "mlp.up_proj")
+    mlp_down: str = "mlp.down_proj"
+    mlp_act: str = "mlp.act_fn"
+    heads_key: str = "num_attention_heads"
+    kv_heads_key: str | None = "num_key_value_heads"
+    config: tuple[str, dict[str, str]] = ("LlamaConfig", {})
+    config_extra: dict[str, Any] = field(default_factory=dict)
+
+
+#: The supported pre-LN decoder families (grouped-query attention, RoPE or learned positions).
+DECODER_FAMILIES: dict[str, DecoderFamily] = {f.name: f for f in (
+    DecoderFamily(
+        "llama", ("llama", "mistral", "qwen2"), "layers",
+        {"ln1": "input_layernorm", "attn": "self_attn", "value": "self_attn.v_proj",
+         "out": "self_attn.o_proj", "ln2": "post_attention_layernorm", "mlp": "mlp"},
+        final_norm="norm", unembed="lm_head", norm="rmsnorm",
+        value_weights=_linear_weights("self_attn.v_proj"),
+        out_weights=_linear_weights("self_attn.o_proj"),
+        config=("LlamaConfig", {"hidden": "hidden_size", "layers": "num_hidden_layers",
+                                "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+                                "intermediate": "intermediate_size", "vocab": "vocab_size"}),
+        config_extra={"max_position_embeddings": 256, "attention_bias": True,
+                      "mlp_bias": True, "initializer_range": 0.1}),
+    DecoderFamily(
+        "gpt2", ("gpt2",), "h",
+        {"ln1": "ln_1", "attn": "attn", "value": "attn.c_attn", "out": "attn.c_proj",
+         "ln2": "ln_2", "mlp": "mlp"},
+        final_norm="ln_f", unembed="lm_head", norm="layernorm",
+        value_weights=_conv1d_value, out_weights=_conv1d_out,
+        value_output=_value_slice_of_fused, mlp_in=("mlp.c_fc",), mlp_down="mlp.c_proj",
+        mlp_act="mlp.act", heads_key="n_head", kv_heads_key=None,
+        config=("GPT2Config", {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head",
+                               "intermediate": "n_inner", "vocab": "vocab_size"}),
+        config_extra={"n_positions": 256, "initializer_range": 0.1, "bos_token_id": 0,
+                      "eos_token_id": 0}),
+)}
+
+SUPPORTED_DECODERS = "Llama-style (Llama, Mistral, Qwen2, SmolLM2) and GPT-2 causal LMs"
+
+
+def _fits_decoder(family: DecoderFamily, base: torch.nn.Module) -> bool:
+    if not _has(base, family.layers) or not _has(base, family.final_norm):
+        return False
+    layers = _get(base, family.layers)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        return False
+    return all(_has(layers[0], p) for p in family.layer.values())
+
+
+def decoder_family_of(model: torch.nn.Module) -> DecoderFamily | None:
+    """The :class:`DecoderFamily` of ``model`` (a ``*ForCausalLM`` or its base model), by
+    ``config.model_type`` first and then by layout; None for anything else (encoders included,
+    so :func:`family_of` still gives their error)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or not isinstance(model, torch.nn.Module):
+        return None
+    base = getattr(model, "base_model", model)
+    model_type = getattr(cfg, "model_type", "")
+    candidates = [f for f in DECODER_FAMILIES.values() if model_type in f.model_types]
+    candidates += [f for f in DECODER_FAMILIES.values() if f not in candidates]
+    for fam in candidates:
+        if _fits_decoder(fam, base):
+            return fam
+    return None
+
+
+def is_decoder_lm(model: Any) -> bool:
+    """Whether ``model`` is a supported pre-LN decoder (:data:`DECODER_FAMILIES`)."""
+    return isinstance(model, torch.nn.Module) and decoder_family_of(model) is not None
+
+
+@dataclass
+class DecoderParts:
+    """The sub-modules and weights of one pre-LN decoder layer (see :data:`DECODER_FAMILIES`).
+
+    ``w_v`` (KV d_head, d), ``b_v`` (KV d_head,) or None, ``w_o`` (d, H d_head), ``b_o`` (d,) or
+    None, in the ``nn.Linear`` convention whatever the module type (GPT-2's Conv1D transposed).
+    Query head h reads key-value head ``h // (H / KV)`` (``repeat_kv``'s order)."""
+
+    layer: torch.nn.Module
+    ln1: torch.nn.Module
+    attn: torch.nn.Module
+    value: torch.nn.Module
+    out: torch.nn.Module
+    ln2: torch.nn.Module
+    mlp: torch.nn.Module
+    family: DecoderFamily
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def w_v(self) -> torch.Tensor:
+        return self.family.value_weights(self.layer)[0]
+
+    @property
+    def b_v(self) -> torch.Tensor | None:
+        return self.family.value_weights(self.layer)[1]
+
+    @property
+    def w_o(self) -> torch.Tensor:
+        return self.family.out_weights(self.layer)[0]
+
+    @property
+    def b_o(self) -> torch.Tensor | None:
+        return self.family.out_weights(self.layer)[1]
+
+    @property
+    def head_dim(self) -> int:
+        return self.w_o.shape[1] // self.num_heads
+
+    @property
+    def mlp_in(self) -> list[tuple[torch.Tensor, Any]]:
+        """(W (d_ff, d), b or None) of each MLP input projection (gate, up; or GPT-2's c_fc)."""
+        return [linear_weights(_get(self.layer, p)) for p in self.family.mlp_in]
+
+    @property
+    def mlp_down(self) -> tuple[torch.Tensor, Any]:
+        """(W (d, d_ff), b or None) of the MLP output projection."""
+        return linear_weights(_get(self.layer, self.family.mlp_down))
+
+    @property
+    def mlp_act(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        return _get(self.layer, self.family.mlp_act)
+
+    def norm_params(self, which: str) -> tuple[torch.Tensor, Any, float]:
+        """(gamma, beta or None, eps) of ``"ln1"``, ``"ln2"`` (RMSNorm has no beta)."""
+        return norm_params(getattr(self, which))
+
+
+def norm_params(module: torch.nn.Module) -> tuple[torch.Tensor, Any, float]:
+    """(gamma, beta or None, eps) of a LayerNorm or an RMSNorm (``variance_epsilon`` or ``eps``)."""
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return module.weight, getattr(module, "bias", None), float(eps)
+
+
+def linear_weights(module: torch.nn.Module) -> tuple[torch.Tensor, Any]:
+    """(W (out, in), b or None) of an ``nn.Linear`` or of GPT-2's ``Conv1D`` (W transposed)."""
+    if type(module).__name__ == "Conv1D":
+        return module.weight.t(), module.bias
+    return module.weight, module.bias
+
+
+def _require_decoder(model: torch.nn.Module) -> DecoderFamily:
+    fam = decoder_family_of(model)
+    if fam is None:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} is not a supported pre-LN decoder; supported: "
+            f"{SUPPORTED_DECODERS} (cmixlib.arch.DECODER_FAMILIES).")
+    return fam
+
+
+def decoder_parts(model: torch.nn.Module) -> list[DecoderParts]:
+    """:class:`DecoderParts` of every layer of a supported decoder (UnsupportedModelError else)."""
+    fam = _require_decoder(model)
+    cfg = model.config
+    heads = int(getattr(cfg, fam.heads_key))
+    kv = int(getattr(cfg, fam.kv_heads_key, None) or heads) if fam.kv_heads_key else heads
+    layers = _get(getattr(model, "base_model", model), fam.layers)
+    return [DecoderParts(layer=layer, family=fam, num_heads=heads, num_kv_heads=kv,
+                         **{p: _get(layer, path) for p, path in fam.layer.items()})
+            for layer in layers]
+
+
+def decoder_final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The final norm (``model.norm`` / ``transformer.ln_f``) applied before the LM head."""
+    fam = _require_decoder(model)
+    return _get(getattr(model, "base_model", model), fam.final_norm)
+
+
+def decoder_unembed(model: torch.nn.Module) -> torch.nn.Linear:
+    """The LM head (logits = h_final U^T (+ b)); TypeError for a base model without one."""
+    fam = _require_decoder(model)
+    if not _has(model, fam.unembed):
+        raise TypeError(f"{type(model).__name__} has no LM head (expected {fam.unembed!r}): load "
+                        "it with AutoModelForCausalLM for logit-based methods (ALTI-Logit).")
+    return _get(model, fam.unembed)
+
+
+def random_decoder_config(arch: str, *, hidden: int, layers: int, heads: int,
+                          kv_heads: int | None = None, intermediate: int, vocab: int) -> Any:
+    """A ``transformers`` config of decoder family ``arch`` (``"llama"``, ``"gpt2"``) with the
+    given sizes, for tiny random models (biases switched on where the family allows, so that
+    their handling is exercised). ``kv_heads`` (None: ``heads``) must divide ``heads``; GPT-2
+    has no grouped-query attention."""
+    import transformers
+
+    if arch not in DECODER_FAMILIES:
+        raise ValueError(f"Unknown decoder architecture {arch!r}; choose one of "
+                         f"{tuple(DECODER_FAMILIES)}.")
+    fam = DECODER_FAMILIES[arch]
+    kv_heads = heads if kv_heads is None else kv_heads
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}.")
+    cls_name, names = fam.config
+    sizes = {"hidden": hidden, "layers": layers, "heads": heads, "intermediate": intermediate,
+             "vocab": vocab, "kv_heads": kv_heads}
+    if "kv_heads" not in names and kv_heads != heads:
+        raise ValueError(f"{arch} has no grouped-query attention: kv_heads must equal heads.")
+    kwargs = {names[k]: v for k, v in sizes.items() if k in names}
+    kwargs.update(fam.config_extra)
     return getattr(transformers, cls_name)(**kwargs)

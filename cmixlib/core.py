@@ -11,6 +11,7 @@ import torch
 from . import norms
 from .registry import ALL_METHODS, MIXING_KINDS, Method
 from .attention import attention_flow, normalize_rows, rollout
+from .arch import is_decoder_lm
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
                       run_and_capture)
 from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_maps, check_model,
@@ -228,7 +229,8 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, n
 
 def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
                    normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
-                   rollout_normalize: bool = True) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+                   rollout_normalize: bool = True, logit_target=None, logit_foil=None,
+                   ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -275,6 +277,10 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     rollout_normalize:
         True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
         rollouts, as GlobEnc's original code does; the final rows are then normalised.
+    logit_target, logit_foil:
+        Pre-LN decoder LMs only (Llama-style, GPT-2; :mod:`cmixlib.decoder_methods`, to which
+        such a model is routed): the token id(s) whose logit (difference) ``alti_logit``
+        explains (None: the model's top prediction at each position).
 
     Raises
     ------
@@ -309,6 +315,15 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
     model, tokenizer = _unpack_model(model, tokenizer)
+    if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.decoder_methods
+        from .decoder_methods import decoder_context_mixing
+        return decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
+                                      rows=rows, vz_distance=vz_distance,
+                                      vz_standardize=vz_standardize,
+                                      rollout_normalize=rollout_normalize,
+                                      logit_target=logit_target, logit_foil=logit_foil)
+    if logit_target is not None or logit_foil is not None:
+        raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
     methods = check_methods(methods)
     distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,

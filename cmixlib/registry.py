@@ -36,7 +36,7 @@ class Method:
 
     name: str
     label: str
-    kind: str                 # "layer", "aggregated", "gradient", "erasure" or "control"
+    kind: str       # "layer", "aggregated", "logit" (decoders), "gradient", "erasure", "control"
     reference: str
     description: str
     colour: str
@@ -81,6 +81,10 @@ _ENTRIES = (
            "#fb6a4a"),
     Method("value_zeroing_rollout", "Value Zeroing rollout", "aggregated", _VZ,
            "Rollout of row-normalised Value Zeroing maps.", "#a50f15", base="value_zeroing"),
+    Method("alti_logit", "ALTI-Logit", "logit", "Ferrando et al. 2023",
+           "Decoder LMs: each layer's attention contribution to a target logit (or logit "
+           "difference) through the linearised final norm, carried to input tokens by ALTI "
+           "rollout.", "#41ab5d"),
     Method("grad_l2", "Grad (L2)", "gradient", "Li et al. 2016",
            "||g_j||_2, g_j = d f / d x_j the gradient w.r.t. token j's input vector.", "#969696"),
     Method("grad_x_input_l2", "Grad×Input (L2)", "gradient", "Kindermans et al. 2016",

@@ -413,8 +413,15 @@ def test_empty_and_overlong_input(packaged_tokenizer):
 
 def test_unsupported_architectures():
     import transformers as tf
-    gpt2 = tf.GPT2Model(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    albert = tf.AlbertModel(tf.AlbertConfig(num_hidden_layers=1, hidden_size=16,
+                                            num_attention_heads=2, intermediate_size=32,
+                                            embedding_size=8, vocab_size=50))
     with pytest.raises(cmixlib.UnsupportedModelError, match="Supported"):
+        cmixlib.context_mixing(albert, None, {"input_ids": torch.tensor([[1, 2, 3]])})
+    # GPT-2 is read (cmixlib.decoder_methods), but only with eager attention weights
+    gpt2 = tf.GPT2Model(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50,
+                                      attn_implementation="sdpa")).eval()
+    with pytest.raises(cmixlib.UnsupportedModelError, match="eager"):
         cmixlib.context_mixing(gpt2, None, {"input_ids": torch.tensor([[1, 2, 3]])})
     dec = cmixlib.random_model("bert", is_decoder=True)
     with pytest.raises(cmixlib.UnsupportedModelError, match="decoder"):

@@ -1,0 +1,424 @@
+"""Context-mixing methods on pre-LN decoder LMs, exact and causal (notation of
+:mod:`cmixlib.decoder`: x_i resid_in, u_j = LN1(x_j), F_ij = sum_h alpha^h_ij f^h(x_j),
+m_i = x_i + sum_j F_ij + b_O resid_mid, x'_i = m_i + MLP(LN2(m_i)) resid_out).
+
+Every map is (n, n), row i the receiving token, column j <= i the source; entries j > i are
+exactly 0 (multiplied by the causal mask, so rounding can never leak above the diagonal).
+
+- ``attention``: A_ij = (1/H) sum_h alpha^h_ij; ``attention_rollout`` rolls out 0.5 A + 0.5 I,
+  rows normalised (Abnar & Zuidema 2020).
+- ``attn_norm`` (N): ||F_ij||_2, f^h(x_j) = (u_j W_V^g(h) + b_V^g(h)) W_O^h read from the
+  normalised input u_j = LN1(x_j) (a function of x_j alone: exact).
+- ``attn_norm_res`` (N-Res): ||F_ij + delta_ij x_i||_2 (the residual adds the un-normalised x_i).
+- ``alti_layer``: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), z_ij = F_ij + delta_ij x_i, as
+  Ferrando et al.'s decoder code (mt-upc/logit-explanations): y_i = m_i contains b_O, which is
+  attributed to nobody, and LN1's beta and b_V travel inside f^h(x_j). ``alti`` rolls out the
+  row-normalised c (no identity: the residual is in c).
+- ``value_zeroing`` (Mohebbi et al. 2023): v_j zeroed in every key-value head (so every query
+  head of a GQA group sees it zeroed), alpha unchanged; only layer l is recomputed:
+  m_i^(not j) = m_i - F_ij, x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij =
+  distance(x'_i^(not j), x'_i) for every pair j <= i at once (:func:`value_zeroing_layer`).
+- ``alti_logit`` (Ferrando et al. 2023): :func:`alti_logit`.
+
+N-ResLN, GlobEnc (N-Enc) and W-Res have no pre-LN counterpart (:data:`UNSUPPORTED`) and raise
+:class:`UnsupportedMethodError`.
+
+Conventions against the authors' code (read, not copied). ALTI and ALTI-Logit follow
+mt-upc/logit-explanations: the affine per-source vector (``logit_attn_full``: LN1's beta and b_V
+carried with alpha to source j; the linear-only ``simp`` variant is not offered), y_i = attention
++ residual with b_O, ``min_sum`` normalisation with the resultant's L1 norm (= max(0, .) / row
+sum), layer l tracked by the ALTI rollout of layers 0..l-1, the MLP and bias terms kept apart.
+Deliberate differences: every row i (their code explains the last position only); the L1
+distance is exact (``F.pairwise_distance`` adds 1e-6 to the difference); RMSNorm final norms
+are linearised without centring (their code knows LayerNorm models only). Value Zeroing matches
+inseq's decoder implementation (all key-value heads of token j zeroed, every layer zeroed
+independently from clean inputs, cosine distance, rows normalised), except that the distance is
+computed stably (0.5 |a/|a| - b/|b||^2, not 1 - cos) and layers are rolled out, not averaged.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from .arch import decoder_final_norm, decoder_unembed, norm_params
+from .decoder import DecoderCapture, DecoderLayerState
+from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
+from .validation import InputError
+
+__all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
+           "attention_mean", "attn_norm", "attn_norm_res", "alti_layer", "AltiLogit",
+           "alti_logit", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
+           "decoder_context_mixing"]
+
+#: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
+DECODER_METHOD_NAMES = ("attention", "attention_rollout", "attention_flow", "attn_norm",
+                        "attn_norm_res", "w_fixedres", "n_fixedres", "alti_layer", "alti",
+                        "value_zeroing", "value_zeroing_rollout", "alti_logit")
+
+_NO_POST_LN = ("in a pre-LN decoder LN1 normalises each token x_j before the value projection and "
+               "the residual is added after attention with no LayerNorm on the sum, so there is "
+               "no post-residual LayerNorm to decompose")
+#: Methods with no exact pre-LN counterpart, and why.
+UNSUPPORTED = {
+    "attn_norm_res_ln": f"N-ResLN decomposes the LayerNorm applied to attention + residual; "
+                        f"{_NO_POST_LN}. Use attn_norm_res (N-Res) or alti_layer.",
+    "globenc_layer": f"GlobEnc's N-Enc decomposes the two post-residual LayerNorms (LN1, LN2); "
+                     f"{_NO_POST_LN}. Use alti / alti_layer.",
+    "globenc": f"GlobEnc rolls out N-Enc, which decomposes post-residual LayerNorms; "
+               f"{_NO_POST_LN}. Use alti.",
+    "w_res": f"W-Res mixes attention with the identity by N-Enc's context-mixing ratio; "
+             f"{_NO_POST_LN}. Use w_fixedres.",
+}
+
+
+class UnsupportedMethodError(InputError):
+    """A context-mixing method that has no exact counterpart on this kind of model (a
+    ValueError, via :class:`~cmixlib.InputError`); the message says why."""
+
+
+def check_decoder_method(name: str) -> None:
+    """Raise :class:`UnsupportedMethodError` (with the reason) for :data:`UNSUPPORTED` names."""
+    if name in UNSUPPORTED:
+        raise UnsupportedMethodError(f"{name} is not defined for pre-LN decoders: "
+                                     f"{UNSUPPORTED[name]}")
+
+
+def causal_mask(n: int, like: torch.Tensor) -> torch.Tensor:
+    """The (n, n) lower-triangular 0/1 mask (1 for j <= i) in ``like``'s dtype and device."""
+    return torch.ones(n, n, dtype=like.dtype, device=like.device).tril_()
+
+
+def attention_mean(st: DecoderLayerState) -> torch.Tensor:
+    """A_ij = (1/H) sum_h alpha^h_ij, (n, n), 0 for j > i."""
+    a = st.attn_weights.mean(dim=0)
+    return a * causal_mask(st.n, a)
+
+
+def attn_norm(st: DecoderLayerState) -> torch.Tensor:
+    """N: ||F_ij||_2 = ||sum_h alpha^h_ij f^h(x_j)||_2, f^h from u_j = LN1(x_j), (n, n)."""
+    out = torch.linalg.vector_norm(st.attn_vectors, dim=-1)
+    return out * causal_mask(st.n, out)
+
+
+def _res_vectors(st: DecoderLayerState) -> torch.Tensor:
+    """z_ij = F_ij + delta_ij x_i, (n, n, d)."""
+    z = st.attn_vectors.clone()
+    idx = torch.arange(st.n, device=z.device)
+    z[idx, idx] += st.resid_in
+    return z
+
+
+def attn_norm_res(st: DecoderLayerState) -> torch.Tensor:
+    """N-Res: ||F_ij + delta_ij x_i||_2 (the un-normalised residual x_i on the diagonal)."""
+    out = torch.linalg.vector_norm(_res_vectors(st), dim=-1)
+    return out * causal_mask(st.n, out)
+
+
+def alti_layer(st: DecoderLayerState) -> torch.Tensor:
+    """ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (b_O included),
+    z_ij = F_ij + delta_ij x_i; (n, n), un-normalised (rows are normalised by the caller)."""
+    y = st.resid_mid
+    dist = torch.linalg.vector_norm(y[:, None, :] - _res_vectors(st), ord=1, dim=-1)
+    out = torch.clamp(torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+    return out * causal_mask(st.n, out)
+
+
+def _fixed_residual(mat: torch.Tensor) -> torch.Tensor:
+    """0.5 rownorm(mat) + 0.5 I."""
+    s = mat.sum(dim=-1, keepdim=True)
+    out = 0.5 * mat / torch.where(s == 0, torch.ones_like(s), s)
+    return out + 0.5 * torch.eye(mat.shape[0], dtype=mat.dtype, device=mat.device)
+
+
+LAYER_FUNCTIONS = {
+    "attention": attention_mean,
+    "attn_norm": attn_norm,
+    "attn_norm_res": attn_norm_res,
+    "alti_layer": alti_layer,
+    "w_fixedres": lambda st: _fixed_residual(attention_mean(st)),
+    "n_fixedres": lambda st: _fixed_residual(attn_norm(st)),
+}
+
+
+def alti_rollout(capture: DecoderCapture) -> np.ndarray:
+    """R^l = C~^l C~^(l-1) ... C~^0 with C~ the row-normalised ALTI maps, (L, n, n) float64."""
+    from .attention import rollout
+
+    maps = torch.stack([alti_layer(st) for st in capture.layers]).double().cpu().numpy()
+    return rollout(maps, add_identity=False, normalize=True)
+
+
+@dataclass
+class AltiLogit:
+    """ALTI-Logit of one sentence; every term in logit units, rows i = positions predicting.
+
+    ``target`` / ``foil`` (n,) token ids per row (foil None: the target's logit alone);
+    ``logit`` (n,) the model's logit (difference) at each row; ``sources`` (L, n, n): layer l's
+    attention block contribution from its input token k, sum_h alpha^h_ik u~_i . f^h(x_k);
+    ``tracked`` (L, n, n): ``sources[l] @ R^(l-1)`` mapped to the input tokens through the ALTI
+    rollout of the layers below (R^(-1) = I); ``attn_bias`` (L, n) u~_i . b_O; ``mlp`` (L, n)
+    u~_i . MLP output; ``embedding`` (n,) u~_i . x^0_i; ``final_bias`` (n,) u_i . beta_f plus the
+    LM head's bias. u_i = U_target - U_foil, u~_i = P(gamma_f * u_i) / s_i the final norm
+    linearised at the real final residual of row i (P centres for LayerNorm, identity for
+    RMSNorm; s_i its real scale).
+    """
+
+    target: np.ndarray
+    foil: np.ndarray | None
+    logit: np.ndarray
+    sources: np.ndarray
+    tracked: np.ndarray
+    attn_bias: np.ndarray
+    mlp: np.ndarray
+    embedding: np.ndarray
+    final_bias: np.ndarray
+
+    @property
+    def explanation(self) -> np.ndarray:
+        """Contribution of each input token j to the logit (difference) at row i through the
+        attention blocks of all layers, sum_l tracked[l], (n, n) (the paper's ALTI-Logit)."""
+        return self.tracked.sum(axis=0)
+
+    def reconstruction(self) -> np.ndarray:
+        """embedding + sum_l (sum_k sources + attn_bias + mlp) + final_bias, (n,): equals
+        ``logit`` up to rounding (the decomposition is exact under the linearisation)."""
+        return (self.embedding + (self.sources.sum(-1) + self.attn_bias + self.mlp).sum(0)
+                + self.final_bias)
+
+
+#: A token id, one id per position, or None.
+TokenIds = Union[int, Sequence[int], torch.Tensor, None]
+
+
+def _per_row_ids(value: TokenIds, n: int, name: str,
+                 default: torch.Tensor | None) -> torch.Tensor | None:
+    if value is None:
+        return default
+    t = torch.as_tensor(value, dtype=torch.long).reshape(-1)
+    if t.numel() == 1:
+        t = t.expand(n)
+    if t.numel() != n:
+        raise InputError(f"{name} must be one token id or one per position ({n}); got {t.numel()}.")
+    return t
+
+
+@torch.no_grad()
+def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds = None,
+               foil: TokenIds = None, rollout: np.ndarray | None = None) -> AltiLogit:
+    r"""ALTI-Logit (Ferrando et al. 2023) at every position i.
+
+    The logit of ``target`` (or its difference with ``foil``) at row i is split exactly, with the
+    final norm linearised at the row's real final residual (its scale a constant, as the paper):
+
+    .. math:: \mathrm{logit}_i = \tilde u_i\cdot x^0_i + \sum_\ell \Big(\sum_{k\le i}
+              \sum_h \alpha^{\ell,h}_{ik}\,\tilde u_i\cdot f^{\ell,h}(x_k)
+              + \tilde u_i\cdot b^\ell_O
+              + \tilde u_i\cdot g^\ell_i\Big) + u_i\cdot\beta_f + b_{\mathrm{lm}},
+
+    and layer l's attention term from token k is carried to the input tokens by the ALTI
+    rollout of layers 0..l-1: ``tracked[l] = sources[l] @ R^(l-1)``.
+
+    ``target``: None (the model's top prediction at each row), a token id, or one id per row;
+    ``foil``: None, an id or one per row. ``rollout``: the ALTI rollout (L, n, n) if already
+    computed. Deliberate differences from the authors' code: every row, not only the last;
+    the RMSNorm linearisation (no centring) for Llama-style models; the MLP and bias terms are
+    returned beside the tracked attention terms, never tracked to tokens (as the paper).
+    """
+    n = capture.input_ids.shape[0]
+    if capture.logits is None:
+        decoder_unembed(model)                     # raises the "no LM head" error
+    top = capture.logits.argmax(dim=-1).cpu()
+    target = _per_row_ids(target, n, "logit_target", top)
+    foil = _per_row_ids(foil, n, "logit_foil", None)
+    head = decoder_unembed(model)
+    dev = capture.final_norm_in.device
+    u = head.weight[target.to(dev)]                                        # (n, d)
+    bias = head.bias[target.to(dev)] if head.bias is not None else \
+        torch.zeros(n, dtype=u.dtype, device=dev)
+    if foil is not None:
+        u = u - head.weight[foil.to(dev)]
+        if head.bias is not None:
+            bias = bias - head.bias[foil.to(dev)]
+    norm = decoder_final_norm(model)
+    gamma, beta, eps = norm_params(norm)
+    fin = capture.final_norm_in
+    layer_norm = capture.layers[0].parts.family.norm == "layernorm"
+    if layer_norm:
+        scale = torch.sqrt(fin.var(dim=-1, unbiased=False, keepdim=True) + eps)
+        ut = gamma * u
+        ut = (ut - ut.mean(dim=-1, keepdim=True)) / scale
+    else:
+        scale = torch.sqrt(fin.pow(2).mean(dim=-1, keepdim=True) + eps)
+        ut = gamma * u / scale                                             # (n, d)
+    final_bias = bias.to(u.dtype) + ((u @ beta) if beta is not None else 0.0)
+    sources, attn_bias, mlp = [], [], []
+    for st in capture.layers:
+        g = torch.einsum("hkd,id->hik", st.head_out, ut)                   # u~_i . f^h(x_k)
+        s = (st.attn_weights * g).sum(dim=0)
+        sources.append(s * causal_mask(n, s))
+        b_o = st.parts.b_o
+        attn_bias.append(ut @ b_o if b_o is not None else ut.new_zeros(n))
+        mlp.append((ut * st.mlp_out).sum(-1))
+    src = torch.stack(sources).double().cpu().numpy()
+    roll = alti_rollout(capture) if rollout is None else np.asarray(rollout, dtype=np.float64)
+    tracked = src.copy()
+    tracked[1:] = np.einsum("lik,lkj->lij", src[1:], roll[:-1])
+    logits = capture.logits.double().cpu()
+    logit = logits[torch.arange(n), target]
+    if foil is not None:
+        logit = logit - logits[torch.arange(n), foil]
+    as_np = lambda t: torch.as_tensor(t).double().cpu().numpy()   # noqa: E731
+    return AltiLogit(target=target.numpy(), foil=None if foil is None else foil.numpy(),
+                     logit=logit.numpy(), sources=src, tracked=tracked,
+                     attn_bias=as_np(torch.stack(attn_bias)), mlp=as_np(torch.stack(mlp)),
+                     embedding=as_np((ut * capture.embeddings).sum(-1)),
+                     final_bias=as_np(final_bias).reshape(-1) * np.ones(n))
+
+
+# --------------------------------------------------------------------------- entry point
+def _sentences(model: torch.nn.Module, tokenizer, text) -> tuple[list[torch.Tensor], bool]:
+    """Unpadded id sequences of ``text`` (each sentence alone: exact whatever the padding side)."""
+    from collections.abc import Mapping
+
+    from .validation import check_ids_and_mask, check_text, check_tokenizer
+
+    emb = model.get_input_embeddings()
+    vocab = getattr(emb, "num_embeddings", None)
+    if isinstance(text, Mapping):
+        if "input_ids" not in text:
+            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or "
+                             "(B, n)).")
+        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
+                                       vocab_size=vocab)
+        seqs, is_batch = [row[m.bool()] for row, m in zip(ids, mask)], ids.shape[0] > 1
+    else:
+        texts, is_batch = check_text(text)
+        if check_tokenizer(tokenizer) is None:
+            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
+        seqs = [check_ids_and_mask(tokenizer(t, return_tensors="pt")["input_ids"],
+                                   vocab_size=vocab)[0][0] for t in texts]
+    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    if limit and max(len(s) for s in seqs) > limit:
+        raise InputError(f"Input has {max(len(s) for s in seqs)} tokens but the model accepts at "
+                         f"most {limit}.")
+    return seqs, is_batch
+
+
+def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
+    """Validate names for a decoder: None = every supported method (``alti_logit`` only with an
+    LM head); :data:`UNSUPPORTED` names raise :class:`UnsupportedMethodError` with the reason."""
+    from .validation import check_names
+
+    if methods is None:
+        return [m for m in DECODER_METHOD_NAMES if has_lm_head or m != "alti_logit"]
+    names = [methods] if isinstance(methods, str) else methods
+    for name in names if isinstance(names, (list, tuple)) else []:
+        if isinstance(name, str):
+            check_decoder_method(name)
+    return check_names(methods, DECODER_METHOD_NAMES, "methods", what="decoder method")
+
+
+@torch.no_grad()
+def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
+    from .attention import attention_flow, normalize_rows, rollout
+    from .decoder import run_decoder
+
+    cap = run_decoder(model, ids)
+    n = len(ids)
+    layer_names = {"attention", "attn_norm", "attn_norm_res", "w_fixedres", "n_fixedres",
+                   "alti_layer", "value_zeroing"}
+    base = {"attention_rollout": "attention", "attention_flow": "attention",
+            "alti": "alti_layer", "value_zeroing_rollout": "value_zeroing"}
+    need = {m for m in methods if m in layer_names} | {base[m] for m in methods if m in base}
+    if "alti_logit" in methods:
+        need.add("alti_layer")
+    raw = {}
+    for name in need:
+        if name == "value_zeroing":
+            maps = [value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
+                                        options["vz_method"]) for st in cap.layers]
+        else:
+            maps = [LAYER_FUNCTIONS[name](st) for st in cap.layers]
+        raw[name] = torch.stack(maps).cpu().numpy()
+
+    def place(maps):
+        if rows is None:
+            return maps
+        full = np.full_like(maps, np.nan)
+        full[:, rows] = maps[:, rows]
+        return full
+
+    out = {}
+    for name in methods:
+        if name in layer_names:
+            out[name] = place(normalize_rows(raw[name]) if options["normalize"] else raw[name])
+        elif name == "attention_rollout":
+            out[name] = rollout(raw["attention"], add_identity=True)
+        elif name == "attention_flow":
+            flow = attention_flow(raw["attention"], add_identity=True, rows=rows)
+            out[name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
+                place(normalize_rows(np.nan_to_num(flow)))
+        elif name == "alti_logit":
+            roll = rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
+            res = alti_logit(cap, model, options["logit_target"], options["logit_foil"], roll)
+            out[name] = place(res.tracked)
+        else:
+            norm = options["rollout_normalize"]
+            out[name] = rollout(raw[base[name]], add_identity=False, normalize=norm)
+            if not norm:
+                out[name] = normalize_rows(out[name])
+    return out
+
+
+def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
+                           methods: Sequence[str] | str | None = None, *,
+                           normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
+                           vz_standardize: Any = None, rollout_normalize: bool = True,
+                           logit_target: TokenIds = None, logit_foil: TokenIds = None,
+                           vz_method: str = "auto"
+                           ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+    """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a dict name ->
+    (L, n, n) array per sentence (a list for a batch), rows i = receiving positions, columns
+    j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
+    aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
+    normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
+    logit of ``logit_target`` (minus ``logit_foil``'s) at row i, carried to input token j by
+    the ALTI rollout of the layers below; summed over l it is the paper's explanation.
+    Each sentence is run alone (no padding enters the forward pass).
+
+    Examples
+    --------
+    >>> import numpy as np, torch, cmixlib
+    >>> from cmixlib.decoder import random_decoder
+    >>> model = random_decoder("llama")          # 3 layers, 6 query heads, 2 key-value heads
+    >>> maps = cmixlib.context_mixing(model, None, {"input_ids": torch.arange(6)},
+    ...                               ["alti", "value_zeroing", "alti_logit"], logit_target=3)
+    >>> maps["alti"].shape, bool(np.all(np.triu(maps["value_zeroing"], 1) == 0))
+    ((3, 6, 6), True)
+    """
+    from .core import _check_standardize, _per_sentence_rows
+    from .validation import check_bool, check_choice, check_rows
+
+    if model.training:
+        raise InputError("model is in training mode (dropout is active, so the maps would be "
+                         "random): call model.eval() first.")
+    has_head = hasattr(model, "lm_head")
+    methods = check_decoder_methods(methods, has_head)
+    options = dict(normalize=check_bool(normalize, "normalize"),
+                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
+                   vz_distance=check_choice(vz_distance, ("cosine", "euclidean", "spearman"),
+                                            "vz_distance", what="Value Zeroing distance"),
+                   vz_standardize=_check_standardize(vz_standardize,
+                                                     model.get_input_embeddings().embedding_dim),
+                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
+                   logit_target=logit_target, logit_foil=logit_foil)
+    seqs, is_batch = _sentences(model, tokenizer, text)
+    per_rows = _per_sentence_rows(rows, len(seqs))
+    per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
+                for b, (r, s) in enumerate(zip(per_rows, seqs))]
+    results = [_one_sentence(model, s, methods, r, options) for s, r in zip(seqs, per_rows)]
+    return results if is_batch else results[0]

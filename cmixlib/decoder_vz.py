@@ -1,0 +1,168 @@
+"""Value Zeroing on pre-LN decoder LMs (Mohebbi et al. 2023), exact and causal, in the notation
+of :mod:`cmixlib.decoder` (m_i resid_mid, F_ij the attention vector from source j, x'_i
+resid_out): v_j zeroed in every key-value head (so every query head of a GQA group sees it
+zeroed), alpha unchanged, only layer l recomputed, m_i^(not j) = m_i - F_ij,
+x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij = distance(x'_i^(not j), x'_i) for every
+pair j <= i at once (:func:`value_zeroing_layer`), either through the model's own LN2 and MLP
+modules (``"batched"``) or with the MLP's input projections applied per head instead of per pair
+(``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.decoder_methods`; measured in
+``benchmarks/bench_decoder_value_zeroing.py``.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .decoder import DecoderLayerState
+from .validation import InputError
+
+__all__ = ["VZ_METHODS", "CHUNK_ELEMENTS", "mlp_head_maps", "factored_pays",
+           "value_zeroing_layer"]
+
+VZ_METHODS = ("auto", "factored", "batched")
+#: Elements of the largest (keys x queries x d_ff) block of one chunk (kept cache-sized).
+CHUNK_ELEMENTS = 2 ** 20
+_HEAD_MAPS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def mlp_head_maps(st: DecoderLayerState) -> list[torch.Tensor]:
+    """M_k^h = W_k diag(gamma2) P W_O^h for each MLP input projection k, as (H, d_h, d_ff):
+    W_k (gamma2 * P f^h(x_j)) = M_k^h v^h_j (P centres for LayerNorm, identity for RMSNorm).
+    Weights only: computed once per layer and cached (keyed on the weights' storage and version,
+    so in-place updates invalidate it)."""
+    p = st.parts
+    gamma = p.ln2.weight
+    ws = [w for w, _ in p.mlp_in]
+    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (*ws, gamma, p.w_o))
+    hit = _HEAD_MAPS.get(p.layer)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    w_o = p.w_o
+    if p.family.norm == "layernorm":
+        w_o = w_o - w_o.mean(dim=0, keepdim=True)
+    maps = [((w * gamma) @ w_o).t().reshape(p.num_heads, p.head_dim, -1).contiguous()
+            for w in ws]
+    _HEAD_MAPS[p.layer] = (key, maps)
+    return maps
+
+
+def _inv_scale(st: DecoderLayerState, r: torch.Tensor) -> torch.Tensor:
+    """1 / s(r) of LN2 over the last axis: rsqrt(Var(r) + eps) or rsqrt(mean(r^2) + eps)."""
+    _, _, eps = st.parts.norm_params("ln2")
+    if st.parts.family.norm == "layernorm":
+        r = r - r.mean(dim=-1, keepdim=True)
+    return torch.rsqrt(r.square().mean(dim=-1, keepdim=True) + eps)
+
+
+def _mlp_hidden(st: DecoderLayerState, pre: list[torch.Tensor]) -> torch.Tensor:
+    """act(pre_0) * pre_1 (gated, SwiGLU) or act(pre_0)."""
+    h = st.parts.mlp_act(pre[0])
+    return h * pre[1] if len(pre) == 2 else h
+
+
+def _down(st: DecoderLayerState, h: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """r + W_down h + b_down (the residual added in the same addmm)."""
+    w, b = st.parts.mlp_down
+    return torch.addmm(r if b is None else r + b, h, w.t())
+
+
+def _vz_pairs(st: DecoderLayerState, method: str):
+    """Yield (i, j, x'^(not j)_i) for blocks of pairs j <= i, keys j in chunks (key-major)."""
+    n = st.n
+    m = st.resid_mid
+    d_ff = st.parts.mlp_in[0][0].shape[0]
+    step = max(1, CHUNK_ELEMENTS // (n * max(d_ff, m.shape[1])))
+    hv = st.head_out.transpose(0, 1).contiguous()                         # (n, H, d)
+    if method == "factored":
+        gamma, beta, _ = st.parts.norm_params("ln2")
+        mc = m - m.mean(dim=-1, keepdim=True) if st.parts.family.norm == "layernorm" else m
+        A, basis = [], []
+        for (w, b), hm in zip(st.parts.mlp_in, mlp_head_maps(st)):
+            A.append((gamma * mc) @ w.t())                                  # (n, d_ff)
+            c = (w @ beta if beta is not None else torch.zeros_like(w[:, 0])) + \
+                (b if b is not None else 0.0)
+            B = torch.bmm(st.values, hm).transpose(0, 1)                    # (n, H, d_ff)
+            basis.append(torch.cat([B, c.expand(n, 1, -1)], dim=1))        # (n, H + 1, d_ff)
+    for j0 in range(0, n, step):
+        j1 = min(n, j0 + step)
+        jl = torch.arange(j0, j1, device=m.device)
+        il = torch.arange(j0, n, device=m.device)
+        mask = il[None, :] >= jl[:, None]                                   # (c_j, c_i)
+        jp, ip = (t + j0 for t in mask.nonzero(as_tuple=True))
+        a = st.attn_weights[:, j0:, j0:j1].permute(2, 1, 0).contiguous()   # [j, i, h]
+        r = m[j0:] - torch.bmm(a, hv[j0:j1])                                # m_i - F_ij
+        if method == "batched":
+            yield ip, jp, st.mlp_block(r[mask])
+            continue
+        inv = _inv_scale(st, r)                                             # (c_j, c_i, 1)
+        coef = torch.cat([a.mul_(inv).neg_(), torch.ones_like(inv)], dim=-1)
+        pre = [torch.bmm(coef, bk[j0:j1]).addcmul_(ak[j0:], inv) for ak, bk in zip(A, basis)]
+        yield ip, jp, _down(st, _mlp_hidden(st, pre)[mask], r[mask])
+
+
+def _vz_original(st: DecoderLayerState, method: str) -> torch.Tensor:
+    """x'_i = m_i + MLP(LN2(m_i)) through the same path as the zeroed outputs."""
+    m = st.resid_mid
+    if method == "batched":
+        return st.mlp_block(m)
+    gamma, beta, _ = st.parts.norm_params("ln2")
+    inv = _inv_scale(st, m)
+    mc = m - m.mean(dim=-1, keepdim=True) if st.parts.family.norm == "layernorm" else m
+    y = gamma * mc * inv + (beta if beta is not None else 0.0)
+    pre = [torch.nn.functional.linear(y, w, b) for w, b in st.parts.mlp_in]
+    return _down(st, _mlp_hidden(st, pre), m)
+
+
+def factored_pays(st: DecoderLayerState) -> bool:
+    """``"auto"``'s choice, on CPU: the factored form when the n(n+1)/2 pairs number at least the
+    hidden size d (its per-layer head maps cost about d pairs' first MLP layer), or d / 2 once
+    the maps are cached (measured on a SmolLM2-shaped model, one thread: batched faster at
+    n = 16, factored from n = 32 on; benchmarks/bench_decoder_value_zeroing.py)."""
+    if st.resid_in.device.type != "cpu":
+        return False                          # not measured on accelerators: the plain form
+    pairs, d = st.n * (st.n + 1) // 2, st.resid_in.shape[1]
+    return pairs >= (d // 2 if st.parts.layer in _HEAD_MAPS else d)
+
+
+@torch.no_grad()
+def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standardize=None,
+                        method: str = "auto") -> torch.Tensor:
+    """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i, 0 above.
+
+    x'^(not j)_i = m_i - F_ij + MLP(LN2(m_i - F_ij)): v_j zeroed in every key-value head (bias
+    included), alpha unchanged, only this layer recomputed. ``method``: ``"batched"`` (all pairs
+    through the model's own LN2 and MLP modules), ``"factored"`` (the MLP's input projections
+    applied per head, not per pair: W_k LN2(m_i - F_ij) + b_k = (A_i - sum_h alpha^h_ij
+    B^h_j) / s_ij + W_k beta + b_k, A_i = W_k(gamma P m_i), B^h_j = M_k^h v^h_j, s_ij the real
+    LN2 scale of the pair; :func:`mlp_head_maps`), or ``"auto"`` (:func:`factored_pays`).
+    ``standardize``: None/False, True (per-dimension mean and std of this sentence's x'), or a
+    (mean, std) pair of (d,) arrays. Both forms are exact; they agree to rounding.
+    """
+    from .value_zeroing import DISTANCE_FUNCTIONS
+
+    try:
+        dist_fn = DISTANCE_FUNCTIONS[distance]
+    except KeyError:
+        raise InputError(f"Unknown Value Zeroing distance {distance!r}; choose one of "
+                         f"{tuple(DISTANCE_FUNCTIONS)}.") from None
+    if method not in VZ_METHODS:
+        raise InputError(f"Unknown Value Zeroing method {method!r}; choose one of {VZ_METHODS}.")
+    if method == "auto":
+        method = "factored" if factored_pays(st) else "batched"
+    orig = _vz_original(st, method)
+    mean = std = None
+    if standardize is True:
+        mean, std = orig.mean(dim=0), orig.std(dim=0, unbiased=False).clamp_min(
+            torch.finfo(orig.dtype).eps)
+    elif standardize is not None and standardize is not False:
+        mean, std = (torch.as_tensor(t, dtype=orig.dtype, device=orig.device)
+                     for t in standardize)
+    if mean is not None:
+        orig = (orig - mean) / std
+    out = torch.zeros(st.n, st.n, dtype=orig.dtype, device=orig.device)
+    for ip, jp, o in _vz_pairs(st, method):
+        if mean is not None:
+            o = (o - mean) / std
+        out[ip, jp] = dist_fn(o, orig[ip])
+    return out
