@@ -33,7 +33,9 @@ from .models import DEFAULT_MODEL
 from .verdicts import (ALIGNMENT_HEADLINE, alignment_claims, claims_verdict,
                        describe_depth_trend, ranking_verdict, with_model_condition)
 
-__all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts"]
+__all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
+           "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
+           "GLOBENC_TABLE2_METHODS", "GLOBENC_FIG3_HEADLINE", "GLOBENC_TABLE2_HEADLINE"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -270,6 +272,90 @@ def _globenc_table1(task: str) -> Callable[[], dict]:
     return assess
 
 
+#: GlobEnc's Table 2 methods (N, N-Res, N-Enc), in the book's names.
+GLOBENC_TABLE2_METHODS = ("attn_norm", "attn_norm_res", "globenc_layer")
+GLOBENC_FIG3_HEADLINE = "N-Enc has the highest correlation in almost every layer"
+GLOBENC_TABLE2_HEADLINE = ("rollout correlates more than the single layer at the last layer, "
+                           "for N, N-Res and N-Enc")
+
+
+def almost_every_layer(flags: pd.Series) -> bool:
+    """Rule for "almost every layer" (GlobEnc's Figure 3): the claim holds in every layer but at
+    most one (and in at least one)."""
+    flags = pd.Series(flags).astype(bool)
+    return bool(len(flags)) and int((~flags).sum()) <= 1
+
+
+def globenc_fig3_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Series:
+    """GlobEnc Figure 3's claims on ``globenc-correlations``'s result (rollout rows of ``task``):
+    the caption's headline (:data:`GLOBENC_FIG3_HEADLINE`, :func:`almost_every_layer`); "the
+    norm-based settings (N and N-Res) attain higher correlation than the weight-based
+    counterparts (W and W-Res) almost in all layers", one claim each; "the correlation curves
+    flatten out after only a few layers": N-Enc rises less from the middle layer to the last
+    than from the first to the middle (layers 1, ceil(L/2), L)."""
+    r = result[(result.task == task) & (result.aggregation == "rollout")]
+    t = r.pivot(index="layer", columns="method", values="mean").sort_index()
+    enc = t["globenc_layer"]
+    L, mid = int(t.index.max()), int(-(-t.index.max() // 2))
+    return pd.Series({
+        GLOBENC_FIG3_HEADLINE:
+            almost_every_layer(enc > t.drop(columns="globenc_layer").max(axis=1)),
+        "N above W in almost every layer": almost_every_layer(t["attn_norm"] > t["attention"]),
+        "N-Res above W-Res in almost every layer":
+            almost_every_layer(t["attn_norm_res"] > t["w_res"]),
+        "the N-Enc curve flattens (rises less from the middle layer to the last than before)":
+            bool(enc[L] - enc[mid] < enc[mid] - enc[1]),
+    })
+
+
+def globenc_table2_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Series:
+    """GlobEnc Table 2's claim ("applying rollout ... results in higher correlations with the
+    saliency scores than the raw single layer attribution maps, especially in deeper layers") on
+    ``globenc-correlations``'s result, for N, N-Res and N-Enc (:data:`GLOBENC_TABLE2_METHODS`):
+    rollout above the single layer at the last layer (the headline,
+    :data:`GLOBENC_TABLE2_HEADLINE`), at the middle layer (the paper's layer 6 of 12: ours
+    L // 2), and at the best layer of each (the table's MAX column)."""
+    r = result[result.task == task]
+    m = list(GLOBENC_TABLE2_METHODS)
+    roll = r[r.aggregation == "rollout"].pivot(index="layer", columns="method",
+                                               values="mean")[m]
+    ind = r[r.aggregation == "individual"].pivot(index="layer", columns="method",
+                                                 values="mean")[m]
+    L, mid = int(roll.index.max()), max(1, int(roll.index.max()) // 2)
+    return pd.Series({
+        GLOBENC_TABLE2_HEADLINE: bool((roll.loc[L] > ind.loc[L]).all()),
+        "... at the middle layer, for N, N-Res and N-Enc":
+            bool((roll.loc[mid] > ind.loc[mid]).all()),
+        "... at the best layer of each (MAX), for N, N-Res and N-Enc":
+            bool((roll.max() > ind.max()).all()),
+    })
+
+
+def _globenc_fig3() -> dict:
+    res = run("globenc-correlations")
+    claims = globenc_fig3_claims(res.result)
+    enc = res.result[(res.result.task == "SST-2") & (res.result.aggregation == "rollout")
+                     & (res.result.method == "globenc_layer")].set_index("layer")["mean"]
+    return _claims_row(res, claims, GLOBENC_FIG3_HEADLINE, "curves (no numbers)",
+                       f"N-Enc rollout, layer 1 {enc.iloc[0]:.2f}, last {enc.iloc[-1]:.2f}")
+
+
+def _globenc_table2() -> dict:
+    res = run("globenc-correlations")
+    claims = globenc_table2_claims(res.result)
+    r = res.result
+    last = r[(r.task == "SST-2") & (r.method == "globenc_layer") & (r.layer == r.layer.max())]
+    val = last.set_index("aggregation")["mean"]
+    paper = pn.globenc_table2()
+    pv = paper[(paper.cmix_method == "globenc_layer") & (paper.condition == "L12")]
+    pv = pv.set_index("metric")["value"]
+    return _claims_row(res, claims, GLOBENC_TABLE2_HEADLINE,
+                       "N-Enc layer 12: " + ", ".join(f"{k.rsplit('_', 1)[-1]} {v:.2f}"
+                                                      for k, v in pv.items()),
+                       f"N-Enc last layer: individual {val['individual']:.2f}, rollout "
+                       f"{val['rollout']:.2f}")
+
+
 def _globenc_fig4() -> dict:
     res = run("globenc-fig4")
     r = res.result
@@ -347,10 +433,10 @@ ITEMS: list[Item] = [
          _globenc_table1("MNLI")),
     Item(GE, "Table 1 (HateXplain)", "[CLS] rollout vs gradient×input",
          "13_globenc_evaluations", _globenc_table1("HateXplain")),
-    Item(GE, "Table 2", "individual layers vs rollout", "13_globenc_evaluations", None,
-         "not scored: compared in the chapter column by column"),
-    Item(GE, "Figure 3", "correlation per layer, rollout", "13_globenc_evaluations", None,
-         "not scored: curves without numbers or a testable claim"),
+    Item(GE, "Table 2", "individual layers vs rollout", "13_globenc_evaluations",
+         _globenc_table2),
+    Item(GE, "Figure 3", "correlation per layer, rollout", "13_globenc_evaluations",
+         _globenc_fig3),
     Item(GE, "Figure 4", "single layers vs HTA × input", "13_globenc_evaluations",
          _globenc_fig4),
     Item(GE, "Figure 5", "LayerNorm outlier weights", "13_globenc_evaluations", _globenc_fig5),

@@ -175,3 +175,38 @@ def test_verdict_counts_know_every_verdict_word():
                                   "too few methods (other model)"]})
     counts = R.verdict_counts(t)
     assert counts.sum() == 4 and counts["same ranking (other model)"] == 1
+
+
+def _globenc_frame(rollout: dict, individual: dict) -> pd.DataFrame:
+    """A hand-made globenc-correlations result: {method: [value per layer]} per aggregation."""
+    rows = [{"task": "SST-2", "rollout": "raw", "method": m, "aggregation": agg, "layer": k + 1,
+             "mean": v}
+            for agg, table in (("rollout", rollout), ("individual", individual))
+            for m, vals in table.items() for k, v in enumerate(vals)]
+    return pd.DataFrame(rows)
+
+
+def test_globenc_fig3_and_table2_claims_follow_their_rules():
+    from cmixlib.reproduction import (GLOBENC_FIG3_HEADLINE, GLOBENC_TABLE2_HEADLINE,
+                                      almost_every_layer, globenc_fig3_claims,
+                                      globenc_table2_claims)
+
+    assert almost_every_layer(pd.Series([False, True, True, True]))
+    assert not almost_every_layer(pd.Series([False, False, True, True]))
+    assert not almost_every_layer(pd.Series([], dtype=bool))
+    low = [-0.5, -0.4, -0.3, -0.2]
+    roll = {"attention": low, "w_res": low, "attn_norm": [-0.4, 0.1, 0.3, 0.35],
+            "attn_norm_res": [-0.4, 0.2, 0.5, 0.55], "globenc_layer": [-0.45, 0.3, 0.6, 0.65]}
+    ind = {"attn_norm": [-0.4, 0.1, 0.2, 0.3], "attn_norm_res": [-0.4, 0.1, 0.2, 0.3],
+           "globenc_layer": [-0.45, 0.1, 0.2, 0.3]}
+    c = globenc_fig3_claims(_globenc_frame(roll, ind))
+    assert c[GLOBENC_FIG3_HEADLINE]          # highest in layers 2-4, not in layer 1: "almost"
+    assert c.all()
+    t = globenc_table2_claims(_globenc_frame(roll, ind))
+    assert not t.iloc[1] and t[GLOBENC_TABLE2_HEADLINE]      # layer 2: N ties the single layer
+    worse = dict(ind, attn_norm=[-0.4, 0.1, 0.2, 0.9])        # N's single last layer above
+    assert not globenc_table2_claims(_globenc_frame(roll, worse))[GLOBENC_TABLE2_HEADLINE]
+    flat_fails = dict(roll, globenc_layer=[-0.45, -0.4, -0.35, 0.9])
+    c2 = globenc_fig3_claims(_globenc_frame(flat_fails, ind))
+    assert not c2["the N-Enc curve flattens (rises less from the middle layer to the last than "
+                  "before)"]
