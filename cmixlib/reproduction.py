@@ -22,6 +22,7 @@ read from the result cache. :func:`status_table` returns the table; the appendix
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +36,8 @@ from .verdicts import (ALIGNMENT_HEADLINE, alignment_claims, claims_verdict,
 
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
-           "GLOBENC_TABLE2_METHODS", "GLOBENC_FIG3_HEADLINE", "GLOBENC_TABLE2_HEADLINE"]
+           "GLOBENC_TABLE2_METHODS", "GLOBENC_FIG3_HEADLINE", "GLOBENC_TABLE2_HEADLINE",
+           "NUMBERED_ITEMS", "covered_items"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -402,6 +404,8 @@ ITEMS: list[Item] = [
          _vz_table("faithfulness", "pretrained")),
     Item(VZ, "Table 3 (fine-tuned)", "faithfulness to blank-out", "11_faithfulness",
          _vz_table("faithfulness", "finetuned")),
+    Item(VZ, "Table 1", "examples of the BLiMP tasks with the cue annotation", "09_cue_alignment",
+         None, "not scored: examples of the data (chapter 9 audits our annotation of all pairs)"),
     Item(VZ, "Figure A.3", "cue alignment, RoBERTa", None, None,
          _other_model("roberta-base")),
     Item(VZ, "Figure A.4", "cue alignment, ELECTRA", None, None,
@@ -421,6 +425,12 @@ ITEMS: list[Item] = [
          "12_alti_evaluations", _alti_fig7),
     Item(ALTI, "Figure 3", "anisotropy of token representations and transformed vectors",
          "12_alti_evaluations", _alti_fig3),
+    Item(ALTI, "Figures 1, 2, 4", "a layer's modules, an attention graph, anisotropy sketched",
+         "06_alti", None, "not scored: diagrams, no result"),
+    Item(ALTI, "Figures 8-10", "rollout, norm rollout and ALTI relevancies across layers",
+         "12_alti_evaluations", None,
+         "not run: the per-layer relevancies of the example are not built yet (the claim to "
+         "test: rollout rows grow homogeneous with depth, ALTI's do not)"),
     Item(ALTI, "Figure 5", "ALTI and rollout maps of one sentence", "06_alti", None,
          "not scored: one sentence's maps, no claim a rule can test"),
     Item(ALTI, "Tables 1, 3-9", "saliency maps of example sentences", "14_paper_examples",
@@ -440,6 +450,8 @@ ITEMS: list[Item] = [
     Item(GE, "Figure 4", "single layers vs HTA × input", "13_globenc_evaluations",
          _globenc_fig4),
     Item(GE, "Figure 5", "LayerNorm outlier weights", "13_globenc_evaluations", _globenc_fig5),
+    Item(GE, "Figures 1, 2", "N-Enc [CLS] maps of SST-2 examples; the encoder layer sketched",
+         "05_globenc", None, "not scored: an example map and a diagram, no claim a rule can test"),
     Item(GE, "Table A.1", "Table 1 for BERT-large", None, None,
          _other_model("bert-large-uncased")),
     Item(GE, "Table A.2", "Table 1 for ELECTRA", None, None,
@@ -450,6 +462,34 @@ ITEMS: list[Item] = [
          _other_model("google/electra-base-discriminator",
                       "bert-large-uncased fine-tuned on MNLI")),
 ]
+
+
+#: Every numbered table and figure of the three papers (main text and appendices), transcribed
+#: from their captions: the status page has a row for each (tests/test_verdicts.py).
+NUMBERED_ITEMS: dict[str, tuple[str, ...]] = {
+    pn.VZ: ("Table 1", "Table 2", "Table 3", "Figure 1", "Figure 2", "Figure 3", "Figure 4",
+            *(f"Figure A.{k}" for k in range(1, 19))),
+    pn.ALTI: (*(f"Table {k}" for k in range(1, 10)), *(f"Figure {k}" for k in range(1, 11))),
+    pn.GE: ("Table 1", "Table 2", "Table A.1", "Table A.2",
+            *(f"Figure {k}" for k in range(1, 6)), *(f"Figure A.{k}" for k in range(1, 7))),
+}
+
+_ITEM_REF = re.compile(r"(Tables?|Figures?)\s+((?:A\.)?\d+(?:\s*-\s*(?:A\.)?\d+)?"
+                       r"(?:\s*,\s*(?:A\.)?\d+(?:\s*-\s*(?:A\.)?\d+)?)*)")
+
+
+def covered_items(item: str) -> set[str]:
+    """The numbered items one status row names: "Figure 4, Figures A.5-A.18" -> Figure 4,
+    Figure A.5, ..., Figure A.18; "Tables 1, 3-9" -> Table 1, Table 3, ..., Table 9."""
+    out: set[str] = set()
+    for kind, refs in _ITEM_REF.findall(item):
+        kind = kind.rstrip("s")
+        for ref in re.split(r"\s*,\s*", refs):
+            lo, _, hi = (x.strip() for x in ref.partition("-"))
+            prefix = "A." if lo.startswith("A.") else ""
+            a, b = int(lo.removeprefix("A.")), int((hi or lo).removeprefix("A."))
+            out.update(f"{kind} {prefix}{k}" for k in range(a, b + 1))
+    return out
 
 
 def status_table(items: list[Item] | None = None) -> pd.DataFrame:

@@ -210,3 +210,20 @@ def test_globenc_fig3_and_table2_claims_follow_their_rules():
     c2 = globenc_fig3_claims(_globenc_frame(flat_fails, ind))
     assert not c2["the N-Enc curve flattens (rises less from the middle layer to the last than "
                   "before)"]
+
+
+def test_every_numbered_item_of_the_three_papers_has_a_row():
+    """NUMBERED_ITEMS (transcribed from the papers' captions) is covered by the status rows, and
+    no row names an item that is not in a paper."""
+    from cmixlib.reproduction import ITEMS, NUMBERED_ITEMS, covered_items
+
+    assert covered_items("Figure 4, Figures A.5-A.18") == {"Figure 4", *(f"Figure A.{k}" for k
+                                                                         in range(5, 19))}
+    assert covered_items("Tables 1, 3-9 (rows)") == {"Table 1", *(f"Table {k}" for k in
+                                                                  range(3, 10))}
+    for paper, want in NUMBERED_ITEMS.items():
+        rows = [covered_items(it.item) for it in ITEMS if it.paper == paper]
+        assert all(rows), [it.item for it in ITEMS if it.paper == paper]
+        have = set().union(*rows)
+        assert set(want) - have == set(), (paper, sorted(set(want) - have))
+        assert have - set(want) == set(), (paper, sorted(have - set(want)))
