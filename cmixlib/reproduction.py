@@ -31,13 +31,14 @@ import pandas as pd
 from . import paper_numbers as pn
 from .book_runs import CONDITION_LABELS, run
 from .models import DEFAULT_MODEL
+from .registry import method_label
 from .verdicts import (ALIGNMENT_HEADLINE, alignment_claims, claims_verdict,
                        describe_depth_trend, ranking_verdict, with_model_condition)
 
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
            "GLOBENC_TABLE2_METHODS", "GLOBENC_FIG3_HEADLINE", "GLOBENC_TABLE2_HEADLINE",
-           "NUMBERED_ITEMS", "covered_items"]
+           "NUMBERED_ITEMS", "covered_items", "show_size"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -70,7 +71,17 @@ def _short_model(description: str) -> str:
 
 def _row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -> dict:
     return {"verdict": verdict[0], "detail": verdict[1], "paper value": paper, "ours": ours,
-            "model": _short_model(res.meta["model"]), "n": res.meta["data_size"]}
+            "model": _short_model(res.meta["model"]), "n": show_size(res.meta["data_size"])}
+
+
+def show_size(size) -> str:
+    """A run's data size for reading: 1106 -> "1,106"; {"sst2": 500, "sva": 500} -> "sst2 500,
+    sva 500" (never a dict repr); None -> ""."""
+    if size is None:
+        return ""
+    if isinstance(size, dict):
+        return ", ".join(f"{k} {show_size(v)}" for k, v in size.items())
+    return f"{size:,}" if isinstance(size, int) else str(size)
 
 
 #: Organisations the Hub moved the papers' legacy model ids under ("bert-base-uncased" is now
@@ -132,7 +143,8 @@ def _ranking(res, comp: pd.DataFrame, **kw) -> tuple[pd.DataFrame, tuple[str, st
     :func:`cmixlib.verdicts.ranking_verdict` (``kw``: ``higher_is_better``)."""
     comp = comp.dropna(subset=["ours", "paper"]).drop_duplicates("cmix_method")
     comp = comp.set_index("cmix_method")
-    return comp, ranking_verdict(comp["ours"], comp["paper"], same_model=_same_model(res), **kw)
+    ours, paper = (comp[c].rename(index=method_label) for c in ("ours", "paper"))  # labels
+    return comp, ranking_verdict(ours, paper, same_model=_same_model(res), **kw)
 
 
 # ---- Value Zeroing ---------------------------------------------------------------------------
@@ -182,8 +194,8 @@ def _vz_table(name: str, condition: str) -> Callable[[], dict]:
         res = run(name, condition)
         comp, v = _ranking(res, res.comparison())
         best = comp.index[comp["paper"].to_numpy().argmax()]     # the frame's order, not names
-        return _row(res, v, f"{best}: {comp.loc[best, 'paper']:.2f}",
-                    f"{best}: {comp.loc[best, 'ours']:.2f}")
+        return _row(res, v, f"{method_label(best)}: {comp.loc[best, 'paper']:.2f}",
+                    f"{method_label(best)}: {comp.loc[best, 'ours']:.2f}")
     return assess
 
 

@@ -227,3 +227,11 @@ def test_every_numbered_item_of_the_three_papers_has_a_row():
         have = set().union(*rows)
         assert set(want) - have == set(), (paper, sorted(set(want) - have))
         assert have - set(want) == set(), (paper, sorted(have - set(want)))
+
+
+def test_status_rows_show_sizes_and_methods_for_reading():
+    from cmixlib.reproduction import show_size
+
+    assert show_size(1106) == "1,106" and show_size(None) == ""
+    assert show_size({"sst2": 500, "sva": 500}) == "sst2 500, sva 500"
+    assert "{" not in show_size({"SST-2": 872, "MNLI": {"a": 1}})
