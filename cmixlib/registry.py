@@ -103,6 +103,9 @@ _ENTRIES = (
            "p(y|x) - p(y|x with token j replaced, e.g. by [UNK]).", "#e7298a"),
     Method("random", "Random", "control", "",
            "Uniform random scores (a floor for every evaluation).", "#d9d9d9"),
+    Method("nearness", "Nearness", "control", "",
+           "-|j - t|: minus the distance of token j from the explained position t (a floor: "
+           "what the position alone explains).", "#737373"),
 )
 
 #: Every method, by name.

@@ -32,8 +32,9 @@ from . import paper_numbers as pn
 from .book_runs import CONDITION_LABELS, run
 from .models import DEFAULT_MODEL
 from .registry import method_label
-from .verdicts import (ALIGNMENT_HEADLINE, alignment_claims, claims_verdict,
-                       describe_depth_trend, ranking_verdict, with_model_condition)
+from .verdicts import (ALIGNMENT_HEADLINE, SANITY_BASELINES, alignment_claims,
+                       below_sanity_baselines, claims_verdict, describe_depth_trend,
+                       ranking_verdict, with_model_condition)
 
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
@@ -194,6 +195,13 @@ def _vz_table(name: str, condition: str) -> Callable[[], dict]:
         res = run(name, condition)
         comp, v = _ranking(res, res.comparison())
         best = comp.index[comp["paper"].to_numpy().argmax()]     # the frame's order, not names
+        r = res.result
+        if {"method", "mean"} <= set(r.columns):
+            flagged = below_sanity_baselines(r.set_index("method")["mean"])
+            present = [method_label(b) for b in SANITY_BASELINES if b in set(r["method"])]
+            if present and flagged:
+                v = (v[0], f"{v[1]}; not above the sanity baselines ({', '.join(present)}): "
+                     + ", ".join(method_label(m) for m in flagged))
         return _row(res, v, f"{method_label(best)}: {comp.loc[best, 'paper']:.2f}",
                     f"{method_label(best)}: {comp.loc[best, 'ours']:.2f}")
     return assess

@@ -34,6 +34,7 @@ from .models import DEFAULT_MODEL
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
            "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
            "holds_every_layer", "permutation_p", "with_model_condition", "ALIGNMENT_HEADLINE",
+           "SANITY_BASELINES", "below_sanity_baselines",
            "VERDICTS", "OTHER_MODEL", "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "ALPHA",
            "TOLERANCE", "TIE_TOLERANCE", "EXACT_UP_TO", "MONTE_CARLO_PERMUTATIONS"]
 
@@ -283,6 +284,24 @@ def _best(values: pd.Series, higher_is_better: bool) -> list[str]:
 
 def _show_best(methods: list[str]) -> str:
     return methods[0] if len(methods) == 1 else " = ".join(methods) + " (tie)"
+
+
+#: The sanity baselines of the faithfulness and correlation tables (registry kind "control").
+SANITY_BASELINES = ("random", "nearness")
+
+
+def below_sanity_baselines(values: Mapping[str, float],
+                           baselines: tuple[str, ...] = SANITY_BASELINES) -> list[str]:
+    """The methods of a table that do not beat its sanity baselines. Rule: a method (any key
+    that is not a baseline) is flagged when its value is not above every baseline present in
+    ``values`` (ties flagged: equal to a floor is not above it); with no baseline present,
+    nothing is flagged. Keys keep the table's order."""
+    v = {k: float(x) for k, x in values.items() if x is not None and np.isfinite(float(x))}
+    floor = [v[b] for b in baselines if b in v]
+    if not floor:
+        return []
+    top = max(floor)
+    return [k for k, x in v.items() if k not in baselines and not x > top]
 
 
 def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,

@@ -300,7 +300,7 @@ def test_vz_mdl_and_table2_on_fakes(fakes):
 def test_vz_faithfulness_on_fakes(fakes):
     r = X.run_experiment("vz-faithfulness", model="fake", limit=3, settings=FAST,
                          progress=False, sources=fakes)
-    assert set(r.result.method) == set(X.VZ_GLOBAL_METHODS)
+    assert set(r.result.method) == set(X.VZ_GLOBAL_METHODS) | {"nearness"}   # + sanity floor
     assert r.result["n"].max() <= 3
     # the "exclusion" frame re-correlates the same scores: equal to a separate run per mode
     alone = X.run_experiment("vz-faithfulness", model="fake", limit=3, progress=False, sources=fakes,
@@ -316,6 +316,20 @@ def test_vz_faithfulness_on_fakes(fakes):
     np.testing.assert_allclose(main[want.index].to_numpy(),
                                r.result.set_index("method")["mean"][want.index].to_numpy(),
                                equal_nan=True)
+
+
+def test_nearness_is_minus_the_distance_to_the_target(fakes):
+    from cmixlib.experiments.common import target_rows_batch
+
+    exs = _examples(3)
+    rows = target_rows_batch(fakes.mlm_bundle, exs, ["nearness", "random"], {}, level="input",
+                             seeds=[0, 1, 2])
+    for ex, r in zip(exs, rows):
+        n, t = len(ex["input_ids"]), int(ex["target_index"])
+        np.testing.assert_array_equal(r["nearness"], [-abs(j - t) for j in range(n)])
+    lay = target_rows_batch(fakes.mlm_bundle, exs[:1], ["nearness"], {}, level="layers",
+                            seeds=[0])[0]["nearness"]
+    assert lay.shape == (2, len(exs[0]["input_ids"])) and (lay == rows[0]["nearness"]).all()
 
 
 def test_model_only_and_cls_experiments_on_fakes(fakes):

@@ -235,3 +235,13 @@ def test_status_rows_show_sizes_and_methods_for_reading():
     assert show_size(1106) == "1,106" and show_size(None) == ""
     assert show_size({"sst2": 500, "sva": 500}) == "sst2 500, sva 500"
     assert "{" not in show_size({"SST-2": 872, "MNLI": {"a": 1}})
+
+
+def test_methods_that_do_not_beat_the_sanity_baselines_are_flagged():
+    from cmixlib.verdicts import below_sanity_baselines
+
+    table = {"random": 0.01, "alti": 0.30, "nearness": 0.25, "value_zeroing_rollout": 0.05,
+             "globenc": 0.25}
+    assert below_sanity_baselines(table) == ["value_zeroing_rollout", "globenc"]   # a tie too
+    assert below_sanity_baselines({"alti": 0.3, "vz": -0.1}) == []                # no floor
+    assert below_sanity_baselines({"random": 0.0, "alti": float("nan"), "vz": 0.1}) == []

@@ -80,8 +80,9 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     or ``(n,)`` (level="input": the last layer of context-mixing maps and rollouts, gradients at the
     word embeddings). One padded forward for the context-mixing maps and one
     :func:`cmixlib.gradients.batch_attribute` call for all gradient methods serve the whole batch.
-    Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS` and
-    ``"random"`` (uniform, seeded per example with ``seeds``)."""
+    Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS`,
+    ``"random"`` (uniform, seeded per example with ``seeds``) and ``"nearness"``
+    (-|j - t|, t the target position; the same in every layer)."""
     from .. import core
     from ..attention import rollout
     from ..gradients import batch_attribute
@@ -121,6 +122,11 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
         for b in range(len(exs)):
             out[b]["random"] = random_scores(int(lengths[b]), seed=seeds[b],
                                              num_layers=L if level == "layers" else None)
+    if "nearness" in methods:
+        L = num_layers(model)
+        for b, t in enumerate(pos):
+            near = -np.abs(np.arange(lengths[b]) - t).astype(float)
+            out[b]["nearness"] = np.tile(near, (L, 1)) if level == "layers" else near
     return [{m: o[m] for m in methods} for o in out]
 
 

@@ -254,7 +254,8 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
 FAITHFULNESS = Experiment(
     name="vz-faithfulness", title="Spearman of aggregated scores with blank-out at [MASK]",
     paper="Value Zeroing (Table 3)", inputs=MLM_ON_BLIMP, compute=faithfulness,
-    defaults={"condition": "pretrained", "methods": VZ_GLOBAL_METHODS, "replacement": "unk",
+    defaults={"condition": "pretrained", "methods": [*VZ_GLOBAL_METHODS, "nearness"],
+              "replacement": "unk",
               "exclude": "special+target", "also_exclude": ["target"], **_GRADIENTS, **FINETUNED_MLM_SETTINGS, "seed": 0},
     paper_numbers=pn.vz_table3,
     compare=lambda frames, paper: _compare_by_condition(
