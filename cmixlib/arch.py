@@ -30,7 +30,7 @@ __all__ = ["Family", "FAMILIES", "SUPPORTED_FAMILIES", "UnsupportedModelError", 
            "family_of", "layer_holder", "layer_list", "layer_parts", "parts_of_layer", "num_layers", "num_heads",
            "embedding_output_module", "mlm_head", "position_offset", "random_config"]
 
-SUPPORTED_FAMILIES = "BERT, RoBERTa (also XLM-R/CamemBERT), ELECTRA and DistilBERT encoders"
+SUPPORTED_FAMILIES = "BERT, RoBERTa (also XLM-R/CamemBERT), ELECTRA, DistilBERT and MPNet encoders"
 
 
 class UnsupportedModelError(TypeError):
@@ -120,6 +120,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            config=("ElectraConfig", _BERT_CONFIG_NAMES),
            config_extra={"max_position_embeddings": 128,
                          "embedding_size": lambda sizes: sizes["hidden"] // 2}),
+    Family("mpnet", ("mpnet",), "encoder.layer",
+           {"query": "attention.attn.q", "key": "attention.attn.k", "value": "attention.attn.v",
+            "out": "attention.attn.o", "ln1": "attention.LayerNorm", "ffn_in": "intermediate.dense",
+            "act": "intermediate.intermediate_act_fn", "ffn_out": "output.dense",
+            "ln2": "output.LayerNorm"},
+           ("embeddings",), mlm_transform=_head("lm_head.dense", "lm_head.layer_norm"),
+           mlm_decoder="lm_head.decoder", position_offset=2,
+           config=("MPNetConfig", _BERT_CONFIG_NAMES),
+           config_extra={"max_position_embeddings": 130, "pad_token_id": 1, "bos_token_id": 0,
+                         "eos_token_id": 2}),
     Family("distilbert", ("distilbert",), "transformer.layer",
            {"query": "attention.q_lin", "key": "attention.k_lin", "value": "attention.v_lin",
             "out": "attention.out_lin", "ln1": "sa_layer_norm", "ffn_in": "ffn.lin1",

@@ -14,16 +14,19 @@ BY_HAND = {
     "roberta": lambda m: m.base_model.encoder.layer[0],
     "electra": lambda m: m.base_model.encoder.layer[0],
     "distilbert": lambda m: m.base_model.transformer.layer[0],
+    "mpnet": lambda m: m.base_model.encoder.layer[0],
 }
-LN1 = {"bert": lambda l: l.attention.output.LayerNorm, "distilbert": lambda l: l.sa_layer_norm}
-VALUE = {"bert": lambda l: l.attention.self.value, "distilbert": lambda l: l.attention.v_lin}
+LN1 = {"bert": lambda l: l.attention.output.LayerNorm, "distilbert": lambda l: l.sa_layer_norm,
+       "mpnet": lambda l: l.attention.LayerNorm}
+VALUE = {"bert": lambda l: l.attention.self.value, "distilbert": lambda l: l.attention.v_lin,
+         "mpnet": lambda l: l.attention.attn.v}
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "electra", "distilbert"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "electra", "distilbert", "mpnet"])
 @pytest.mark.parametrize("task", ["base", "mlm", "sequence-classification"])
 def test_parts_are_the_modules_by_hand(name, task):
     model = random_model(name, task=task, layers=3)
-    key = "distilbert" if name == "distilbert" else "bert"
+    key = name if name in ("distilbert", "mpnet") else "bert"
     assert arch.family_of(model).name == name
     parts = arch.layer_parts(model)
     assert len(parts) == arch.num_layers(model) == 3
@@ -34,7 +37,7 @@ def test_parts_are_the_modules_by_hand(name, task):
     assert [p.layer for p in parts] == arch.layer_list(model)
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "electra", "distilbert"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "electra", "distilbert", "mpnet"])
 def test_embedding_output_module_gives_hidden_states_0(name):
     model = random_model(name, dtype=torch.float64)
     ids = torch.tensor([[2, 5, 7, 9, 3]])

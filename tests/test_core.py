@@ -16,7 +16,7 @@ import cmixlib
 from cmixlib.encoder import encoder_layers, layer_states, run_and_capture, iter_sentences
 from tolerances import assert_no_worse_than_baseline
 
-ARCHS = ["bert", "roberta", "electra", "distilbert"]
+ARCHS = ["bert", "roberta", "electra", "distilbert", "mpnet"]
 DTYPES = [torch.float32, torch.float64]
 
 

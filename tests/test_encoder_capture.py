@@ -20,7 +20,7 @@ from cmixlib import norms
 from cmixlib.encoder import (_as_slice, encoder_layers, iter_sentences, layer_norm_linear,
                              layer_norm_scale, layer_states, run_and_capture)
 
-ARCHS = ["bert", "roberta", "electra", "distilbert"]
+ARCHS = ["bert", "roberta", "electra", "distilbert", "mpnet"]
 REL = 1e-12
 
 

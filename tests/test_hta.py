@@ -19,7 +19,7 @@ from tolerances import assert_no_worse_than_baseline
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-ARCHS = ["bert", "roberta", "electra", "distilbert"]
+ARCHS = ["bert", "roberta", "electra", "distilbert", "mpnet"]
 REL64 = 1e-9          # float64 closed form against the full Jacobian (measured: about 1e-15)
 
 

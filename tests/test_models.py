@@ -84,7 +84,7 @@ def test_batch_of_texts_with_real_tokenizer(packaged_bundle):
             assert_no_worse_than_baseline(got[k], exact[k], want[k], err_msg=f"padded batch {k}")
 
 
-@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert"])
+@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert", "mpnet"])
 def test_mlm_head_reproduces_the_model_logits(arch):
     from cmixlib.arch import mlm_head
     from cmixlib.training import mlm_head_logits
