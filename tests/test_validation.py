@@ -265,7 +265,7 @@ CASES = [
     case("load_model dtype a string", cmixlib.load_model, TypeError, r"dtype must be a floating torch.dtype",
          dtype="float32"),
     case("random_model arch unknown", cmixlib.random_model, InputError,
-         r"Unknown architecture 'gpt2': arch must be one of 'bert', 'roberta', 'electra', 'distilbert'", arch="gpt2"),
+         r"Unknown architecture 'gpt2': arch must be one of 'bert', 'roberta', 'electra', 'mpnet', 'distilbert'", arch="gpt2"),
     case("random_model layers 0", cmixlib.random_model, InputError, r"layers must be >= 1; got 0", layers=0),
     case("random_model hidden % heads", cmixlib.random_model, InputError,
          r"hidden=30 is not divisible by heads=4", hidden=30, heads=4),
