@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test book book-clean editions lab bench bench-mlm mlm-weights classifier-weights student-weights bench-classifiers clean
+.PHONY: install test book book-student book-clean editions grade lab bench bench-mlm mlm-weights classifier-weights student-weights bench-classifiers clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ test: $(STAMP)
 #   in JOBS processes (one torch thread each on 2 cores) that take the runs from one queue,
 #   longest first (book_runs.prewarm_chains); the chapters then load the results. JOBS=1: one
 #   process.
+# - `python -m cmix_course site` then makes the download and Colab buttons of chapters 2-14 hand
+#   out the student edition (editions/student/: no solutions, no grading notes); on the pages the
+#   solutions stay folded ("show" to open them), the grading notes are not there.
 # - tools/check_site.py then checks the site offline (links, no CDN scripts, no error outputs);
 #   it reports problems without failing the target (`--browser` adds a headless Chromium check).
 WIDGETS_JS := book/_static/vendor/html-manager/embed.js
@@ -45,22 +48,44 @@ book: $(STAMP)
 	  || echo "warning: could not fetch @jupyter-widgets/html-manager from npm; widgets will not render"
 	$(PY) -m cmixlib.cli prewarm --jobs $(JOBS)
 	TQDM_DISABLE=1 $(VENV)/bin/jupyter-book build . --builder html
+	$(PY) -m cmix_course site _build/html
 	-$(PY) tools/check_site.py --quiet
+
+# The site to publish for a class: the book with no solution at all (solution cells and model
+# answers removed from the chapter pages; downloads and Colab the student edition), in
+# _build/html-student/.
+book-student: book
+	$(PY) -m cmix_course site _build/html --no-solutions _build/html-student
 
 book-clean:
 	rm -rf _build
 
-# Coursework: the student edition (editions/student/, committed; solutions, model answers and
-# grading notes removed by nbconvert's TagRemovePreprocessor) and the instructor edition
-# (_build/editions/instructor/) of chapters 2-14, from the tagged chapter notebooks.
+# Coursework (the package cmix_course, book/instructors.md): the student edition
+# (editions/student/, committed; solutions, model answers and grading notes removed by
+# nbconvert's TagRemovePreprocessor) and the instructor edition (_build/editions/instructor/) of
+# chapters 2-14, from the tagged chapter notebooks.
 editions: $(STAMP)
-	$(PY) -m cmixlib.cli editions
+	$(PY) -m cmix_course editions
 
-# JupyterLab on the project's environment (installed on first use), opened on the chapters.
+# Grade a class: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=grades] [GRADE_OPTS="--quick"]
+# writes GRADES/grades.csv, lms.csv, feedback/<student>.md and gradescope/<student>/results.json.
+GRADES ?= grades
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=DIR]'; exit 2; }
+	$(PY) -m cmix_course grade $(SUBMISSIONS) --out $(GRADES) $(GRADE_OPTS)
+
+# JupyterLab on the project's environment (installed on first use), opened on a working copy
+# of the student edition in LAB_DIR (copied once; what you write there is never overwritten).
+# The chapters with their solutions: make lab LAB_DIR=notebooks
+LAB_DIR ?= $(HOME)/context-mixing-lab
 lab: $(STAMP)
 	@$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q "jupyterlab>=4,<5" \
 	  2> >(grep -v "is ignored: it is neither" >&2)
-	$(VENV)/bin/jupyter lab notebooks/
+	@if [ "$(LAB_DIR)" != notebooks ]; then mkdir -p "$(LAB_DIR)"; \
+	  for f in editions/student/*.ipynb; do \
+	    [ -e "$(LAB_DIR)/$$(basename $$f)" ] || cp "$$f" "$(LAB_DIR)/"; done; \
+	  echo "student edition in $(LAB_DIR) (your copy: make lab never overwrites it)"; fi
+	$(VENV)/bin/jupyter lab "$(LAB_DIR)"
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_methods.py

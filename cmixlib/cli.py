@@ -6,7 +6,10 @@
     cmix run EXPERIMENT [--model M] [--limit N] [--out DIR] [--set KEY=VALUE ...] [--no-cache] [--quiet]
     cmix prewarm [--jobs N]
     cmix editions [--check]
-    cmix grade NOTEBOOK... [--quick] [--no-execute] [--out FILE.csv]
+    cmix grade SUBMISSION... [--out DIR] [--assignment NB] [--quick] [--seed N] ...
+
+``editions`` and ``grade`` are the coursework commands of the separate package ``cmix_course``
+(installed with cmixlib; also ``python -m cmix_course``): this module only hands them over.
 
 ``--set`` overrides one setting; VALUE is parsed as JSON when possible (``--set exclude=special``,
 ``--set methods='["alti","attention"]'``, ``--set ig_steps=10``). The result files are written to the
@@ -79,47 +82,6 @@ def format_run(res: "X.RunResult", max_rows: int = 60) -> str:
     return "\n".join(lines)
 
 
-def _editions(check_only: bool) -> int:
-    from .exercises import editions
-
-    paths = editions.chapter_notebooks()
-    if not paths:
-        print("cmix: run this in the book's repository (no notebooks/ here)", file=sys.stderr)
-        return 2
-    if check_only:
-        return editions.main(["check", *map(str, paths)])
-    try:
-        written = editions.write_editions()
-    except ValueError as exc:
-        print(f"cmix: {exc}", file=sys.stderr)
-        return 2
-    for kind, files in written.items():
-        print(f"{kind} edition: {len(files)} notebooks in {files[0].parent}")
-    return 0
-
-
-def _grade(notebooks: list[str], quick: bool, execute: bool, out: str | None) -> int:
-    from .exercises.grading import grade
-
-    frames = []
-    for name in notebooks:
-        try:
-            df = grade(name, execute_first=execute, quick=quick)
-        except (ValueError, FileNotFoundError) as exc:
-            print(f"cmix: {exc}", file=sys.stderr)
-            return 2
-        print(f"{name}")
-        with pd.option_context("display.max_colwidth", 70, "display.width", 160):
-            print(df[["exercise", "kind", "status", "detail"]].to_string(index=False))
-        for err in df.attrs.get("errors", []):
-            print(f"  error in {err}")
-        frames.append(df.assign(notebook=name))
-    if out:
-        pd.concat(frames).to_csv(out, index=False)
-        print(f"written: {out}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cmix", description="Context-mixing experiments (cmixlib).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="cpu, cuda or cuda:N (default: $CMIX_DEVICE, else CUDA when available)")
     warm = sub.add_parser("prewarm", help="compute every run of the book into the result cache")
     warm.add_argument("--jobs", type=int, default=2, help="groups of runs side by side (default 2)")
-    eds = sub.add_parser("editions", help="write the student and instructor editions of chapters 2-14")
-    eds.add_argument("--check", action="store_true", help="only check the exercise format")
-    grd = sub.add_parser("grade", help="run students' notebooks and report each exercise's status")
-    grd.add_argument("notebooks", nargs="+")
-    grd.add_argument("--quick", action="store_true", help="run with CMIX_QUICK=1 (small sizes)")
-    grd.add_argument("--no-execute", action="store_true", help="read the saved outputs instead")
-    grd.add_argument("--out", default=None, help="also write all rows to this CSV file")
+    try:                                    # the coursework package's commands
+        from cmix_course.cli import add_editions, add_grade
+    except ImportError:                     # pragma: no cover - cmixlib installed without it
+        pass
+    else:
+        add_editions(sub)
+        add_grade(sub)
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -159,10 +121,10 @@ def _one_line(exc: BaseException) -> str:
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command; an :class:`~cmixlib.InputError` propagates to :func:`main`."""
-    if args.command == "editions":
-        return _editions(args.check)
-    if args.command == "grade":
-        return _grade(args.notebooks, args.quick, not args.no_execute, args.out)
+    if args.command in ("editions", "grade"):
+        from cmix_course.cli import dispatch
+
+        return dispatch(args)
     if args.command == "list":
         _print_list()
         return 0

@@ -204,7 +204,7 @@ def _execute_to(out: Path, paths: list[str]) -> None:
     """Execute ``paths`` one after another, writing ``out/<name>.ipynb`` and ``<name>.json``."""
     import nbformat
 
-    from cmixlib.exercises.grading import execute
+    from cmix_course.grading import execute
     from test_notebooks import _kernel_env
 
     for path in map(Path, paths):
@@ -234,7 +234,7 @@ COLAB_BRANCH_OUTPUT = {
 def test_chapter_runs_with_the_papers_models(executed_chapters, path):
     import nbformat
 
-    from cmixlib.exercises.grading import check_reports, error_cells
+    from cmix_course.grading import check_reports, error_cells
 
     record = json.loads((executed_chapters / f"{path.stem}.json").read_text())
     assert record["error"] is None, record["error"]

@@ -1,5 +1,6 @@
-"""Coursework editions: the exercise format of chapters 2-14, the student edition (no solutions,
-up to date, runs with empty answers and reports every exercise as not attempted) and grading."""
+"""Coursework editions (cmix_course.editions): the exercise format of chapters 2-14 (difficulty,
+minutes and points shown under each heading), the student edition (no solutions, up to date,
+runs with empty answers and is graded as not attempted) and the instructors' page."""
 from __future__ import annotations
 
 import re
@@ -10,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cmixlib.exercises import editions as E
-from cmixlib.exercises.grading import BY_HAND, NOT_RUN, grade
+from cmix_course import editions as E
+from cmix_course.grading import grade_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = E.chapter_notebooks(ROOT)
@@ -101,75 +102,51 @@ def test_instructor_edition_keeps_everything(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [p.name for p in CHAPTERS])
 def test_student_edition_runs_with_empty_answers(name):
-    """Top to bottom, quick mode: no error, every exercise reported as not attempted."""
+    """Top to bottom, quick mode, graded against the chapter: no error, every exercise not
+    attempted, 0 points."""
     pytest.importorskip("nbclient")
-    rows = grade(STUDENT / name, quick=True)
-    assert not rows.attrs["errors"], rows.attrs["errors"]
-    assert set(rows["status"]) == {"not attempted"}, rows[["exercise", "status"]]
+    g = grade_submission(STUDENT / name, root=ROOT, quick=True, random_seeds=[1, 2])
+    assert g.error is None and not g.notes, (g.error, g.notes)
+    assert {e.status for e in g.exercises} == {"not attempted"}, [(e.exercise, e.status) for e in g.exercises]
+    assert g.total == 0
 
 
-def _mini_notebook(statement_cell, code: str):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
-    nb.cells = [statement_cell, nbformat.v4.new_code_cell(code)]
-    nb.cells[1].metadata["tags"] = [E.EXERCISE]
-    return nb
-
-
-@pytest.mark.slow
-def test_grade_reports_passed_failed_and_not_attempted():
-    nb = _read(CHAPTERS[1])   # chapter 3: rollout
-    ex = next(e for e in E.exercises(nb) if e.checker == "check_rollout")
-    stmt = nb.cells[ex.cell]
-    right = """
-import numpy as np
-from cmixlib.exercises import check_rollout
-def my_rollout(maps, add_identity):
-    m = np.asarray(maps, dtype=float)
-    if add_identity:
-        m = m + np.eye(m.shape[-1]); m = m / m.sum(-1, keepdims=True)
-    out = [m[0]]
-    for l in range(1, len(m)):
-        out.append(m[l] @ out[-1])
-    return np.stack(out)
-check_rollout(my_rollout)
-"""
-    wrong = right.replace("m[l] @ out[-1]", "out[-1] @ m[l]")
-    empty = "from cmixlib.exercises import check_rollout\n" \
-            "def my_rollout(maps, add_identity):\n    raise NotImplementedError\n" \
-            "check_rollout(my_rollout)"
-    got = {}
-    for label, code in (("right", right), ("wrong", wrong), ("empty", empty)):
-        rows = grade(_mini_notebook(stmt, code))
-        got[label] = rows.iloc[0]
-    assert got["right"]["status"] == "passed"
-    assert got["wrong"]["status"] == "failed"
-    assert "wrong order" in got["wrong"]["detail"]
-    assert got["empty"]["status"] == "not attempted"
-    crashed = grade(_mini_notebook(stmt, "raise RuntimeError('x')\ncheck_rollout(None)"))
-    assert crashed.iloc[0]["status"] == NOT_RUN and crashed.attrs["errors"]
-
-
-def test_grade_reads_an_interpretive_answer_without_executing():
+def test_every_exercise_shows_its_difficulty_minutes_and_points():
+    """Metadata and the line under the heading agree (the format check), and the values are
+    plausible: one to three stars, points and minutes positive, the answer's name known."""
+    for path in CHAPTERS:
+        nb = _read(path)
+        for ex in E.exercises(nb):
+            assert ex.difficulty in (1, 2, 3) and ex.points > 0 and ex.minutes > 0, ex
+            line = nb.cells[ex.cell].source.splitlines()[2]
+            assert line == E.exercise_line(ex) and ex.stars in line, line
+            if ex.kind == "computational":
+                assert ex.answer and f"def {ex.answer}(" in nb.cells[ex.cell + 1].source
+                assert ex.forbidden and any(v == "hidden" for _, v in ex.tests) and ex.random_tests
     nb = _read(CHAPTERS[0])
-    ex = next(e for e in E.exercises(nb) if e.kind == "interpretive")
-    nb.cells[ex.cell + 1].source = E.ANSWER_TEXT + "\nThe residual dominates because ..."
-    rows = grade(nb, execute_first=False).set_index("exercise")
-    assert rows.loc[ex.id, "status"] == BY_HAND
-    assert rows.loc[ex.id, "detail"].startswith("The residual dominates")
+    ex = E.exercises(nb)[0]
+    nb.cells[ex.cell].metadata["cmix"]["difficulty"] = 4
+    assert any("difficulty" in p for p in E.check_notebook(nb, CHAPTERS[0]))
 
 
-def test_cli_checks_the_format():
-    run = subprocess.run([sys.executable, "-m", "cmixlib.cli", "editions", "--check"], cwd=ROOT,
+def test_student_edition_keeps_no_hidden_tests_but_names_its_source():
+    for path in CHAPTERS:
+        student = _read(STUDENT / path.name)
+        assert student.metadata["cmix"]["source"] == path.name
+        assert not any("forbidden" in c.metadata.get("cmix", {}) for c in student.cells)
+
+
+@pytest.mark.parametrize("module", ["cmixlib.cli", "cmix_course"])
+def test_cli_checks_the_format(module):
+    run = subprocess.run([sys.executable, "-m", module, "editions", "--check"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert len(re.findall(r": OK \(", run.stdout)) == len(CHAPTERS)
 
 
 def test_instructors_page_lists_every_chapter_and_exercise():
+    from cmix_course import course
     from cmixlib.book import REPO_URL
-    from cmixlib.exercises import course
 
     chapters = course.chapters(ROOT)
     assert list(chapters["chapter"]) == list(E.EXERCISE_CHAPTERS)
@@ -185,13 +162,15 @@ def test_instructors_page_lists_every_chapter_and_exercise():
     table = course.exercise_markdown(ROOT).splitlines()
     total = sum(len(E.exercises(_read(p))) for p in CHAPTERS)
     assert len(table) == 2 + total
+    assert "| difficulty | minutes | points |" in table[0]
+    assert all(re.search(r"\| [★☆]{3} \| \d+ \| \d+ \|", row) for row in table[2:]), table[2]
 
 
 def test_every_checker_is_tested_on_wrong_answers():
     """Each exported checker is called at least twice in the tests/test_exercises*.py files: on
     the solution and on wrong answers (often a loop over several; those tests assert each
     answer's message)."""
-    from cmixlib import exercises
+    import cmix_course as exercises
 
     texts = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_exercises*.py"))
     for name in (n for n in exercises.__all__ if n.startswith("check_")):

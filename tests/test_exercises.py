@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from cmixlib import exercises as ex
+import cmix_course as ex
 from cmixlib.arch import layer_list
 from tolerances import rounding_atol
 
@@ -120,7 +120,7 @@ def test_rollout_checker():
 def test_reference_rollout_matches_library():
     from cmixlib.attention import rollout
 
-    from cmixlib.exercises.method_exercises import random_maps  # the checker's input maps
+    from cmix_course.method_exercises import random_maps  # the checker's input maps
 
     maps = random_maps(3, 5, 0)
     np.testing.assert_allclose(ex.reference_rollout(maps, True), rollout(maps, add_identity=True))

@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.metrics import average_precision_score
 
-from cmixlib import exercises as ex
+import cmix_course as ex
 from cmixlib import probing
 from cmixlib.evaluation import cue_alignment
 from tolerances import rounding_atol

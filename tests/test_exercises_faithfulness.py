@@ -1,4 +1,4 @@
-"""Chapters 11 and 12's checkers (cmixlib.exercises.faithfulness_exercises): they pass the
+"""Chapters 11 and 12's checkers (cmix_course.faithfulness_exercises): they pass the
 solutions, name typical mistakes, report a stub as "not attempted", and their references equal
 the library functions the experiments call."""
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from scipy.stats import rankdata, spearmanr
 
 from cmixlib import evaluation as ev
-from cmixlib import exercises as ex
+import cmix_course as ex
 from cmixlib.anisotropy import mean_pairwise_cosine
 
 

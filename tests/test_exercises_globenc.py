@@ -1,4 +1,4 @@
-"""Checkers of chapters 13 and 14 (cmixlib.exercises.saliency_exercises): they pass the model
+"""Checkers of chapters 13 and 14 (cmix_course.saliency_exercises): they pass the model
 solutions, name the typical mistakes, report stubs as not attempted, and their references equal
 the library's functions."""
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from cmixlib import exercises as ex
-from cmixlib.exercises.saliency_exercises import random_raw_maps
+import cmix_course as ex
+from cmix_course.saliency_exercises import random_raw_maps
 
 
 # ----- 13.1: Spearman of the rolled-out [CLS] row with a saliency vector ------------------

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from cmixlib import exercises as ex
-from cmixlib.exercises.norm_exercises import reference_n_res_ln
+import cmix_course as ex
+from cmix_course.norm_exercises import reference_n_res_ln
 
 
 def _states(arch: str):

@@ -32,7 +32,7 @@ def execute_notebook(path: Path, timeout: int = TIMEOUT):
     """Execute ``path`` in quick mode and return the executed notebook (raises on a cell error)."""
     import nbformat
 
-    from cmixlib.exercises.grading import execute
+    from cmix_course.grading import execute
 
     nb = nbformat.read(path, as_version=4)
     return execute(nb, path.parent, quick=True, timeout=timeout, allow_errors=False,
@@ -57,7 +57,7 @@ def test_notebook_runs_in_quick_mode(path):
     nb = execute_notebook(path)
     assert not _error_outputs(nb)
     # every exercise's solution passes its checker (the last report of each checker)
-    from cmixlib.exercises.grading import check_reports
+    from cmix_course.grading import check_reports
 
     last = {r["checker"]: r["status"] for r in check_reports(nb)}
     assert all(status == "passed" for status in last.values()), last

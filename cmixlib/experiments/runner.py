@@ -209,7 +209,7 @@ def results_root() -> Path:
 #: command line, coursework checkers, plots. No other module imports them (a test checks this), so
 #: they cannot change a result, and :func:`code_version` leaves them out: editing a plot does not
 #: recompute the book.
-PRESENTATION_MODULES = frozenset({"book", "book_runs", "cli", "exercises", "plotting", "reproduction",
+PRESENTATION_MODULES = frozenset({"book", "book_runs", "cli", "plotting", "reproduction",
                                   "verdicts"})
 
 def presentation_files() -> frozenset[str]:

@@ -1,6 +1,7 @@
 """The instructors' page, read from the chapter notebooks themselves (one source): each
 chapter's learning objectives, prerequisites and time (notebook metadata ``cmix``), its exercises
-(the statement cells' metadata, :mod:`.editions`) and the Colab links of the student edition."""
+with their difficulty, expected minutes and points (the statement cells' metadata,
+:mod:`.editions`) and the Colab links of the student edition."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,7 @@ def _title(nb) -> str:
 
 def colab_url(name: str, edition_dir: Path = STUDENT_DIR, branch: str = "main") -> str:
     """Colab's URL for a notebook of the repository (:data:`cmixlib.book.REPO_URL`)."""
-    from ..book import REPO_URL
+    from cmixlib.book import REPO_URL
 
     repo = REPO_URL.removeprefix("https://github.com/").rstrip("/")
     return (f"https://colab.research.google.com/github/{repo}/blob/{branch}/"
@@ -47,19 +48,21 @@ def chapters(root: str | Path = ".") -> pd.DataFrame:
 
 
 def exercise_table(root: str | Path = ".") -> pd.DataFrame:
-    """One row per exercise of chapters 2-14: id, chapter, kind, title, setting, minutes and
-    how it is graded (the checker's name, or by hand against the model answer)."""
+    """One row per exercise of chapters 2-14: id, chapter, kind, title, difficulty (stars),
+    setting, minutes, points and how it is graded (the checker's name with its hidden tests, or
+    by hand against the model answer)."""
     import nbformat
 
     rows = []
     for path in chapter_notebooks(root):
         nb = nbformat.read(path, as_version=4)
         for ex in exercises(nb, chapter_number(path)):
-            graded = (f"`{ex.checker}` (automatic)" if ex.kind == "computational"
-                      else "by hand, against the model answer")
+            n_hidden = sum(v == "hidden" for _, v in ex.tests) + ex.random_tests
+            graded = (f"`{ex.checker}` on `{ex.answer}`: 1 visible + {n_hidden} hidden tests"
+                      if ex.kind == "computational" else "by hand, against the model answer")
             rows.append({"exercise": ex.id, "chapter": ex.chapter, "kind": ex.kind,
-                         "title": ex.title, "setting": ex.setting, "minutes": ex.minutes,
-                         "graded": graded})
+                         "title": ex.title, "difficulty": ex.stars, "setting": ex.setting,
+                         "minutes": ex.minutes, "points": ex.points, "graded": graded})
     return pd.DataFrame(rows)
 
 
@@ -81,7 +84,8 @@ def chapter_markdown(root: str | Path = ".") -> str:
 def exercise_markdown(root: str | Path = ".") -> str:
     """The exercise table of the instructors' page, as a Markdown table."""
     df = exercise_table(root)
-    head = "| exercise | kind | title | suits | minutes | graded |\n|---|---|---|---|---|---|"
-    lines = [f"| {r.exercise} | {r.kind} | {r.title} | {r.setting} | {r.minutes} | {r.graded} |"
-             for r in df.itertuples(index=False)]
+    head = ("| exercise | kind | title | difficulty | minutes | points | suits | graded |\n"
+            "|---|---|---|---|---|---|---|---|")
+    lines = [f"| {r.exercise} | {r.kind} | {r.title} | {r.difficulty} | {r.minutes} | "
+             f"{r.points} | {r.setting} | {r.graded} |" for r in df.itertuples(index=False)]
     return "\n".join([head, *lines])

@@ -107,7 +107,8 @@ def _ap_without_ties(s: np.ndarray, xi: np.ndarray, order: np.ndarray) -> float:
 
 
 def _alignment_mistakes(scores: np.ndarray, cue: list[int]) -> dict[str, list[tuple[str, float]]]:
-    """Per metric, the values that the usual mistakes give, as (cause, value) pairs."""
+    """Per metric, the values that the usual mistakes give, as (cause, value) pairs, the more
+    specific causes first (a cause is named only when it explains every checked row)."""
     raw = np.asarray(scores, dtype=float)
     s = np.clip(raw, 0.0, None)
     s = s / s.sum()
@@ -119,7 +120,8 @@ def _alignment_mistakes(scores: np.ndarray, cue: list[int]) -> dict[str, list[tu
             "the chapter assumed there were no ties.")
     orders = (np.argsort(-s), np.argsort(-s, kind="stable"),
               np.lexsort((-xi, -s)), np.lexsort((xi, -s)))     # cue first / last in a tie
-    signed_ranks = reference_cue_alignment(raw - raw.min(), cue)["ap"]
+    unclipped = ("the negatives were not clipped: rank the CLIPPED row, where every negative "
+                 "score becomes 0 and the zeros are tied (one threshold).")
     return {
         "dot": [
             ("the row was not normalised: clip the negatives, then divide by the sum.",
@@ -131,21 +133,38 @@ def _alignment_mistakes(scores: np.ndarray, cue: list[int]) -> dict[str, list[tu
             ("the cue mass was averaged over the cue tokens; the dot product sums it.",
              float(s @ xi / xi.sum())),
         ],
-        "ap": [(ties, _ap_without_ties(s, xi, order)) for order in orders] + [
-            ("the tokens were ranked by the signed scores; rank the clipped row (negative "
-             "scores become tied zeros).", signed_ranks),
+        "ap": [
+            (unclipped, reference_cue_alignment(raw - raw.min(), cue)["ap"]),
+            (unclipped, _ap_without_ties(raw, xi, np.argsort(-raw, kind="stable"))),
+            *[(ties, _ap_without_ties(s, xi, order)) for order in orders],
         ],
         "probes_needed": [
-            ("count only the tokens STRICTLY above the best cue score (a tie with the cue is "
-             "not counted).", float(np.sum((s >= best) & (xi == 0)))),
+            ("you counted the tokens with s_j >= the best cue score: that counts the best cue "
+             "itself (and any token tied with it); count s_j > max cue score.",
+             float(np.sum(s >= best))),
+            ("count only the tokens STRICTLY above the best cue score (a token tied with the "
+             "cue is not counted).", float(np.sum((s >= best) & (xi == 0)))),
             ("you returned the 1-based rank of the best cue; probes needed counts the tokens "
              "ranked above it (0 when a cue is first).", float(np.sum(s > best) + 1)),
-            ("the best cue itself was counted (use s_j > max cue score, not >=).",
-             float(np.sum(s >= best))),
             ("the worst-ranked cue token was used; use the BEST-ranked one (max over the cue).",
              float(np.sum(s > s[xi == 1].min()))),
+            ("the scores were not clipped: a negative cue score still ranks above more negative "
+             "tokens; clip to 0 first.", float(np.sum(raw > raw[xi == 1].max()))),
         ],
     }
+
+
+def _consistent_causes(rows: list[tuple[np.ndarray, list[int], np.ndarray]], k: int,
+                       key: str) -> str | None:
+    """The first cause of metric ``key`` whose value equals the reader's in EVERY row checked
+    (``rows``: scores, cue, the reader's three numbers). Causes are lists of (cause, value);
+    the same cause may appear several times (variants), one of which must fit all rows."""
+    per_row = [_alignment_mistakes(scores, cue)[key] for scores, cue, _ in rows]
+    for c, (cause, _) in enumerate(per_row[0]):
+        if all(np.isclose(got[k], mistakes[c][1], atol=1e-9, rtol=1e-4)
+               for (_, _, got), mistakes in zip(rows, per_row)):
+            return cause
+    return None
 
 
 def check_cue_alignment(student_fn: Callable, *, seed: int = 0, verbose: bool = True) -> CheckResult:
@@ -157,29 +176,29 @@ def check_cue_alignment(student_fn: Callable, *, seed: int = 0, verbose: bool = 
     precision (tied scores form one threshold) and the probes needed (tokens strictly above
     the best-ranked cue), as three numbers or a dict with the keys ``dot``, ``ap``,
     ``probes_needed``. Four rows are checked: positive, unnormalised with a two-token cue,
-    signed with ties after clipping, and a cue tied with a non-cue token.
+    signed with ties after clipping, and a cue tied with a non-cue token. A likely cause is
+    named for a metric only when that mistake explains the reader's numbers on every row.
     """
     res = CheckResult("check_cue_alignment")
-    diagnosed: set[str] = set()
+    rows: list[tuple[np.ndarray, list[int], np.ndarray]] = []
+    wrong_keys: set[int] = set()
     for label, scores, cue in _alignment_cases(seed):
         want_d = reference_cue_alignment(scores, cue)
         want = np.array([want_d[k] for k in ALIGNMENT_KEYS])
         got = _values_call(res, student_fn, ALIGNMENT_KEYS, scores.copy(), list(cue))
         if got is None:
             break
+        rows.append((scores, list(cue), got))
         if _close(got, want, atol=1e-9):
             res.ok(f"{label}: all three scores match")
             continue
         _report_diff(res, got, want, lambda ix: f"{label}: {ALIGNMENT_KEYS[ix[0]]}", 1e-9)
-        mistakes = _alignment_mistakes(scores, cue)
-        for k, key in enumerate(ALIGNMENT_KEYS):
-            if key in diagnosed or np.isclose(got[k], want[k], atol=1e-9, rtol=1e-4):
-                continue
-            for cause, value in mistakes[key]:
-                if np.isclose(got[k], value, atol=1e-9, rtol=1e-4):
-                    res.info(f"{key}, likely cause: {cause}")
-                    diagnosed.add(key)
-                    break
+        wrong_keys |= {k for k in range(len(ALIGNMENT_KEYS))
+                       if not np.isclose(got[k], want[k], atol=1e-9, rtol=1e-4)}
+    for k in sorted(wrong_keys):
+        cause = _consistent_causes(rows, k, ALIGNMENT_KEYS[k])
+        if cause:
+            res.info(f"{ALIGNMENT_KEYS[k]}, likely cause: {cause}")
     return res.finish(verbose)
 
 
@@ -213,7 +232,7 @@ def reference_online_codelength(probs, labels, bounds) -> tuple[float, float]:
 def _code_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, list[int]]]:
     """(label, probs, labels, bounds): K = 2 with the Value Zeroing block schedule, K = 3 with
     a coarser one. Later probes are sharper (trained on more data); first-block rows are NaN."""
-    from ..probing import VZ_BLOCKS, block_boundaries
+    from cmixlib.probing import VZ_BLOCKS, block_boundaries
 
     rng = np.random.default_rng(seed)
     out = []

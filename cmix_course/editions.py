@@ -3,11 +3,20 @@ cell tags; this module checks that format and writes the student and instructor 
 
 The cells of one exercise, in order (tags in brackets)::
 
-    statement      markdown [exercise]          metadata cmix = {exercise, kind, checker, setting, minutes}
+    statement      markdown [exercise]          metadata cmix = {exercise, kind, checker, answer,
+                                                points, difficulty, setting, minutes}
     starter code   code     [exercise]          computational: `raise NotImplementedError`, then the checker
     answer cell    markdown [exercise, answer]  interpretive: where the student writes
     solution       code [solution, hide-input] / markdown [solution] (a collapsed "Model answer")
-    grading notes  markdown [grading, remove-cell]
+    grading notes  markdown [grading, remove-cell]  metadata cmix = {tests, forbidden} (optional)
+
+The statement's heading is ``### Exercise <id> (<kind>): <title>``, and its second line shows
+the difficulty (★ to ★★★), the expected minutes and the points
+(:func:`exercise_line`), written from the metadata. ``answer`` names the function the
+starter defines: the grader finds it by that name wherever the student wrote it. The grading
+notes' metadata holds what only the instructor's copy needs (:mod:`.grading`): the hidden
+tests (``{"hidden": [seeds], "random": k}``, checker seeds; ``random`` seeds are drawn anew for
+each grading batch) and ``forbidden``, the library functions that compute the answer.
 
 Editions are made with nbconvert's preprocessors (:class:`~nbconvert.preprocessors.TagRemovePreprocessor`
 and :class:`~nbconvert.preprocessors.ClearOutputPreprocessor`): the **student** edition drops the
@@ -15,8 +24,9 @@ and :class:`~nbconvert.preprocessors.ClearOutputPreprocessor`): the **student** 
 On the book's site, ``hide-input`` collapses solution code, the model answers are dropdown
 admonitions and ``remove-cell`` keeps the grading notes off the page.
 
-Command line: ``python -m cmixlib.exercises.editions check NOTEBOOK...`` lists format problems;
-``cmix editions`` writes both editions (see :func:`write_editions`).
+Command line: ``python -m cmix_course check NOTEBOOK...`` lists format problems;
+``python -m cmix_course editions`` (or ``cmix editions``, ``make editions``) writes both
+editions (see :func:`write_editions`).
 """
 from __future__ import annotations
 
@@ -33,6 +43,11 @@ SETTINGS = ("lab", "homework")
 STARTER_STUB = "raise NotImplementedError"
 ANSWER_TEXT = "**Your answer.** (double-click this cell and write here)"
 GRADING_HEAD = "**Grading notes (instructors).**"
+#: Difficulty levels, shown as one to three stars.
+DIFFICULTIES = (1, 2, 3)
+#: Hidden tests of a computational exercise when its grading notes do not say: one fixed
+#: checker seed and two seeds drawn anew for each grading batch (randomised inputs).
+DEFAULT_TESTS = {"visible": [0], "hidden": [7], "random": 2}
 #: Chapters that must carry exercises (file-name prefixes).
 EXERCISE_CHAPTERS = range(2, 15)
 #: The committed student edition (Colab links point here) and the default instructor folder.
@@ -52,6 +67,28 @@ class Exercise:
     minutes: int
     checker: str | None
     cell: int
+    answer: str | None = None
+    points: int = 0
+    difficulty: int = 0
+    tests: tuple = ()
+    random_tests: int = 0
+    forbidden: tuple = ()
+
+    @property
+    def stars(self) -> str:
+        """The difficulty as stars: ★☆☆ to ★★★."""
+        return stars(self.difficulty)
+
+
+def stars(difficulty: int) -> str:
+    """``1`` -> ``★☆☆``, ``3`` -> ``★★★``."""
+    d = max(0, min(3, int(difficulty or 0)))
+    return "★" * d + "☆" * (3 - d)
+
+
+def exercise_line(ex: "Exercise") -> str:
+    """The line under the statement's heading: difficulty, expected minutes and points."""
+    return f"**Difficulty {stars(ex.difficulty)}** · about {ex.minutes} minutes · {ex.points} points"
 
 
 def tags(cell) -> set[str]:
@@ -71,16 +108,31 @@ def _title(source: str) -> str:
 
 
 def exercises(nb, chapter: int | None = None) -> list[Exercise]:
-    """The exercises of a notebook, from the statement cells' ``cmix`` metadata."""
+    """The exercises of a notebook, from the statement cells' ``cmix`` metadata (and, for the
+    hidden tests and forbidden functions, the grading notes' metadata three cells later)."""
     found = []
     for k, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("cmix", {})
         if EXERCISE in tags(cell) and "exercise" in meta:
+            notes = nb.cells[k + 3] if k + 3 < len(nb.cells) else None
+            spec = dict(DEFAULT_TESTS)
+            forbidden: tuple = ()
+            if notes is not None and GRADING in tags(notes):
+                nmeta = notes.get("metadata", {}).get("cmix", {})
+                spec.update(nmeta.get("tests", {}))
+                forbidden = tuple(nmeta.get("forbidden", ()))
+            tests = tuple([(int(s), "visible") for s in spec.get("visible", [0])]
+                          + [(int(s), "hidden") for s in spec.get("hidden", [])])
             found.append(Exercise(chapter=chapter or 0, id=str(meta["exercise"]),
                                   kind=meta.get("kind", ""), title=_title(cell.source),
                                   setting=meta.get("setting", ""),
                                   minutes=int(meta.get("minutes", 0) or 0),
-                                  checker=meta.get("checker"), cell=k))
+                                  checker=meta.get("checker"), cell=k,
+                                  answer=meta.get("answer"),
+                                  points=int(meta.get("points", 0) or 0),
+                                  difficulty=int(meta.get("difficulty", 0) or 0),
+                                  tests=tests, random_tests=int(spec.get("random", 0) or 0),
+                                  forbidden=forbidden))
     return found
 
 
@@ -109,13 +161,24 @@ def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
         problems.append(f"{where}: setting must be one of {SETTINGS}, not {ex.setting!r}")
     if ex.minutes <= 0:
         problems.append(f"{where}: minutes must be a positive number")
+    if ex.points <= 0:
+        problems.append(f"{where}: points must be a positive number")
+    if ex.difficulty not in DIFFICULTIES:
+        problems.append(f"{where}: difficulty must be one of {DIFFICULTIES} (stars)")
+    rest = [line.strip() for line in stmt.source.strip().splitlines()[1:] if line.strip()]
+    if not rest or rest[0] != exercise_line(ex):
+        problems.append(f"{where}: the line after the heading must be {exercise_line(ex)!r} "
+                        f"(from the metadata), not {(rest[0] if rest else '')[:80]!r}")
     nxt = lambda k: cells[k] if k < len(cells) else None  # noqa: E731
     work, sol, grade = nxt(ex.cell + 1), nxt(ex.cell + 2), nxt(ex.cell + 3)
     if ex.kind == "computational":
-        from cmixlib import exercises as E
+        import cmix_course as E
 
         if not ex.checker or ex.checker not in E.__all__:
-            problems.append(f"{where}: checker {ex.checker!r} is not exported by cmixlib.exercises")
+            problems.append(f"{where}: checker {ex.checker!r} is not exported by cmix_course")
+        if not ex.answer or ex.answer not in _defined_names(work.source if work else ""):
+            problems.append(f"{where}: metadata 'answer' must name the function the starter "
+                            f"defines (the grader looks it up by that name), not {ex.answer!r}")
         if (work is None or work.cell_type != "code" or tags(work) != {EXERCISE}
                 or STARTER_STUB not in work.source or f"{ex.checker}(" not in work.source):
             problems.append(f"{where}: the next cell must be the starter code (code, tag "
@@ -138,6 +201,11 @@ def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
             or not grade.source.startswith(GRADING_HEAD)):
         problems.append(f"{where}: then the grading notes (markdown, tags 'grading' and "
                         f"'remove-cell', beginning {GRADING_HEAD!r})")
+    else:
+        m = re.match(rf"{re.escape(GRADING_HEAD)}\s*(\d+)\s+points", grade.source)
+        if not m or int(m.group(1)) != ex.points:
+            problems.append(f"{where}: the grading notes must begin '{GRADING_HEAD} {ex.points} "
+                            f"points' (the metadata's points)")
     return ex.cell + 3
 
 
@@ -210,22 +278,31 @@ def _banner(nb, text: str, edition: str):
 
 
 def student_edition(nb, source_name: str = ""):
-    """The student edition: no ``solution`` or ``grading`` cells, no outputs, a banner."""
+    """The student edition: no ``solution`` or ``grading`` cells, no outputs, a banner.
+
+    The notebook's metadata ``cmix.source`` names the chapter it was made from (the grader
+    finds the instructor's copy by it when the file name does not say)."""
     out = _preprocess(nb, {SOLUTION, GRADING}, clear_outputs=True)
+    if source_name:
+        out.metadata.setdefault("cmix", {})["source"] = source_name
     for cell in out.cells:  # relative links: the edition sits two folders below the root
         if cell.cell_type == "markdown":
             cell.source = cell.source.replace("](../", "](../../")
-    return _banner(out, "> **Student edition** (generated by `cmix editions` from "
+    return _banner(out, "> **Student edition** (generated by `make editions` from "
                         f"`notebooks/{source_name}`): solutions, model answers and grading notes "
                         "are left out. Run the cells in order; each exercise's checker reports "
                         "*not attempted* until you write your answer, and running the notebook "
-                        "again never overwrites what you wrote.", "student")
+                        "again never overwrites what you wrote. Keep each answer's function "
+                        "name: the grader finds your answer by it and runs its own tests, "
+                        "visible and hidden.", "student")
 
 
 def instructor_edition(nb, source_name: str = ""):
     """The instructor edition: every cell (solutions, model answers, grading notes), no outputs."""
     out = _preprocess(nb, set(), clear_outputs=True)
-    return _banner(out, "> **Instructor edition** (generated by `cmix editions` from "
+    if source_name:
+        out.metadata.setdefault("cmix", {})["source"] = source_name
+    return _banner(out, "> **Instructor edition** (generated by `make editions` from "
                         f"`notebooks/{source_name}`): with solutions, model answers and grading "
                         "notes. Students get the student edition.", "instructor")
 
@@ -250,8 +327,8 @@ def write_editions(root: str | Path = ".", student_dir: str | Path | None = None
     bad = {k: v for k, v in bad.items() if v}
     if bad:
         lines = [f"{name}: {msg}" for name, msgs in bad.items() for msg in msgs]
-        raise ValueError("fix the exercise format first (python -m cmixlib.exercises.editions "
-                         "check notebooks/*.ipynb):\n" + "\n".join(lines))
+        raise ValueError("fix the exercise format first (python -m cmix_course check "
+                         "notebooks/*.ipynb):\n" + "\n".join(lines))
     for d in (student_dir, instructor_dir):
         d.mkdir(parents=True, exist_ok=True)
         for old in d.glob("*.ipynb"):
@@ -273,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("check", "build"):
-        print("usage: python -m cmixlib.exercises.editions check NOTEBOOK... | build")
+        print("usage: python -m cmix_course.editions check NOTEBOOK... | build")
         return 2
     if argv[0] == "build":
         written = write_editions()

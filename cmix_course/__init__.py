@@ -1,19 +1,26 @@
-"""Checkers for the book's exercises.
+"""The book's coursework: exercise checkers, student and instructor editions, grading and a
+gradebook. A package beside :mod:`cmixlib`, installed with it, so that the library holds only
+what a reader of the library needs.
 
 Each ``check_*`` function takes the reader's function, runs it on a tiny random model (built by
 :func:`cmixlib.random_model`, nothing is downloaded) or on random maps, compares the result
 with a reference implementation and prints what is right and what is wrong: shape, row sums,
-the entries that differ and, where a typical mistake can be recognised, its likely cause.
+the entries that differ and, where a typical mistake can be recognised, its likely cause
+(including, for every map, a transposed map, an off-by-one layer, rows not normalised and
+negatives not clipped). Its ``seed`` picks the inputs: the notebook uses seed 0 (the visible
+test); the grader adds the instructor's hidden seeds and seeds drawn for each batch.
 
 It returns a :class:`CheckResult` (truthy when everything passed) whose ``status`` is
 ``passed``, ``failed`` or ``not attempted`` (the starter code still raises
-``NotImplementedError``); it never raises on a wrong answer. In a notebook the report is shown once,
-with a machine-readable twin that ``cmix grade`` reads; ``result.messages`` holds the lines.
+``NotImplementedError``); it never raises on a wrong answer. ``result.messages`` holds the lines.
 
 The exercises themselves live in the chapter notebooks, marked by cell tags; :mod:`.editions`
-checks that format and writes the student and instructor editions, :mod:`.grading` runs
-submitted notebooks and reads back every checker's verdict, :mod:`.course` builds the
-instructors' page from the notebooks' metadata.
+checks that format and writes the student and instructor editions, :mod:`.grading` grades a
+submission from the instructor's copy (fresh kernel, the answers found by name, visible and
+hidden tests, copied answers detected by :mod:`.scan`), :mod:`.gradebook` grades a class and
+writes the CSV files and the feedback, :mod:`.course` builds the instructors' page and
+:mod:`.site` makes the built book hand out the student edition. Command line:
+``python -m cmix_course`` (:mod:`.cli`).
 
 Exercises and their checkers
 ----------------------------
@@ -48,7 +55,7 @@ Exercises and their checkers
 ``check_anisotropy(fn)``
     ``fn(T) -> (r,)``: chapter 12's mean pairwise cosine of each query's transformed vectors.
 
-The package: :mod:`.checking` (the report and comparison helpers shared by every checker),
+The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
 (chapters 3, 5, 6, 8),
 :mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:

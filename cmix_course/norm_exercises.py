@@ -75,8 +75,8 @@ def _peaky_case(seed: int, heads: int = 3, n: int = 5, d: int = 12):
 
 def _layer_case(seed: int):
     """The parts of layer 1 of a tiny random BERT (float64) for one 6-token input."""
-    from ..encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-    from ..models import random_model
+    from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+    from cmixlib.models import random_model
 
     model = random_model("bert", hidden=32, layers=2, heads=4, seed=seed, dtype=torch.float64)
     ids = torch.randint(5, model.config.vocab_size, (1, 6),
@@ -170,6 +170,6 @@ def check_n_res_ln(student_fn: Callable, *, seed: int = 0, verbose: bool = True)
             res.ok(f"{label}: matches the reference N-ResLN map")
             continue
         _report_diff(res, got, want, lambda ix: f"{label}, row i={ix[0]}, column j={ix[1]}", 1e-8)
-        _diagnose(res, got, _wrong_answers(alpha, fx, x, b_o, ln1), atol=1e-8)
+        _diagnose(res, got, _wrong_answers(alpha, fx, x, b_o, ln1), atol=1e-8, want=want)
         break
     return res.finish(verbose)

@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..arch import layer_parts
+from cmixlib.arch import layer_parts
 from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, _close, _diagnose,
                        _report_diff, _tiny_bert, _tiny_inputs)
 
@@ -17,7 +17,7 @@ from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, 
 
 def reference_rollout(maps: np.ndarray, add_identity: bool = False) -> np.ndarray:
     """Rollout with the book's convention (:func:`cmixlib.attention.rollout`)."""
-    from ..attention import rollout
+    from cmixlib.attention import rollout
 
     return np.asarray(rollout(maps, add_identity=add_identity), dtype=float)
 
@@ -89,7 +89,7 @@ def check_rollout(student_fn: Callable, *, seed: int = 0, verbose: bool = True) 
         if got.shape == want.shape and np.allclose(got[0], arr[0] if not add_identity else base_n[0], atol=1e-6):
             candidates["the layers were not chained: each output layer must multiply all earlier ones."] = \
                 base_n
-        _diagnose(res, got, candidates, atol=1e-6)
+        _diagnose(res, got, candidates, atol=1e-6, want=want, layers=True)
         break
     return res.finish(verbose)
 
@@ -158,7 +158,7 @@ def check_nenc(student_fn: Callable, *, seed: int = 0, verbose: bool = True) -> 
                 "gamma_2 (ln2.weight) is missing.": norm(centred / s_q),
                 "each vector was divided by its own std; all vectors of row i share sigma(u_i).":
                     norm(ln2.weight * centred / own),
-            }, atol=1e-5)
+            }, atol=1e-5, want=want)
     return res.finish(verbose)
 
 
@@ -209,7 +209,7 @@ def check_alti_row(student_fn: Callable, *, seed: int = 0, verbose: bool = True)
                 reference_alti_row(T, y, clamp=False).numpy(),
             "L2 norms were used; ALTI uses the L1 (Manhattan) norm.": reference_alti_row(T, y, p=2).numpy(),
             "the size ||T_j||_1 was used instead of the proximity of T_j to y.": (l1 / l1.sum()).numpy(),
-        }, atol=1e-6)
+        }, atol=1e-6, want=want)
         break
     return res.finish(verbose)
 
@@ -263,7 +263,7 @@ def check_grad_x_input(student_fn: Callable, *, seed: int = 0, verbose: bool = T
     ``pos``) with respect to the output of the word-embedding module (``model.get_input_embeddings()``)
     and return :math:`\lVert g_j \odot x_j \rVert_2` for every token j.
     """
-    from ..models import random_model
+    from cmixlib.models import random_model
 
     res = CheckResult("check_grad_x_input")
     model = random_model("bert", task="mlm", seed=seed, dtype=torch.float64)
@@ -294,5 +294,5 @@ def check_grad_x_input(student_fn: Callable, *, seed: int = 0, verbose: bool = T
                 "the gradient was taken at the output of the whole embedding block (positions, "
                 "token types and LayerNorm included); use the word embeddings' output.":
                     reference_grad_x_input(*args, where="embeddings"),
-            }, atol=1e-8)
+            }, atol=1e-8, want=want)
     return res.finish(verbose)

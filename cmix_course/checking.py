@@ -1,12 +1,14 @@
 """What every checker shares: :class:`CheckResult` (the report), the tiny random BERT and its
-inputs, calling the reader's function safely, and comparing shapes, values and normalised rows.
+inputs, calling the reader's function safely, comparing shapes, values and normalised rows, and
+naming a likely cause (:func:`_diagnose`, :func:`generic_cause`).
 
 A result has one of three statuses: ``passed``, ``failed`` or ``not attempted`` (the reader's
 function still raises ``NotImplementedError`` or returns ``None``, as the starter code does). A
 checker never raises on a wrong or missing answer, so a notebook with empty answers runs to the
 end. In a Jupyter kernel the report is displayed with a machine-readable twin (MIME type
-:data:`CHECK_MIME`: checker name and status), which ``cmix grade`` reads back from an executed
-notebook; elsewhere it is printed.
+:data:`CHECK_MIME`: checker name and status), which the book's own tests read back from an
+executed chapter; the grader never reads it (a notebook can print anything), it runs the
+checkers itself (:mod:`cmix_course.grading`). Elsewhere the report is printed.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 
 OK, BAD, INFO = "✓", "✗", "·"
-#: MIME type of the machine-readable twin of a checker's report (read by ``cmix grade``).
+#: MIME type of the machine-readable twin of a checker's report (read by the book's tests only).
 CHECK_MIME = "application/vnd.cmixlib.check+json"
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 
@@ -100,7 +102,7 @@ class CheckResult:
 
 def _tiny_bert(seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
                dtype: torch.dtype = torch.float32):
-    from ..models import random_model
+    from cmixlib.models import random_model
 
     return random_model("bert", hidden=hidden, layers=layers, heads=heads, seed=seed, dtype=dtype)
 
@@ -192,11 +194,64 @@ def _report_diff(res: CheckResult, got: np.ndarray, want: np.ndarray, names: Cal
         res.info(f"... and {len(bad) - max_items} more")
 
 
-def _diagnose(res: CheckResult, got: np.ndarray, candidates: dict[str, np.ndarray], atol: float) -> None:
+def _diagnose(res: CheckResult, got: np.ndarray, candidates: dict[str, np.ndarray], atol: float,
+              *, want: np.ndarray | None = None, layers: bool = False) -> bool:
+    """Name the first usual mistake whose result equals ``got`` ("likely cause: ...").
+
+    ``candidates`` maps a cause to the value that mistake gives. With ``want`` (the right
+    answer), the mistakes every map can have are tried next (:func:`generic_cause`: a transposed
+    map, rows not normalised, negatives not clipped, and with ``layers`` layer l answered with
+    layer l - 1 or l + 1). Returns whether a cause was named.
+    """
     for cause, wrong in candidates.items():
-        if wrong is not None and _close(got, wrong, atol):
+        if wrong is not None and _close(got, np.asarray(wrong, dtype=float), atol):
             res.info(f"likely cause: {cause}")
-            return
+            return True
+    if want is not None:
+        cause = generic_cause(got, want, atol, layers=layers)
+        if cause:
+            res.info(f"likely cause: {cause}")
+            return True
+    return False
+
+
+def generic_cause(got: np.ndarray, want: np.ndarray, atol: float, *, layers: bool = False) -> str | None:
+    """The mistake that turns ``want`` into ``got`` among those any map can have, or None.
+
+    Tried in order: a transposed map (the last two axes swapped), an off-by-one layer (with
+    ``layers``: axis 0 counts layers and ``got[l]`` is the right answer of layer l - 1 or
+    l + 1), rows not normalised (``got`` is ``want`` times a positive factor per row), rows
+    normalised that should not be, and negative scores not clipped to 0 before normalising.
+    """
+    got = np.asarray(got, dtype=float)
+    want = np.asarray(want, dtype=float)
+    if got.shape != want.shape or not np.isfinite(got).all() or not np.isfinite(want).all():
+        return None
+    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and got.shape[-1] > 1:
+        if _close(got, np.swapaxes(want, -1, -2), atol) and not _close(want, np.swapaxes(want, -1, -2), atol):
+            return ("the map is transposed: row i must hold what token i RECEIVES (the query), "
+                    "column j what token j gives (the key); swap the indices.")
+    if layers and got.ndim >= 1 and got.shape[0] >= 2:
+        if _close(got[1:], want[:-1], atol):
+            return ("off by one layer: your layer l is the reference's layer l - 1 (did you start "
+                    "from the identity or an extra layer, or index hidden_states from 1?).")
+        if _close(got[:-1], want[1:], atol):
+            return ("off by one layer: your layer l is the reference's layer l + 1 (the first "
+                    "layer is missing, or the loop starts one layer late).")
+    if got.ndim >= 1 and got.shape[-1] > 1:
+        w_sum = want.sum(-1, keepdims=True)
+        g_sum = got.sum(-1, keepdims=True)
+        if np.allclose(w_sum, 1.0, atol=1e-6) and (np.abs(g_sum) > 1e-12).all():
+            if not np.allclose(g_sum, 1.0, atol=max(atol, 1e-6)) and _close(got / g_sum, want, atol):
+                return "the rows are not normalised: divide each row by its sum."
+            clipped = np.clip(got, 0.0, None)
+            c_sum = clipped.sum(-1, keepdims=True)
+            if (got < -1e-12).any() and (c_sum > 0).all() and _close(clipped / c_sum, want, atol):
+                return ("negative scores were kept: clip them to 0 before normalising (the "
+                        "method's scores are never negative).")
+        elif (np.abs(w_sum) > 1e-12).all() and _close(got, want / w_sum, atol):
+            return "the rows were normalised; this exercise asks for the raw values."
+    return None
 
 
 def _check_normalised_row(res: CheckResult, got: np.ndarray | None, want: np.ndarray, label: str, what: str,

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..arch import layer_list, layer_parts, parts_of_layer
+from cmixlib.arch import layer_list, layer_parts, parts_of_layer
 from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, _close, _diagnose,
                        _heads, _report_diff, _tiny_bert, _tiny_inputs)
 
@@ -71,7 +71,7 @@ def check_attention_probs(student_fn: Callable, *, seed: int = 0, verbose: bool 
                 reference_attention_probs(layer, hidden, softmax_dim=-2).double().numpy(),
             "the matrix is transposed (rows must be queries, columns keys).":
                 np.swapaxes(want, -1, -2),
-        }, atol=1e-5)
+        }, atol=1e-5, want=want)
         break
     return res.finish(verbose)
 
@@ -139,7 +139,7 @@ def check_ln_decomposition(student_fn: Callable, *, seed: int = 0, verbose: bool
             "gamma (ln.weight) is missing.": (centred / std_sum).double().numpy(),
             "each part was passed through the full LayerNorm (LN is not linear).":
                 ln(parts).double().numpy(),
-        }, atol=1e-5)
+        }, atol=1e-5, want=want)
         break
     return res.finish(verbose)
 
@@ -226,6 +226,6 @@ def check_value_zeroing_row(student_fn: Callable, *, seed: int = 0, verbose: boo
             "the input vector x_j was zeroed instead of its value vector; that also changes every "
             "query and key, so the attention weights shift.":
                 reference_value_zeroing_row(layer, hidden, i, zero="input").double().numpy(),
-        }, atol=1e-4)
+        }, atol=1e-4, want=want)
         break
     return res.finish(verbose)

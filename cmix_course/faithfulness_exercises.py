@@ -1,7 +1,7 @@
 r"""Exercises on the evaluations of chapters 11 and 12: the faithfulness correlation of one
 example with blank-out (11.1), the special-token rank of ALTI's Figure 6 (12.1) and the
 anisotropy of transformed vectors, ALTI's Figure 3 (12.2). (Blank-out itself is exercised in
-chapter 14, :func:`cmixlib.exercises.check_blank_out`.)
+chapter 14, :func:`cmix_course.check_blank_out`.)
 
 The references are written out the obvious way (loops over tokens and pairs, average ranks
 counted by hand) and tested against the library functions the experiments call:
@@ -320,5 +320,5 @@ def check_anisotropy(student_fn: Callable, *, seed: int = 0, verbose: bool = Tru
                     reference_anisotropy(T.transpose(0, 1)),
                 "this is the mean cosine of each vector with their sum; take the mean over the "
                 "pairs of vectors.": cos_sum,
-            }, atol=1e-9)
+            }, atol=1e-9, want=want)
     return res.finish(verbose)

@@ -74,8 +74,8 @@ def random_raw_maps(layers: int, n: int, seed: int) -> np.ndarray:
 def _tiny_classifier_case(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Raw N-Enc maps (L, n, n) of a tiny random BERT classifier and its gradient × input (L2)
     saliency of class 1 at the embedding-layer output (``hidden_states[0]``), by plain autograd."""
-    from .. import core
-    from ..models import random_model
+    from cmixlib import core
+    from cmixlib.models import random_model
 
     model = random_model("bert", task="sequence-classification", layers=3, num_labels=2,
                          seed=seed, dtype=torch.float64)
@@ -166,7 +166,7 @@ def check_cls_spearman(student_fn: Callable, *, seed: int = 0, verbose: bool = T
             "'individual' rows).": ref(rolled=False),
             "this is Pearson's r of the values; Spearman's rho is Pearson's r of the ranks.":
                 ref(correlation="pearson"),
-        }, atol=1e-6)
+        }, atol=1e-6, want=want, layers=True)
         break
     return res.finish(verbose)
 
@@ -221,7 +221,7 @@ def check_blank_out(student_fn: Callable, *, seed: int = 0, verbose: bool = True
     :math:`s_j = p(w) - p(w_{j \leftarrow r})` for every position j, ``[CLS]``, ``[SEP]`` and
     ``[MASK]`` included (ALTI's variant).
     """
-    from ..models import random_model
+    from cmixlib.models import random_model
 
     res = CheckResult("check_blank_out")
     # initializer_range 0.2 (not BERT's 0.02): attention is not uniform and one token's
@@ -259,5 +259,5 @@ def check_blank_out(student_fn: Callable, *, seed: int = 0, verbose: bool = True
                 "scores every position.": reference_blank_out(*args, skip=(0, n - 1, pos)),
                 "token j was deleted (a shorter input); replace it by r_id instead.":
                     reference_blank_out(*args, delete=True),
-            }, atol=1e-8)
+            }, atol=1e-8, want=want)
     return res.finish(verbose)
