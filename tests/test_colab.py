@@ -41,11 +41,15 @@ def test_every_chapter_has_the_same_first_cell_and_it_names_the_configured_repos
 
 _STUB = """
 import sys, types
+from importlib.machinery import ModuleSpec
 google = types.ModuleType("google"); google.__path__ = []
 colab = types.ModuleType("google.colab"); colab.__path__ = []
 output = types.ModuleType("google.colab.output")
 output.enable_custom_widget_manager = lambda: print("WIDGET-MANAGER-ON")
 colab.output = output; google.colab = colab
+# specs, as real modules have (accelerate, imported by transformers, calls find_spec on them)
+for m in (google, colab, output):
+    m.__spec__ = ModuleSpec(m.__name__, None, is_package=hasattr(m, "__path__"))
 sys.modules.update({"google": google, "google.colab": colab, "google.colab.output": output})
 """
 
