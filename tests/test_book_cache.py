@@ -135,6 +135,29 @@ def test_keys_follow_imports_of_the_cells(tmp_path):
         os.environ.pop("CMIX_MODEL") if before is None else os.environ.update(CMIX_MODEL=before)
 
 
+def test_keys_follow_the_course_package_too(tmp_path):
+    """A chapter that imports a checker from an extra package (cmix_course) is keyed on that
+    package's code: editing a module it imports changes the key; a module it does not import
+    does not."""
+    pkg = tmp_path / "coursepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .checks import check_a\n")
+    (pkg / "checks.py").write_text("def check_a():\n    return 1\n")
+    (pkg / "unused.py").write_text("X = 1\n")
+    nb = tmp_path / "x.ipynb"
+    nb.write_text(json.dumps(_notebook(["from coursepkg import check_a\n"])))
+    key = cmix_nbdeps.notebook_key(nb, extra_packages=(pkg,))
+    assert key != cmix_nbdeps.notebook_key(nb)                    # the package counts
+    # the digests are memoised per modification time: give each edit a new one explicitly
+    # (some file systems keep coarse time stamps)
+    (pkg / "unused.py").write_text("X = 2\n")
+    os.utime(pkg / "unused.py", ns=(10**18, 10**18))
+    assert cmix_nbdeps.notebook_key(nb, extra_packages=(pkg,)) == key
+    (pkg / "checks.py").write_text("def check_a():\n    return 2\n")
+    os.utime(pkg / "checks.py", ns=(10**18 + 10**9, 10**18 + 10**9))
+    assert cmix_nbdeps.notebook_key(nb, extra_packages=(pkg,)) != key
+
+
 def test_the_book_loads_the_extension():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["sphinx"]["local_extensions"].get("cmix_nbdeps") == "tools/"

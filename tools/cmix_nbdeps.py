@@ -96,14 +96,19 @@ def _code_digest(path: Path, mtime_ns: int) -> bytes:
     return hashlib.sha256(cache.code_text(path).encode()).digest()
 
 
-def notebook_key(path: Path, package_dir: Path = cache.PACKAGE_DIR, data_digest: str = "") -> str:
+def notebook_key(path: Path, package_dir: Path = cache.PACKAGE_DIR, data_digest: str = "",
+                 extra_packages: tuple[Path, ...] = ()) -> str:
     """Hash of what the executed notebook at ``path`` depends on besides its own cells: the code of
-    every module of ``package_dir`` it can import, ``data_digest`` and :data:`ENV_VARS`."""
-    roots = {n for n in notebook_imports(path) if n.split(".")[0] == package_dir.name}
+    every module of ``package_dir`` (and of each of ``extra_packages``, e.g. the course package
+    ``cmix_course`` whose checkers the chapters call) it can import, ``data_digest`` and
+    :data:`ENV_VARS`."""
+    imported = notebook_imports(path)
     h = hashlib.sha256(data_digest.encode())
-    for f in cache.import_closure(roots, package_dir):
-        h.update(f.relative_to(package_dir).as_posix().encode() + b"\0")
-        h.update(_code_digest(f, f.stat().st_mtime_ns))
+    for pkg in (package_dir, *extra_packages):
+        roots = {n for n in imported if n.split(".")[0] == pkg.name}
+        for f in cache.import_closure(roots, pkg):
+            h.update(f"{pkg.name}/{f.relative_to(pkg).as_posix()}".encode() + b"\0")
+            h.update(_code_digest(f, f.stat().st_mtime_ns))
     for var in ENV_VARS:
         h.update(f"{var}={os.environ.get(var, '')}\0".encode())
     return h.hexdigest()[:16]
@@ -132,6 +137,8 @@ def mark_outdated(app, env, added, changed, removed) -> list[str]:
     package_dir = Path(app.config.cmix_nbdeps_package or cache.PACKAGE_DIR).resolve()
     folders = [Path(app.srcdir) / f for f in app.config.cmix_nbdeps_data]
     digest = _data_digest(package_dir, folders)
+    extra = tuple(p for p in (Path(app.srcdir) / name
+                              for name in app.config.cmix_nbdeps_extra_packages) if p.is_dir())
     cache_path = Path(env.mystnb_config.execution_cache_path)
     keys_file = cache_path / KEYS_FILE
     stored = json.loads(keys_file.read_text()) if keys_file.exists() else {}
@@ -140,7 +147,7 @@ def mark_outdated(app, env, added, changed, removed) -> list[str]:
         path = Path(env.doc2path(docname)).resolve()
         if not is_executed_notebook(path):
             continue
-        key = notebook_key(path, package_dir, digest)
+        key = notebook_key(path, package_dir, digest, extra)
         if stored.get(str(path)) == key:
             continue
         if _remove_cache_record(cache_path, path):
@@ -156,5 +163,6 @@ def mark_outdated(app, env, added, changed, removed) -> list[str]:
 def setup(app):
     app.add_config_value("cmix_nbdeps_package", "", "env")
     app.add_config_value("cmix_nbdeps_data", ["data"], "env")
+    app.add_config_value("cmix_nbdeps_extra_packages", ["cmix_course"], "env")
     app.connect("env-get-outdated", mark_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}
