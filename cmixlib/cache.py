@@ -57,8 +57,13 @@ def jsonable(obj: Any) -> Any:
 
 
 def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes (committed weights' and datasets' checksums)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Hex sha256 of a file's bytes (committed weights' and datasets' checksums), read in blocks
+    (model files of hundreds of megabytes never sit in memory whole)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def verify_files(folder: str | Path, expected: dict[str, str], error: type[Exception],

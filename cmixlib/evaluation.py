@@ -52,7 +52,7 @@ from .validation import check_choice, check_int, check_positions, check_same_len
 __all__ = [
     "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
     "cue_alignment", "alignment_rows", "aggregate_alignment", "spearman",
-    "per_example_spearman", "spearman_rows", "spearman_to", "mean_std", "correlation_table", "normalized_ranks",
+    "per_example_spearman", "pearson_rows", "spearman_rows", "spearman_to", "mean_std", "correlation_table", "normalized_ranks",
     "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
     "MLM_TARGETS", "mlm_accuracy_table", "describe_mlm_accuracy",
 ]
@@ -249,32 +249,44 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float(rho)
 
 
-def spearman_rows(x, y) -> np.ndarray:
-    r"""Spearman's rho of many pairs of vectors at once, along the last axis (broadcast).
+def pearson_rows(x, y) -> np.ndarray:
+    r"""Pearson's r of many pairs of vectors at once, along the last axis (broadcast).
 
-    .. math:: \rho(x, y) = \frac{\langle r(x) - \bar r,\; r(y) - \bar r\rangle}
-              {\lVert r(x) - \bar r\rVert\,\lVert r(y) - \bar r\rVert},
+    .. math:: r(x, y) = \frac{\langle x - \bar x,\; y - \bar y\rangle}
+              {\lVert x - \bar x\rVert\,\lVert y - \bar y\rVert}.
 
-    with :math:`r` the average ranks (ties share their mean rank; :func:`scipy.stats.rankdata`),
-    i.e. Pearson's r of the ranks, the value :func:`spearman` returns one pair at a time. NaN
-    where a vector has fewer than 2 entries, a non-finite entry, or is constant (as
-    :func:`spearman`). ``x`` of shape (..., n) against ``y`` of shape (n,) correlates every row
-    of ``x`` with ``y``."""
-    from scipy.stats import rankdata
-
+    NaN where a vector has fewer than 2 entries, a non-finite entry, or is constant. ``x`` of
+    shape (..., n) against ``y`` of shape (n,) correlates every row of ``x`` with ``y``."""
     x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
     shape = x.shape[:-1]
     if x.shape[-1] < 2:
         return np.full(shape, np.nan)
     bad = ~(np.isfinite(x).all(-1) & np.isfinite(y).all(-1))
     bad |= (np.ptp(np.nan_to_num(x), axis=-1) == 0) | (np.ptp(np.nan_to_num(y), axis=-1) == 0)
-    rx = rankdata(np.nan_to_num(x), axis=-1)
-    ry = rankdata(np.nan_to_num(y), axis=-1)
-    rx -= rx.mean(-1, keepdims=True)
-    ry -= ry.mean(-1, keepdims=True)
+    xc = np.nan_to_num(x)
+    yc = np.nan_to_num(y)
+    xc = xc - xc.mean(-1, keepdims=True)
+    yc = yc - yc.mean(-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rho = (rx * ry).sum(-1) / np.sqrt((rx * rx).sum(-1) * (ry * ry).sum(-1))
-    return np.where(bad, np.nan, np.clip(rho, -1.0, 1.0))
+        r = (xc * yc).sum(-1) / np.sqrt((xc * xc).sum(-1) * (yc * yc).sum(-1))
+    return np.where(bad, np.nan, np.clip(r, -1.0, 1.0))
+
+
+def spearman_rows(x, y) -> np.ndarray:
+    r"""Spearman's rho of many pairs of vectors at once, along the last axis (broadcast):
+    :func:`pearson_rows` of the average ranks (ties share their mean rank;
+    :func:`scipy.stats.rankdata`), the value :func:`spearman` returns one pair at a time. NaN
+    where a vector has fewer than 2 entries, a non-finite entry, or is constant (as
+    :func:`spearman`). ``x`` of shape (..., n) against ``y`` of shape (n,) correlates every row
+    of ``x`` with ``y``."""
+    from scipy.stats import rankdata
+
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    if x.shape[-1] < 2:
+        return np.full(x.shape[:-1], np.nan)
+    bad = ~(np.isfinite(x).all(-1) & np.isfinite(y).all(-1))
+    rho = pearson_rows(rankdata(np.nan_to_num(x), axis=-1), rankdata(np.nan_to_num(y), axis=-1))
+    return np.where(bad, np.nan, rho)
 
 
 def spearman_to(reference: Sequence[float], scores: Mapping[str, Sequence[float]],

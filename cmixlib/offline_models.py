@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from .cache import cache_root
+from .cache import cache_root, file_sha256
 from .validation import InputError
 
 #: Bump to invalidate every conversion written by an older version of this module.
@@ -184,16 +184,13 @@ def file_digest(path: str | Path) -> str:
     entry = memo.get(str(path))
     if isinstance(entry, dict) and entry.get("stat") == stamp:
         return entry["sha256"]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    memo[str(path)] = {"stat": stamp, "sha256": h.hexdigest()}
+    digest = file_sha256(path)
+    memo[str(path)] = {"stat": stamp, "sha256": digest}
     memo_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = memo_path.with_name(f".digests.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(memo, indent=1, sort_keys=True))
     os.replace(tmp, memo_path)
-    return h.hexdigest()
+    return digest
 
 
 # --------------------------------------------------------------------------------------------

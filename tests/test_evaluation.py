@@ -162,3 +162,15 @@ def test_spearman_rows_equals_scipy_one_pair_at_a_time():
     assert got["a"] == pytest.approx(spearmanr([1.0, 2.0, 3.0], [3.0, 1.0, 2.0]).statistic)
     with pytest.raises(ValueError, match="length mismatch"):
         ev.spearman_to(ref, {"a": np.ones(3)})
+
+
+def test_pearson_rows_equals_one_pair_at_a_time():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(4, 7)), rng.normal(size=7)
+    want = [np.corrcoef(row, y)[0, 1] for row in x]
+    np.testing.assert_allclose(ev.pearson_rows(x, y), want, rtol=0, atol=1e-12)
+    x[1] = 2.0                       # constant row
+    x[2, 3] = np.nan                 # non-finite entry
+    got = ev.pearson_rows(x, y)
+    assert np.isnan(got[1]) and np.isnan(got[2]) and np.isfinite(got[[0, 3]]).all()
+    assert np.isnan(ev.pearson_rows([[1.0]], [2.0])).all()

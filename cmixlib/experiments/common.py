@@ -272,15 +272,7 @@ def _row_correlations(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
     """:func:`correlate` of every row pair ``a[i], b[i]`` at once: NaN where a row has a
     non-finite entry, fewer than 2 entries, or is constant (rows with non-finite entries go
     through :func:`correlate` one by one, which drops those entries)."""
-    if kind == "spearman":
-        out = ev.spearman_rows(a, b)
-    else:
-        bad = (np.ptp(np.nan_to_num(a), axis=-1) == 0) | (np.ptp(np.nan_to_num(b), axis=-1) == 0)
-        ac = a - a.mean(-1, keepdims=True)
-        bc = b - b.mean(-1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = (ac * bc).sum(-1) / np.sqrt((ac * ac).sum(-1) * (bc * bc).sum(-1))
-        out = np.where(bad | (a.shape[-1] < 2), np.nan, np.clip(out, -1.0, 1.0))
+    out = (ev.spearman_rows if kind == "spearman" else ev.pearson_rows)(a, b)
     odd = ~(np.isfinite(a).all(-1) & np.isfinite(b).all(-1))
     for i in np.flatnonzero(odd):
         out[i] = correlate(a[i], b[i], kind)
