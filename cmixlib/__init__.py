@@ -6,6 +6,8 @@ context-mixing method (:mod:`cmixlib.registry` holds them with the baselines, la
 Where is what: :mod:`~cmixlib.arch` (the module names of each model family, nothing else knows
 them), :mod:`~cmixlib.models` (loading, offline fallback, tiny random models),
 :mod:`~cmixlib.encoder` (one captured forward pass, the per-layer decomposition),
+:mod:`~cmixlib.points` (:func:`capture`: every intermediate tensor by name, encoders and
+decoders),
 :mod:`~cmixlib.norms`, :mod:`~cmixlib.value_zeroing` and :mod:`~cmixlib.attention` (the methods),
 :mod:`~cmixlib.core` (the entry point; a Llama-style or GPT-2 decoder LM is routed to
 :mod:`~cmixlib.decoder_methods`, on :mod:`~cmixlib.decoder`'s captured pass and
@@ -18,10 +20,11 @@ from .models import ModelBundle, ModelLoadError, load_model, random_model, packa
 from .classifier_weights import load_classifier
 from .student_weights import load_student
 from .arch import UnsupportedModelError
-from .attention import rollout, attention_flow, normalize_rows
+from .attention import rollout, attention_flow, normalize_rows, row_spread
 from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
                    tokens)
 from .registry import describe_methods, method_color, method_label
+from .points import capture
 from . import data, evaluation, gradients, registry
 from . import experiments
 from .experiments import list_experiments, run_experiment
@@ -36,8 +39,10 @@ __all__ = [
     # context mixing: the entry point and the method registry
     "context_mixing", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
     "check_methods", "describe_methods", "method_label", "method_color",
+    # one forward pass, every intermediate tensor by name
+    "capture",
     # aggregation across layers
-    "rollout", "attention_flow", "normalize_rows",
+    "rollout", "attention_flow", "normalize_rows", "row_spread",
     # the papers' experiments, run by name and cached
     "run_experiment", "list_experiments",
     # subpackages and modules

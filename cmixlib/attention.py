@@ -60,6 +60,31 @@ def normalize_rows(mat: np.ndarray) -> np.ndarray:
     return mat / np.where(s == 0, 1.0, s)
 
 
+def row_spread(maps) -> np.ndarray | float:
+    r"""How different the rows of a map are: the mean total-variation distance over all pairs
+    of rows (the pairs :math:`i = k` included), ``(..., n, n) -> (...)``:
+
+    .. math:: \operatorname{spread}(C) = \frac{1}{n^2} \sum_{i,k} \tfrac12
+       \sum_j \big|C_{ij} - C_{kj}\big| .
+
+    0 when every row is the same; :math:`(n-1)/n` for rows that put all their weight on
+    different tokens (the identity). Rows are used as given (normalise them first to compare
+    distributions). Returns a float for one map.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cmixlib import row_spread
+    >>> row_spread(np.eye(4)), row_spread(np.full((3, 3), 1 / 3))
+    (0.75, 0.0)
+    """
+    m = check_maps(maps, "maps", ndim=None, square=True)
+    if m.ndim < 2:
+        raise ValueError("row_spread needs maps of shape (..., n, n).")
+    out = 0.5 * np.abs(m[..., :, None, :] - m[..., None, :, :]).sum(-1).mean((-2, -1))
+    return float(out) if out.ndim == 0 else out
+
+
 def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndarray:
     r"""Rollout of layer maps: the product of the prepared maps up to each layer,
     ``out[l] = M~^l @ M~^(l-1) @ … @ M~^0``.

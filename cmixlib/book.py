@@ -10,10 +10,11 @@
   libraries, fixed seeds, a consistent matplotlib style, and Colab's widget manager in Colab.
 
 **The Colab path.** A chapter opened in Colab (rocket button) has nothing of the book. Its first
-cell clones :data:`REPO_URL` into :data:`COLAB_CLONE` (code *and* ``data/``, which a plain
-``pip install git+...`` would not bring), runs this file as a script (it imports only the
-standard library, so it runs before any dependency is installed) and puts the clone first on
-``sys.path``. Everything in the chapter then runs as it does locally, on Colab's GPU if the
+cell (three lines, written by ``tools/set_setup_cell.py``) fetches the repository's ``colab`` file
+and runs it, in Colab only: that file clones :data:`REPO_URL` into :data:`COLAB_CLONE` (code *and*
+``data/``, which a plain ``pip install git+...`` would not bring), runs this file as a script (it
+imports only the standard library, so it runs before any dependency is installed) and puts the
+clone first on ``sys.path``. Everything in the chapter then runs as it does locally, on Colab's GPU if the
 runtime has one (:func:`cmixlib.models.default_device`).
 
 This module imports nothing outside the standard library at import time, on purpose.
@@ -30,7 +31,7 @@ from pathlib import Path
 #: Where the book's source lives: the Colab setup cell of every notebook, the launch buttons
 #: (``_config.yml`` -> ``repository.url``) and this constant must agree (a test checks it).
 REPO_URL = "https://github.com/context-mixing/context-mixing-book"
-#: Where the first cell clones the repository in Colab.
+#: Where the first cell clones the repository in Colab (see the ``colab`` file).
 COLAB_CLONE = "/content/context-mixing-book"
 QUICK_ENV_VAR = "CMIX_QUICK"
 #: ``CMIX_COLAB_DRY_RUN=1`` makes :func:`colab_install` print its pip commands without running them.

@@ -19,6 +19,14 @@ notation table, book/conventions.md, in ASCII)::
 
 with sigma(w) = sqrt(Var_d(w) + eps) the LayerNorm scale of a vector w.
 
+Each tensor of one layer has a **capture point** name (:mod:`cmixlib.points`, which reads them
+from this module's forward pass; ``cmixlib.capture(bundle, text)[l, name]``), the same names as
+:mod:`cmixlib.decoder`'s where the math is the same::
+
+    resid_in = x_i      attn_weights = alpha^h_ij    values = v^h_j    head_out = f^h(x_j)
+    attn_out = a_i      resid_mid = ln1_in = p_i     ln1_out = y_i     mlp_out = FFN(y_i)
+    ln2_in = u_i        resid_out = o_i              (model point) embeddings = o^0
+
 The model is never forked: weights are read from the modules, the layer input x and the attention
 probabilities alpha are captured from one ordinary forward pass (eager attention), and
 :meth:`LayerState.recompute_output` checks against the model's real output in the tests.

@@ -1,14 +1,20 @@
 """The Colab path, simulated: the first cell of every chapter, run with a stand-in ``google.colab``.
 
+The first cell is three lines (``tools/set_setup_cell.py`` writes it): the repository's URL; in
+Colab only, fetch the repository's ``colab`` file and run it (clone, install, ``sys.path``); the
+chapter's import from ``cmixlib.book`` and ``setup_notebook()``.
+
 Colab itself cannot be reached from CI, so this runs the real first cell in a fresh interpreter
 where ``google.colab`` is a stub module, with two substitutions: the repository URL becomes a
-``file://`` URL of this clone, and ``/content/...`` becomes a temporary folder. The installer runs
+``file://`` URL of this clone (the ``colab`` file is then read from its working tree), and
+``/content/...`` becomes a temporary folder (``CMIX_COLAB_CLONE``). The installer runs
 in dry-run mode (it prints its pip commands), so the test checks what the cell clones, which
 commands it would run, that the chapter then imports ``cmixlib`` and finds ``data/`` in the clone,
 and that Colab's widget manager is switched on.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,6 +35,23 @@ def _first_cell(path: Path) -> str:
     return "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
 
 
+BOOTSTRAP = ROOT / "colab"
+
+
+def _set_setup_cell():
+    spec = importlib.util.spec_from_file_location("set_setup_cell",
+                                                  ROOT / "tools" / "set_setup_cell.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _colab_cell(path: Path) -> str:
+    """The first cell of ``path`` pointed at this clone (its ``colab`` file and its git HEAD)."""
+    cell = _first_cell(path).replace(book.REPO_URL, ROOT.as_uri())
+    return cell.replace("/raw/HEAD/colab", "/colab")
+
+
 def test_every_chapter_has_the_same_first_cell_and_it_names_the_configured_repository():
     cells = {p.name: _first_cell(p) for p in NOTEBOOKS}
     assert len(set(cells.values())) == 1, f"first cells differ: {sorted(cells)}"
@@ -36,7 +59,47 @@ def test_every_chapter_has_the_same_first_cell_and_it_names_the_configured_repos
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["repository"]["url"] == book.REPO_URL
     assert f'"{book.REPO_URL}"' in cell
-    assert f'"{book.COLAB_CLONE}"' in cell
+    assert "/raw/HEAD/colab" in cell and BOOTSTRAP.is_file()
+    assert f'"{book.COLAB_CLONE}"' in BOOTSTRAP.read_text()
+    assert "cmixlib/book.py" in BOOTSTRAP.read_text()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_setup_cell_is_at_most_three_lines_and_is_the_scripts(path):
+    cell = _first_cell(path)
+    lines = cell.splitlines()
+    assert len(lines) <= 3, f"{path.name}: the setup cell has {len(lines)} lines"
+    assert all(len(line) <= 88 for line in lines), [len(line) for line in lines]
+    names = lines[-1].removeprefix("from cmixlib.book import ").split(";")[0]
+    assert cell == _set_setup_cell().setup_cell(names, book.REPO_URL)
+
+
+def test_set_setup_cell_is_idempotent_and_keeps_the_chapters_imports(tmp_path):
+    tool = _set_setup_cell()
+    old = ("# Setup. In Google Colab: clone\nimport os, sys, subprocess\n"
+           'if "google.colab" in sys.modules:\n    pass\n\n'
+           "from cmixlib.book import setup_notebook, sized\nrun_info = setup_notebook(seed=0)")
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# T"]},
+                    {"cell_type": "code", "metadata": {"tags": ["hide-input"]}, "outputs": [],
+                     "execution_count": None, "source": old.splitlines(keepends=True)},
+                    {"cell_type": "code", "metadata": {}, "outputs": [],
+                     "execution_count": None, "source": ["x = sized(2, 1)"]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "t.ipynb"
+    path.write_text(json.dumps(nb, indent=1) + "\n")
+    assert tool.rewrite(path, book.REPO_URL) is True
+    once = path.read_text()
+    assert tool.rewrite(path, book.REPO_URL) is False and path.read_text() == once
+    new = json.loads(once)
+    assert new["cells"][1]["metadata"] == {"tags": ["hide-input"]}
+    assert new["cells"][2] == nb["cells"][2] and new["cells"][0] == nb["cells"][0]
+    cell = "".join(new["cells"][1]["source"])
+    assert cell.splitlines()[-1] == ("from cmixlib.book import setup_notebook, sized; "
+                                     "run_info = setup_notebook()")
+    with pytest.raises(ValueError, match="more than 88"):
+        tool.setup_cell("setup_notebook, quick_mode, sized, in_colab, colab_install", "u")
+    with pytest.raises(ValueError, match="setup_notebook"):
+        tool.setup_cell("quick_mode", "u")
 
 
 _STUB = """
@@ -63,13 +126,13 @@ print("RUN_INFO", run_info)
 
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git clone to clone from")
 def test_first_cell_in_simulated_colab(tmp_path):
-    cell = _first_cell(NOTEBOOKS[0])
     clone = tmp_path / "content" / "context-mixing-book"
-    cell = cell.replace(book.REPO_URL, ROOT.as_uri()).replace(book.COLAB_CLONE, str(clone))
+    cell = _colab_cell(NOTEBOOKS[0])
     script = tmp_path / "cell.py"
     script.write_text(_STUB + cell + "\n" + _AFTER)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CMIX_DATA")}
     env[book.DRY_RUN_ENV_VAR] = "1"
+    env["CMIX_COLAB_CLONE"] = str(clone)
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -184,13 +247,13 @@ def test_first_cell_installs_for_real_into_a_fresh_venv(tmp_path):
     pip = subprocess.run([str(py), "-m", "pip", "install", "-q", f"torch=={torch_version}"],
                          capture_output=True, text=True, timeout=1200)
     assert pip.returncode == 0, pip.stderr[-3000:]
-    cell = _first_cell(NOTEBOOKS[0])
     clone = tmp_path / "content" / "context-mixing-book"
-    cell = cell.replace(book.REPO_URL, ROOT.as_uri()).replace(book.COLAB_CLONE, str(clone))
+    cell = _colab_cell(NOTEBOOKS[0])
     script = tmp_path / "cell.py"
     script.write_text(_STUB + cell + "\n" + _AFTER_REAL)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "CMIX_DATA", book.DRY_RUN_ENV_VAR, "VIRTUAL_ENV")}
+    env["CMIX_COLAB_CLONE"] = str(clone)
     env["CMIX_CACHE"] = str(tmp_path / "cache")
     run = subprocess.run([str(py), str(script)], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=1800)

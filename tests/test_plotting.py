@@ -84,13 +84,20 @@ def test_plot_map_rejects_3d():
 def test_plot_layer_maps_grid():
     maps = _maps(layers=6)
     fig = plotting.plot_layer_maps(maps, TOKENS, ncols=4, title="rollout", shared_scale=True)
-    visible = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    bars = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    visible = [ax for ax in fig.axes if ax.get_visible() and ax.axison and ax not in bars]
     assert len(visible) == 6
     assert [ax.get_title() for ax in visible] == [f"layer {i}" for i in range(1, 7)]
     clims = {ax.images[0].get_clim() for ax in visible}
     assert len(clims) == 1
+    assert len(bars) == 1                                # one colour bar for the shared scale
+    assert fig.get_supxlabel() == "contributing token j"
+    assert fig.get_supylabel() == "receiving token i"
     fig2 = plotting.plot_layer_maps(maps, TOKENS, layers=[0, 5])
-    assert [ax.get_title() for ax in fig2.axes if ax.axison] == ["layer 1", "layer 6"]
+    bars2 = [ax for ax in fig2.axes if ax.get_label() == "<colorbar>"]
+    assert [ax.get_title() for ax in fig2.axes if ax.axison and ax not in bars2] == \
+        ["layer 1", "layer 6"]
+    assert len(bars2) == 2                               # one per panel on its own scale
 
 
 def test_plot_row_and_highlight():

@@ -101,7 +101,9 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
     ``layers`` selects layers (0-based indices into ``maps``); panels are titled ``layer ℓ`` with
     ``ℓ = index + layer_offset`` (layers are numbered from 1 in the book), or ``titles`` (one per
     panel, e.g. method labels when the maps are one per method). ``shared_scale`` puts every
-    panel on the same colour scale (useful for rollout, which flattens with depth).
+    panel on the same colour scale (useful for rollout, which flattens with depth), with one
+    colour bar; otherwise each panel has its own colour bar. The axes are labelled once
+    (receiving token i, contributing token j).
     """
     plt = _plt()
     arr = np.asarray(maps.detach().cpu() if hasattr(maps, "detach") else maps, dtype=float)
@@ -119,6 +121,7 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
         vmin, vmax = float(np.nanmin(arr[idx])), float(np.nanmax(arr[idx]))
     n = arr.shape[-1]
     show_ticks = n <= 16
+    used = []
     for k, ax in enumerate(axes.flat):
         if k >= len(idx):
             ax.axis("off")
@@ -126,7 +129,8 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
         layer = idx[k]
         name = titles[k] if titles is not None else f"layer {layer + layer_offset}"
         plot_map(arr[layer], tokens, ax=ax, title=name, cmap=cmap,
-                 vmin=vmin, vmax=vmax, annotate=False, colorbar=False)
+                 vmin=vmin, vmax=vmax, annotate=False, colorbar=not shared_scale)
+        used.append(ax)
         ax.set_xlabel("")
         ax.set_ylabel("")
         if not show_ticks:
@@ -136,6 +140,10 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
             ax.set_yticklabels([])
         if show_ticks and k < len(idx) - ncols:
             ax.set_xticklabels([])
+    if shared_scale and used:
+        fig.colorbar(used[0].images[0], ax=used, shrink=0.8, label="weight (shared scale)")
+    fig.supxlabel("contributing token j", fontsize=9)
+    fig.supylabel("receiving token i", fontsize=9)
     if title:
         fig.suptitle(title)
     return fig
