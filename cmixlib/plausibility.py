@@ -24,6 +24,7 @@ others) scores 1 on all three.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -57,31 +58,50 @@ def word_scores(token_scores, word_to_tokens: Sequence[Sequence[int]],
     r"""Scores of words from scores of sub-tokens: :math:`s_w = \sum_{k \in P(w)} a_k` (``"sum"``),
     or the mean / max over :math:`P(w)`; a word without sub-tokens scores 0. ``token_scores``:
     shape (n,) over the input's positions (special tokens included, left out by the mapping);
-    ``word_to_tokens[w]``: the positions of word w."""
+    ``word_to_tokens[w]``: the positions of word w. All words at once: each piece's score is
+    added to (or maxed into) its word's entry in position order (:func:`numpy.bincount`,
+    :func:`numpy.maximum.at`)."""
     if pooling not in WORD_POOLING:
         raise ValueError(f"pooling must be one of {WORD_POOLING}, not {pooling!r}")
     a = np.asarray(token_scores, dtype=float)
     if a.ndim != 1:
         raise ValueError(f"token_scores must be 1-D (one score per position), got shape {a.shape}")
-    out = np.zeros(len(word_to_tokens))
-    pool = {"sum": np.sum, "mean": np.mean, "max": np.max}[pooling]
-    for w, positions in enumerate(word_to_tokens):
-        pos = np.asarray(list(positions), dtype=int)
-        if pos.size and (pos.min() < 0 or pos.max() >= a.size):
-            raise ValueError(f"word {w} maps to positions {pos.tolist()} outside 0..{a.size - 1}")
-        out[w] = pool(a[pos]) if pos.size else 0.0
-    return out
+    sizes = np.fromiter((len(p) for p in word_to_tokens), dtype=int, count=len(word_to_tokens))
+    pos = np.fromiter(chain.from_iterable(word_to_tokens), dtype=int, count=int(sizes.sum()))
+    word = np.repeat(np.arange(sizes.size), sizes)                 # the word of each piece
+    bad = (pos < 0) | (pos >= a.size)
+    if bad.any():
+        w = int(word[np.argmax(bad)])
+        raise ValueError(f"word {w} maps to positions {list(map(int, word_to_tokens[w]))} "
+                         f"outside 0..{a.size - 1}")
+    if pooling == "max":
+        out = np.full(sizes.size, -np.inf)
+        np.maximum.at(out, word, a[pos])
+        return np.where(sizes > 0, out, 0.0)
+    out = np.bincount(word, weights=a[pos], minlength=sizes.size)
+    return out / np.maximum(sizes, 1) if pooling == "mean" else out
 
 
 def auprc(scores, rationale) -> float:
     r"""Average precision of the soft ``scores`` against the binary ``rationale`` (one entry per
     word): :math:`\sum_n (R_n - R_{n-1}) P_n`, :math:`P_n, R_n` precision and recall of the words
-    scoring at least the n-th threshold (:func:`sklearn.metrics.average_precision_score`; tied
-    scores enter together)."""
-    from sklearn.metrics import average_precision_score
+    scoring at least the n-th threshold (tied scores enter together), :math:`R_0 = 0`: the
+    definition of :func:`sklearn.metrics.average_precision_score` (the tests check this function
+    against it), computed here in a few numpy passes."""
+    return _auprc(*_scores_and_rationale(scores, rationale))
 
-    s, r = _scores_and_rationale(scores, rationale)
-    return float(average_precision_score(r, s))
+
+def _auprc(s: np.ndarray, r: np.ndarray) -> float:
+    """:func:`auprc` of checked arrays: words sorted by descending score; each tie group ends a
+    threshold n with TP_n rationale words among the first k_n words, P_n = TP_n / k_n,
+    R_n = TP_n / TP_N."""
+    order = np.argsort(-s, kind="stable")
+    ranked = s[order]
+    ends = np.append(np.flatnonzero(ranked[1:] != ranked[:-1]), s.size - 1)   # last of each tie
+    tp = np.cumsum(r[order])[ends]
+    precision = tp / (ends + 1)
+    recall = tp / tp[-1]
+    return float(max(0.0, np.sum(np.diff(recall, prepend=0.0) * precision)))
 
 
 def top_k(scores, k: int) -> np.ndarray:
@@ -134,5 +154,5 @@ def iou_f1(scores, rationale, threshold: float = 0.5) -> float:
 
 def plausibility_scores(scores, rationale) -> dict[str, float]:
     """``{"auprc", "token_f1", "iou_f1"}`` of one post (see the module docstring)."""
-    return {"auprc": auprc(scores, rationale), "token_f1": token_f1(scores, rationale),
-            "iou_f1": iou_f1(scores, rationale)}
+    s, r = _scores_and_rationale(scores, rationale)
+    return {"auprc": _auprc(s, r), "token_f1": token_f1(s, r), "iou_f1": iou_f1(s, r)}

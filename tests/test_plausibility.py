@@ -68,6 +68,44 @@ def test_ties_keep_the_earlier_word_and_count_together_in_auprc():
     assert pl.token_f1([0.5] * 4, [0, 1, 0, 0]) == 0.0     # the earliest word is kept
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_auprc_equals_sklearns_average_precision(seed):
+    """The numpy AUPRC against the obvious reference, sklearn's average_precision_score, on
+    random posts with and without ties (rounded scores, all-equal scores, one rationale word).
+    Both sum at most W products of numbers in [0, 1] in different orders: rule 1 with W terms."""
+    from sklearn.metrics import average_precision_score
+
+    from tolerances import rounding_atol
+
+    rng = np.random.default_rng(seed)
+    for t in range(300):
+        n = int(rng.integers(1, 60))
+        scores = rng.normal(size=n)
+        if t % 3 == 0:
+            scores = np.round(scores * 2) / 2                 # many ties
+        if t % 11 == 0:
+            scores[:] = 0.25                                  # one threshold
+        rationale = (rng.random(n) < rng.random()).astype(int)
+        rationale[rng.integers(n)] = 1
+        ref = average_precision_score(rationale, scores)
+        assert abs(pl.auprc(scores, rationale) - ref) <= rounding_atol(n, 1.0, np.float64)
+        assert pl.plausibility_scores(scores, rationale)["auprc"] == pl.auprc(scores, rationale)
+
+
+def test_word_scores_equal_a_loop_over_words():
+    """Pooling all words at once against a loop that pools each word's pieces on its own."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(3, 40))
+        a = rng.normal(size=n)
+        w2t = [sorted(rng.choice(n, size=int(rng.integers(0, 4)), replace=False).tolist())
+               for _ in range(int(rng.integers(1, 20)))]
+        for pooling, f in (("sum", np.sum), ("mean", np.mean), ("max", np.max)):
+            ref = [f(a[p]) if p else 0.0 for p in w2t]
+            np.testing.assert_allclose(pl.word_scores(a, w2t, pooling), ref, rtol=0,
+                                       atol=4 * 2.0 ** -53 * np.abs(a).max())
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_perfect_attribution_scores_one_and_a_reversed_one_low(seed):
     rng = np.random.default_rng(seed)

@@ -85,7 +85,8 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
                     out[b][m] = np.asarray(r[-1, 0, :n], dtype=float)
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:
-        res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),
+        # the classes predicted above (the same forward that batch_attribute would run again)
+        res = batch_attribute(bundle.model, ids, [ClassTarget(p, score="prob") for p in predicted],
                               [GRADIENT_METHODS[m] for m in grad], "input", attention_mask=mask,
                               tokenizer=bundle.tokenizer, n_steps=int(settings["ig_steps"]),
                               aggregate=settings["grad_aggregate"])

@@ -244,8 +244,9 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
 def _predicted_classes(model: nn.Module, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor | None) -> list[int]:
     device = model_device(model)
-    logits = _logits(model(input_ids=input_ids.to(device),
-                           attention_mask=None if attention_mask is None else attention_mask.to(device)))
+    mask = None if attention_mask is None else attention_mask.to(device)
+    with torch.no_grad():                    # only the argmax is needed: no autograd graph
+        logits = _logits(model(input_ids=input_ids.to(device), attention_mask=mask))
     return [int(c) for c in logits.argmax(-1).tolist()]
 
 
