@@ -253,7 +253,97 @@ def test_plot_layer_rows_and_titled_map_grid():
     with pytest.raises(ValueError, match="no panels"):
         plot_layer_rows({}, [])
     fig2 = plot_layer_maps(np.ones((2, 3, 3)), list("abc"), titles=["N", "N-Enc"], ncols=2)
-    assert [ax.get_title() for ax in fig2.axes] == ["N", "N-Enc"]
+    assert [ax.get_title() for ax in fig2.axes if ax.get_label() != "<colorbar>"] == \
+        ["N", "N-Enc"]
     with pytest.raises(ValueError, match="titles"):
         plot_layer_maps(np.ones((2, 3, 3)), list("abc"), titles=["one"])
     plt.close("all")
+
+
+# ---- cmixlib.model_examples: the papers' sentences on further models (MPNet, a decoder) ----
+
+from cmixlib import model_examples as ME  # noqa: E402
+
+
+def _named(model, tok, name):
+    return cmixlib.ModelBundle(model=model, tokenizer=tok, requested="random", source="random",
+                               name=name)
+
+
+@pytest.fixture(scope="module")
+def further_bundles():
+    import transformers as tf
+    from cmixlib.decoder import random_decoder
+
+    tok = tf.AutoTokenizer.from_pretrained(cmixlib.packaged_model_path())
+    dtok = tf.AutoTokenizer.from_pretrained(cmixlib.packaged_model_path())
+    dtok.mask_token = None                        # a decoder's tokenizer has no mask
+    return [_named(cmixlib.random_model("mpnet", vocab=tok.vocab_size, layers=2, seed=8), tok,
+                   "tiny random MPNet"),
+            _named(random_decoder("llama", vocab=dtok.vocab_size, layers=2, seed=9), dtok,
+                   "tiny random Llama decoder")]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["mpnet", "llama-decoder"])
+@pytest.mark.parametrize("text", ["The pictures of some hat [MASK] scaring Marcus.",
+                                  "a remarkable meditation on revolution ."])
+def test_further_model_rows_equal_the_library_maps(further_bundles, which, text):
+    b = further_bundles[which]
+    got = ME.example_layer_rows(b, text, use_cache=False)
+    decoder = which == 1
+    shown = (text.split("[MASK]")[0].rstrip() if decoder else
+             text.replace("[MASK]", b.tokenizer.mask_token))
+    assert got["text"] == shown and (got["cut"] is not None) == (decoder and "[MASK]" in text)
+    ids = b.tokenizer(shown)["input_ids"]
+    want_t = (len(ids) - 1 if decoder else
+              ids.index(b.tokenizer.mask_token_id) if "[MASK]" in text else 0)
+    assert got["position"] == want_t and got["model"] == b.describe()
+    methods = ME.figure_methods(b)
+    assert list(got["rows"]) == methods
+    if decoder:   # no post-residual LayerNorm: no N-ResLN or GlobEnc pair
+        assert "attn_norm_res_ln" not in methods and "globenc" not in methods
+    else:
+        assert methods == [m for pair in ME.FIGURE_PAIRS for m in pair]
+    maps = cmixlib.context_mixing(b, None, shown, methods=[m for m in methods if ":" not in m])
+    for m in methods:
+        full = (rollout(maps[m.split(":")[1]], add_identity=False, normalize=True)
+                if m.startswith("rollout:") else maps[m])
+        # the same float32 computation, bit for bit
+        np.testing.assert_array_equal(got["rows"][m], full[:, want_t, :])
+
+
+def test_further_model_rows_are_cached_by_model_and_text(further_bundles, tmp_path, monkeypatch):
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path))
+    b = further_bundles[0]
+    first = ME.example_layer_rows(b, "a remarkable meditation .")
+    files = list((tmp_path / "model_examples").glob("*.json"))
+    assert len(files) == 1
+    again = ME.example_layer_rows(b, "a remarkable meditation .")
+    for m in first["rows"]:
+        np.testing.assert_array_equal(again["rows"][m], first["rows"][m])
+    ME.example_layer_rows(b, "a remarkable film .")              # another text: another entry
+    ME.example_layer_rows(further_bundles[1], "a remarkable meditation .")   # another model
+    assert len(list((tmp_path / "model_examples").glob("*.json"))) == 3
+    # changed library code (another code version) never reads the old entry
+    import cmixlib.experiments as E
+    monkeypatch.setattr(E, "code_version", lambda *a: "another-version")
+    ME.example_layer_rows(b, "a remarkable meditation .")
+    assert len(list((tmp_path / "model_examples").glob("*.json"))) == 4
+    with pytest.raises(ValueError, match="non-empty"):
+        ME.example_layer_rows(b, "  ")
+
+
+def test_top_tokens_follow_the_written_rule():
+    # explained token 1 is left out; ties go to the earlier token
+    res = {"model": "m", "tokens": ["<s>", "hat", "were", "."], "position": 1,
+           "rows": {"alti": np.array([[0.1, 0.9, 0.0, 0.0], [0.2, 0.5, 0.2, 0.1]]),
+                    "value_zeroing": np.array([[0.0, 0.0, 0.0, 1.0], [0.0, 0.1, 0.8, 0.1]]),
+                    "attention": np.array([[0.0, 0.0, 0.0, 1.0], [0.1, 0.0, 0.6, 0.3]])}}
+    assert ME.top_tokens(res) == {"alti": "<s>", "value_zeroing": "were", "attention": "were"}
+    assert ME.top_tokens(res, layer=0)["value_zeroing"] == "."
+    text = ME.describe_top_tokens(res)
+    assert text == ("m, layer 2, row of 'hat' (itself left out): the first-ranked token is "
+                    "'were' by 2 of 3 (Value Zeroing, Attention); '<s>' by 1 of 3 (ALTI).")
+    with pytest.raises(ValueError, match="only the explained token"):
+        ME.top_tokens({**res, "tokens": ["hat"], "position": 0,
+                       "rows": {"alti": np.ones((2, 1))}})

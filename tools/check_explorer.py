@@ -3,15 +3,26 @@
 
 Opens a page holding the explorer with ``#cmix-explorer-selftest`` (no network: a ``file://``
 URL, background networking off). The page's viewer then drives its own controls with the events
-a user's clicks fire: every sentence x method, the layer slider, the rollout toggle, the row
-view, the comparison and a hover, hashing the canvas pixels after each step. This script reads
-those hashes from the final DOM and checks them against the data embedded in the page:
+a user's clicks, taps and pointer moves fire, hashing the canvas pixels and recording the numbers
+it drew after each step. This script reads that record from the final DOM and checks it against
+the data embedded in the page:
 
-- for every sentence, every method was drawn, and two methods give the same picture exactly
-  when their maps (as stored) and their colours are equal;
-- moving the layer slider, toggling the rollout and choosing a row change the picture when the
-  data differ, toggling back restores it, and the comparison draws a second picture;
-- the hover readout names the right tokens and the stored value of that cell.
+- every model's controls: the layer slider's range, the methods offered (the model's methods
+  and baselines, no other), the heads, the model's note;
+- for every model and sentence drawn, every method drew exactly its stored map (or baseline row),
+  and two methods give the same picture exactly when their maps and colours are equal;
+- the layer slider, the rollout toggle and the row view change the picture when the data differ,
+  toggling back restores it, and a comparison draws a second picture;
+- colour bars: each panel's bar runs from 0 to its map's maximum; with the shared scale on, both
+  run to the larger maximum and a panel's picture changes exactly when its maximum was smaller;
+  switching it off restores both pictures;
+- the difference panel drew A - B of the stored maps, with a symmetric bar of the largest |A - B|;
+- the minimal-pair panel drew the pair's stored map, pixel for pixel the picture of that sentence;
+- a head drew that head's stored attention, the head mean the attention map;
+- a baseline drew its stored row (no colour bar), and the pointer readout gives its score;
+- mouse, touch and pen pointer events read the right tokens and values;
+- switching the model draws that model's data and names it;
+- canvases are backed by devicePixelRatio x their CSS size (high-DPI screens).
 
 Usage: ``python tools/check_explorer.py [PAGE.html ...]`` (default: the built chapter 15).
 Exit status 0 when every check passes.
@@ -41,19 +52,29 @@ def find_chromium() -> str | None:
 
 
 def page_data(text: str, element_id: str = "cmix-explorer") -> dict:
-    m = re.search(rf'<script type="application/json" id="{element_id}-data">(.*?)</script>', text, re.S)
+    """The explorer's data stored in a page (inflated when stored deflated)."""
+    m = re.search(rf'<script type="application/json" id="{element_id}-data">(.*?)</script>',
+                  text, re.S)
     if not m:
         raise ValueError("no explorer data in the page")
-    return json.loads(m.group(1).replace("<\\/", "</"))
+    raw = json.loads(m.group(1).replace("<\\/", "</"))
+    if raw.get("encoding") == "deflate+base64":
+        import base64
+        import zlib
+        return json.loads(zlib.decompress(base64.b64decode(raw["payload"])).decode("utf-8"))
+    return raw
 
 
-def run_selftest(page: Path, timeout: int = 120, element_id: str = "cmix-explorer") -> dict:
+def run_selftest(page: Path, timeout: int = 180, element_id: str = "cmix-explorer",
+                 scale_factor: float | None = None) -> dict:
     exe = find_chromium()
     if exe is None:
         raise FileNotFoundError("no chromium found (Debian: apt-get install chromium)")
+    extra = [f"--force-device-scale-factor={scale_factor}"] if scale_factor else []
     with tempfile.TemporaryDirectory(prefix="cmix-chrome-") as profile:
-        dom = subprocess.run([exe, *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=30000",
-                              "--dump-dom", page.resolve().as_uri() + "#cmix-explorer-selftest"],
+        dom = subprocess.run([exe, *FLAGS, *extra, f"--user-data-dir={profile}",
+                              "--virtual-time-budget=60000", "--dump-dom",
+                              page.resolve().as_uri() + "#cmix-explorer-selftest"],
                              capture_output=True, text=True, timeout=timeout).stdout
     m = re.search(rf'<pre id="{element_id}-selftest"[^>]*>(.*?)</pre>', dom, re.S)
     if not m:
@@ -61,34 +82,84 @@ def run_selftest(page: Path, timeout: int = 120, element_id: str = "cmix-explore
     return json.loads(html.unescape(m.group(1)))
 
 
+def _max(m) -> int:
+    return max(max(r) for r in m)
+
+
+def _colours(m, colour: str, scale: int) -> list:
+    """The viewer's colour of each cell of stored map ``m`` (explorer.js ``shade``: white to
+    ``colour`` in proportion to value / the map's maximum; grey where not computed), computed
+    with the same double-precision operations and rounding (Math.round: half up)."""
+    import math
+
+    col = [int(colour[k:k + 2], 16) for k in (1, 3, 5)]
+    vmax = _max(m) / scale
+
+    def shade(v):
+        f = max(0.0, min(1.0, (v / scale) / vmax if vmax > 0 else 0.0))
+        return tuple(math.floor(255 + (c - 255) * f + 0.5) for c in col)
+
+    return [[None if v < 0 else shade(v) for v in r] for r in m]
+
+
+def _diff(a, b):
+    return [[None if x < 0 or y < 0 else x - y for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
+
+
 def check_results(data: dict, res: dict) -> list[str]:
     """The checks of the module docstring; returns the problems found."""
     errors: list[str] = []
-    L = data["layers"]
-    names = [m["name"] for m in data["methods"]]
+    scale, dec = 10 ** data["decimals"], data["decimals"]
     colour = {m["name"]: m["colour"] for m in data["methods"]}
-    scale = 10 ** data["decimals"]
-    states = {(s["sentence"], s["method"]): s for s in res["states"]}
-    for k, sent in enumerate(data["sentences"]):
-        for a in names:
-            if (k, a) not in states:
-                errors.append(f"sentence {k + 1}, {a}: not drawn")
-                continue
-            for b in names[names.index(a) + 1:]:
-                if (k, b) not in states:
-                    continue
-                # a method's colour is part of its picture: equal pictures need equal colours too
-                same_data = (sent["maps"][a][L - 1] == sent["maps"][b][L - 1]
-                             and colour[a] == colour[b])
-                same_pic = states[(k, a)]["hash"] == states[(k, b)]["hash"]
-                if same_data != same_pic:
-                    errors.append(f"sentence {k + 1}: {a} vs {b}: maps {'equal' if same_data else 'differ'} "
-                                  f"but pictures {'equal' if same_pic else 'differ'}")
-    steps = {s["what"]: s for s in res["steps"]}
-    maps0 = data["sentences"][0]["maps"]
+    blocks = data["models"]
+    for mk, (b, got) in enumerate(zip(blocks, res["models"])):
+        want = b["methods"] + b.get("baseline_methods", [])
+        if got["methods"] != want:
+            errors.append(f"model {mk}: methods offered {got['methods']}, expected {want}")
+        if got["layer_max"] != b["layers"] or got["heads"] != b["heads"]:
+            errors.append(f"model {mk}: layer slider / heads do not match the data")
+        if b["model"] not in got["info"] or (got["note"] or None) != b["note"]:
+            errors.append(f"model {mk}: model name or note not shown as stored")
+    if len(res["models"]) != len(blocks):
+        errors.append("not every model was shown")
 
-    def expect_change(before: str, after: str, differ: bool, what: str) -> None:
-        changed = steps[before]["hash"] != steps[after]["hash"]
+    def stored(mk, k, name, layer, head=0):
+        s = blocks[mk]["sentences"][k]
+        if name in blocks[mk].get("baseline_methods", []):
+            return ("row", s["baselines"]["rows"][name]) if "baselines" in s else None
+        return ("map", s["heads"][layer - 1][head - 1] if head else s["maps"][name][layer - 1])
+
+    states = {}
+    for st in res["states"]:
+        key = (st["model"], st["sentence"], st["method"])
+        states[key] = st
+        want = stored(*key, st["layer"])
+        got = st["drawn"] and (st["drawn"]["kind"], st["drawn"]["ints"])
+        if want != (got or None):
+            errors.append(f"model {key[0]} sentence {key[1] + 1} {key[2]}: drew other numbers "
+                          "than stored")
+    for (mk, k, a), sa in states.items():
+        for (mk2, k2, b_), sb in states.items():
+            if (mk2, k2) != (mk, k) or b_ <= a:
+                continue
+            da, db = stored(mk, k, a, sa["layer"]), stored(mk, k, b_, sb["layer"])
+            if da is None or db is None or da[0] != db[0]:
+                continue
+            if da[0] == "map":     # the colours the viewer computes, cell by cell
+                same_data = _colours(da[1], colour[a], scale) == _colours(db[1], colour[b_], scale)
+            else:
+                same_data = da == db and colour[a] == colour[b_]
+            if same_data != (sa["hash"] == sb["hash"]):
+                errors.append(f"model {mk} sentence {k + 1}: {a} vs {b_}: colours "
+                              f"{'equal' if same_data else 'differ'} but pictures "
+                              f"{'equal' if not same_data else 'differ'}")
+    steps = {s["what"]: s for s in res["steps"]}
+    b0 = blocks[0]
+    maps0 = b0["sentences"][0]["maps"]
+    L = b0["layers"]
+
+    def expect_change(before: str, after: str, differ: bool, what: str, key="hash") -> None:
+        changed = steps[before][key] != steps[after][key]
         if changed != differ:
             errors.append(f"{what}: picture {'changed' if changed else 'unchanged'}, data "
                           f"{'differ' if differ else 'equal'}")
@@ -104,25 +175,97 @@ def check_results(data: dict, res: dict) -> list[str]:
         errors.append("rollout toggle: switching back did not restore the picture")
     expect_change("rollout off", "row 1", True, "row view")
     cmp = steps["compare alti"]
-    same = maps0["alti"][0] == maps0[vz][0] and colour["alti"] == colour[vz]
+    a1, b1 = maps0[vz][0], maps0["alti"][0]
+    same = a1 == b1 and colour["alti"] == colour[vz]
     if not cmp["hash_b"] or (cmp["hash_b"] == cmp["hash"]) != same:
         errors.append("comparison: the second picture is missing or wrong")
-    toks = data["sentences"][0]["tokens"]
-    want = f"layer 1: {toks[1]} \u2190 {toks[2]} = {maps0[vz][0][1][2] / scale:.{data['decimals']}f}"
-    if want not in steps["hover cell 1,2"]["readout"]:
-        errors.append(f"hover readout {steps['hover cell 1,2']['readout']!r}, expected {want!r}")
+    if not (cmp["bar_shown"] and cmp["bar_b_shown"]):
+        errors.append("colour bar: missing beside a map")
+    elif (cmp["bar"]["lo"], cmp["bar"]["hi"]) != (0, _max(a1) / scale) or \
+            (cmp["bar_b"]["lo"], cmp["bar_b"]["hi"]) != (0, _max(b1) / scale):
+        errors.append(f"colour bar: per-panel ranges {cmp['bar']}, {cmp['bar_b']}, expected "
+                      f"0..{_max(a1) / scale} and 0..{_max(b1) / scale}")
+    toks = b0["sentences"][0]["tokens"]
+    for what, (i, j), kind in (("pointer mouse 1,2", (1, 2), "mouse"),
+                               ("pointer touch 2,1", (2, 1), "touch")):
+        want = f"layer 1: {toks[i]} \u2190 {toks[j]} = {a1[i][j] / scale:.{dec}f} ({kind})"
+        if want not in steps[what]["readout"]:
+            errors.append(f"{what}: readout {steps[what]['readout']!r}, expected {want!r}")
+    sh, top = steps["shared on"], max(_max(a1), _max(b1)) / scale
+    if (sh["bar"]["hi"], sh["bar_b"]["hi"]) != (top, top):
+        errors.append(f"shared scale: bars end at {sh['bar']['hi']}, {sh['bar_b']['hi']}, "
+                      f"expected {top}")
+    expect_change("compare alti", "shared on", _max(a1) / scale < top, "shared scale (panel A)")
+    expect_change("compare alti", "shared on", _max(b1) / scale < top, "shared scale (panel B)",
+                  "hash_b")
+    if (steps["shared off"]["hash"], steps["shared off"]["hash_b"]) != (cmp["hash"], cmp["hash_b"]):
+        errors.append("shared scale: switching it off did not restore the pictures")
+    d = steps["difference"]
+    want = _diff(a1, b1)
+    if not d["drawn_b"] or d["drawn_b"]["kind"] != "diff" or d["drawn_b"]["ints"] != want:
+        errors.append("difference map: the values drawn are not A - B of the stored maps")
+    else:
+        amax = max(abs(v) for r in want for v in r if v is not None) / scale or 1 / scale
+        if (d["bar_b"]["lo"], d["bar_b"]["hi"]) != (-amax, amax):
+            errors.append(f"difference map: colour bar {d['bar_b']}, expected +-{amax}")
+    want_r = f"= {want[1][2] / scale:.{dec}f} (pen)"
+    if want_r not in steps["difference pointer 1,2"]["readout"]:
+        errors.append(f"difference readout {steps['difference pointer 1,2']['readout']!r}, "
+                      f"expected {want_r!r}")
+    if "pair" in steps:
+        p = steps["pair"]
+        other = b0["sentences"][p["sentence"]]["pair"]
+        if not p["drawn_b"] or p["drawn_b"]["ints"] != \
+                b0["sentences"][other]["maps"][p["method"]][p["layer"] - 1]:
+            errors.append("minimal pair: the second panel is not the pair's map")
+        elif (0, other, p["method"]) in states and \
+                states[(0, other, p["method"])]["hash"] != p["hash_b"]:
+            errors.append("minimal pair: the pair's picture differs from that sentence's own")
+    else:
+        errors.append("minimal pair: no BLiMP pair in the data")
+    h1, hm = steps["head last"], steps["head mean"]
+    heads = b0["sentences"][0]["heads"][h1["layer"] - 1]
+    if h1["head"] != b0["heads"] or h1["drawn"]["ints"] != heads[-1] or \
+            hm["drawn"]["ints"] != maps0["attention"][h1["layer"] - 1]:
+        errors.append("per-head view: the last head or the head mean drew other numbers than "
+                      "stored")
+    expect_change("head last", "head mean", heads[-1] != maps0["attention"][h1["layer"] - 1],
+                  "per-head view")
+    if b0.get("baseline_methods"):
+        bs = steps["baseline"]
+        sb = b0["sentences"][bs["sentence"]]["baselines"]
+        if not bs["drawn"] or bs["drawn"]["ints"] != sb["rows"][bs["method"]] or bs["bar_shown"]:
+            errors.append("baseline: the row drawn is not the stored row (or a colour bar shows)")
+        v = sb["rows"][bs["method"]][1] / scale
+        if f"= {v:.{dec}f} \u00d7" not in steps["baseline pointer 1"]["readout"]:
+            errors.append(f"baseline readout {steps['baseline pointer 1']['readout']!r}, "
+                          f"expected {v:.{dec}f} x the row's scale")
+    for mk, b in enumerate(blocks):
+        st = steps.get(f"model {mk}")
+        want = b["sentences"][0]["maps"][b["methods"][0]][st["layer"] - 1] if st else None
+        if not st or st["drawn"]["ints"] != want or b["model"] not in st["readout"] + \
+                json.dumps(res["models"][mk]["info"]):
+            errors.append(f"model switch to {b['model']}: not drawn from that model's data")
+    dpr = res["dpr"]
+    for s in res["steps"]:
+        if [round(c * dpr) for c in s["css"]] != s["backing"]:
+            errors.append(f"{s['what']}: canvas backing {s['backing']} is not "
+                          f"devicePixelRatio {dpr} x CSS size {s['css']}")
+            break
     return errors
 
 
-def check_page(page: Path) -> list[str]:
+def check_page(page: Path, scale_factor: float | None = None) -> list[str]:
     data = page_data(page.read_text(encoding="utf-8"))
     try:
-        res = run_selftest(page)
+        res = run_selftest(page, scale_factor=scale_factor)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         return [f"{page}: {exc}"]
     errs = [f"{page}: {e}" for e in check_results(data, res)]
-    print(f"  {page}: explorer self-test, {len(res['states'])} sentence x method pictures and "
-          f"{len(res['steps'])} control steps checked" + ("" if not errs else f", {len(errs)} problem(s)"))
+    print(f"  {page}: explorer self-test at device-pixel ratio {res['dpr']}, "
+          f"{len(res['models'])} models, {len(res['states'])} model x sentence x method pictures "
+          f"and {len(res['steps'])} control steps checked"
+          + ("" if not errs else f", {len(errs)} problem(s)"))
     return errs
 
 
@@ -131,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     for page in pages:
         errors += check_page(page)
+        errors += check_page(page, scale_factor=2)
     for e in errors:
         print("ERROR:", e)
     print(f"check_explorer: {'OK' if not errors else f'{len(errors)} problem(s)'}")

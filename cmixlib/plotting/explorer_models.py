@@ -1,0 +1,242 @@
+r"""One model's block of the static explorer (:mod:`cmixlib.plotting.explorer`).
+
+For each sentence, :func:`model_block` stores, as integers (value x 10^3, see
+:func:`~cmixlib.plotting.explorer.pack_maps`):
+
+* every context-mixing method the model supports (:data:`cmixlib.METHODS` for encoders,
+  :data:`cmixlib.decoder_methods.DECODER_METHOD_NAMES` for decoders, less ``alti_logit``,
+  which is in logit units and explains one chosen target), at every layer:
+  :math:`C^{\ell}_{ij}`, rows normalised (:func:`cmixlib.context_mixing`);
+* the rollout of each layer-wise method that the registry gives no aggregated counterpart
+  (:func:`rollout_names`): :math:`\hat C^{\ell} = \mathrm{rownorm}(C^{\ell})\,\hat C^{\ell-1}`
+  (:func:`cmixlib.rollout` without identity, the experiments' ``"rollout:X"``);
+* the attention of every head, :math:`\alpha^{\ell,h}_{ij}` (the model's own
+  ``output_attentions``; their mean over heads is ``attention``);
+* optionally (:func:`baseline_rows`) the gradient and erasure baselines, one score per token for
+  one explained position: :math:`s_j / \max_k |s_k|`, with the scale :math:`\max_k |s_k|`.
+
+A decoder's block carries a note on its first column (:func:`decoder_note`), computed from its
+attention maps.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BASELINE_METHODS", "BASELINE_SETTINGS", "mixing_methods", "rollout_names",
+           "method_table", "model_text", "head_attentions", "pack_row", "baseline_rows",
+           "decoder_note", "model_block"]
+
+#: The baselines shown, by the names :func:`cmixlib.saliency.example_rows` takes.
+BASELINE_METHODS = ("grad_l2", "grad_x_input", "grad_x_input_abs", "integrated_gradients",
+                    "deeplift", "blank_out")
+#: Their settings (:func:`cmixlib.saliency.example_rows`): the library's defaults but 32
+#: integrated-gradient steps (the book's ALTI Figure 7 run).
+BASELINE_SETTINGS = {"ig_steps": 32}
+_MASK = "[MASK]"
+
+
+def _is_decoder(bundle) -> bool:
+    from ..arch import is_decoder_lm
+
+    return bool(is_decoder_lm(bundle.model))
+
+
+def mixing_methods(bundle) -> list[str]:
+    """The context-mixing methods of ``bundle``'s model family (see the module docstring)."""
+    from ..core import METHODS
+    from ..decoder_methods import DECODER_METHOD_NAMES
+
+    if _is_decoder(bundle):
+        return [m for m in DECODER_METHOD_NAMES if m in METHODS]
+    return list(METHODS)
+
+
+def rollout_names(methods: list[str]) -> list[str]:
+    """``"rollout:X"`` for each layer-wise X of ``methods`` that no aggregated method of
+    ``methods`` rolls out (its registry ``base``)."""
+    from ..registry import ALL_METHODS, ROLLOUT_PREFIX
+
+    rolled = {ALL_METHODS[m].base for m in methods if ALL_METHODS[m].kind == "aggregated"}
+    return [ROLLOUT_PREFIX + m for m in methods
+            if ALL_METHODS[m].kind == "layer" and m not in rolled]
+
+
+def method_table(names: list[str]) -> list[dict[str, Any]]:
+    """Registry rows (name, label, kind, colour, base, reference) of ``names``; a
+    ``"rollout:X"`` is aggregated, based on X, labelled and coloured by the registry."""
+    from ..registry import ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label, resolve
+
+    rows = []
+    for name in names:
+        m = ALL_METHODS[resolve(name)]
+        roll = name.startswith(ROLLOUT_PREFIX)
+        rows.append({"name": name, "label": method_label(name),
+                     "kind": "aggregated" if roll else m.kind, "colour": method_color(name),
+                     "base": resolve(name) if roll else m.base, "reference": m.reference})
+    return rows
+
+
+def model_text(bundle, text: str) -> tuple[str, str | None]:
+    """``text`` for ``bundle``: ``[MASK]`` becomes the tokenizer's mask token; a tokenizer
+    without one (a decoder) gets the text up to the mask, where it would predict the masked
+    word. Returns the text and a note saying so (None when nothing was cut)."""
+    mask = getattr(bundle.tokenizer, "mask_token", None)
+    if _MASK not in text:
+        return text, None
+    if mask:
+        return text.replace(_MASK, mask), None
+    cut = text.split(_MASK)[0].rstrip()
+    return cut, "cut before the masked word (a decoder reads left to right)"
+
+
+def head_attentions(bundle, ids: list[int]) -> np.ndarray:
+    r"""Attention of every head, :math:`\alpha^{\ell,h}_{ij}`, shape (L, H, n, n), from the
+    model's own ``output_attentions`` (eager attention, one unpadded sentence)."""
+    import torch
+
+    with torch.no_grad():
+        out = bundle.model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return torch.stack([a[0] for a in out.attentions]).double().cpu().numpy()
+
+
+def pack_row(row: np.ndarray, decimals: int) -> tuple[list[int], float]:
+    r"""A signed score row as integers :math:`\mathrm{round}(10^d\, s_j / \max_k |s_k|)` and the
+    scale :math:`\max_k |s_k|` (1.0 for an all-zero row)."""
+    r = np.asarray(row, dtype=np.float64)
+    if not np.all(np.isfinite(r)):
+        raise ValueError("pack_row: the scores must be finite.")
+    scale = float(np.abs(r).max()) or 1.0
+    return np.rint(r / scale * 10 ** decimals).astype(np.int64).tolist(), scale
+
+
+def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
+                  decimals: int) -> dict[str, Any] | None:
+    """The gradient and erasure rows of one sentence, or None: with the MLM ``mlm`` at the mask
+    for a sentence with ``target_word``/``foil_word`` (:math:`\\sigma(z_t - z_f)`), with the
+    classifier ``clf`` at ``[CLS]`` for the class it predicts for an ``sst2`` sentence. Only when
+    that model tokenizes the sentence into ``ids`` (the map's tokens)."""
+    from ..saliency import example_rows, predicted_classes, text_example
+
+    text = sentence["text"]
+    if sentence.get("target_word") and mlm is not None:
+        ex = text_example(mlm.tokenizer, text, target_word=sentence["target_word"],
+                          foil_word=sentence["foil_word"])
+        bundle = mlm
+        explains = (f"p({ex['target_word']} | {ex['target_word']}, {ex['foil_word']}) at the "
+                    f"mask, blank-out replacing a token by [UNK]")
+    elif sentence.get("task") == "sst2" and clf is not None:
+        ex = text_example(clf.tokenizer, text)
+        bundle = clf
+        label = clf.model.config.id2label[int(predicted_classes(clf, [ex])[0])]
+        explains = f"p({label}), the predicted class, at the first token"
+    else:
+        return None
+    if list(ex["input_ids"]) != list(ids):
+        return None
+    rows = example_rows(bundle, ex, list(BASELINE_METHODS), BASELINE_SETTINGS)
+    from ..registry import resolve
+
+    packed, scale = {}, {}
+    for name, row in rows.items():
+        packed[resolve(name)], scale[resolve(name)] = pack_row(row, decimals)
+    return {"model": bundle.describe(), "target": int(ex["target_index"]), "explains": explains,
+            "rows": packed, "scale": scale}
+
+
+def decoder_note(block: dict[str, Any], bos: bool) -> str:
+    """What the first column of a decoder's maps is, with the attention it gets in ``block``
+    (rule: the mean over sentences, layers and rows i >= 2 of the head-averaged attention
+    A_i1, beside the mean of 1/i, what uniform attention over the visible tokens gives)."""
+    scale = 10 ** block["decimals"]
+    got, uniform = [], []
+    for s in block["sentences"]:
+        a = np.asarray(s["maps"]["attention"], dtype=np.float64) / scale      # (L, n, n)
+        n = a.shape[-1]
+        if n < 2:
+            continue
+        got.append(a[:, 1:, 0].mean())
+        uniform.append((1.0 / np.arange(2, n + 1)).mean())
+    first = ("the beginning-of-sequence token" if bos else
+             "the first token (this tokenizer adds no beginning-of-sequence token)")
+    text = (f"{block['model']} is a decoder: token i sees tokens 1..i only, so its maps are "
+            f"lower-triangular (0 above the diagonal). The first column is {first}, which every "
+            f"later token sees: decoders often park attention there when no other token is "
+            f"useful (an 'attention sink'), so that column can be dark for reasons unrelated "
+            f"to the words.")
+    if got:
+        text += (f" Here it receives {np.mean(got):.0%} of the head-averaged attention of "
+                 f"tokens 2..n (mean over layers and the {len(got)} sentences shown); attention "
+                 f"spread evenly over the visible tokens would give it {np.mean(uniform):.0%}.")
+    if any(t.startswith("\u0120") for s in block["sentences"] for t in s["tokens"]):
+        text += (" A token written with a leading \u0120 starts with a space (this byte-level "
+                 "vocabulary's marker).")
+    return text
+
+
+def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = True,
+                progress: bool = True, decimals: int | None = None,
+                baseline_models: tuple | None = None) -> dict[str, Any]:
+    """One model's explorer data: ``{"model", "family", "layers", "heads", "methods",
+    "decimals", "note", "sentences": [{"text", "source", "tokens", "maps", "heads",
+    "baselines"?, "pair"?, "grammatical"?, "cut"?}], "baseline_methods"?}`` (see the module
+    docstring); ``baselines`` loads the offline MLM and the SST-2 classifier for an encoder
+    (or takes ``baseline_models`` = (mlm bundle, classifier bundle), either None) and keeps
+    their rows where they tokenize as ``bundle`` does."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..attention import rollout
+    from ..core import context_mixing, tokens
+    from .explorer import DECIMALS, pack_maps
+
+    decimals = DECIMALS if decimals is None else decimals
+    decoder = _is_decoder(bundle)
+    mix = mixing_methods(bundle)
+    rolls = rollout_names(mix)
+    mlm = clf = None
+    if baselines and not decoder and baseline_models is not None:
+        mlm, clf = baseline_models
+    elif baselines and not decoder:
+        from ..classifier_weights import load_classifier
+        from ..training.mlm import load_mlm_model
+
+        mlm = load_mlm_model(progress=False)[0]
+        clf = load_classifier("sst2")
+    cfg = bundle.model.config
+    out = []
+    for s in tqdm(sentences, desc=f"explorer: {bundle.describe()}", disable=not progress):
+        text, cut = model_text(bundle, s["text"])
+        ids = list(bundle.tokenizer(text)["input_ids"])
+        with torch.no_grad():
+            maps = context_mixing(bundle, None, text, methods=mix)
+        for r in rolls:
+            maps[r] = rollout(maps[r.split(":", 1)[1]], add_identity=False, normalize=True)
+        entry = {"text": text, "source": s["source"], "tokens": tokens(bundle.tokenizer, ids),
+                 "maps": pack_maps(maps, decimals),
+                 "heads": pack_maps({"h": head_attentions(bundle, ids)}, decimals)["h"]}
+        for k in ("pair", "grammatical"):
+            if k in s:
+                entry[k] = s[k]
+        if cut:
+            entry["cut"] = cut
+        if mlm is not None or clf is not None:
+            b = baseline_rows(dict(s, text=text), ids, mlm, clf, decimals)
+            if b is not None:
+                entry["baselines"] = b
+        out.append(entry)
+    block = {"model": bundle.describe(), "family": "decoder" if decoder else "encoder",
+             "layers": int(cfg.num_hidden_layers), "heads": int(cfg.num_attention_heads),
+             "decimals": decimals, "methods": mix + rolls, "sentences": out, "note": None}
+    from ..registry import resolve
+
+    names = [resolve(m) for m in BASELINE_METHODS]
+    block["baselines"] = any("baselines" in s for s in out)
+    block["baseline_methods"] = names if block["baselines"] else []
+    if decoder:
+        bos = getattr(bundle.tokenizer, "bos_token_id", None)
+        block["note"] = decoder_note(block, bool(out) and bos is not None and
+                                     all(tokens(bundle.tokenizer, [bos])[0] == e["tokens"][0]
+                                         for e in out))
+    return block
