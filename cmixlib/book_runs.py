@@ -47,18 +47,25 @@ class BookRun:
     ``conditioned`` runs take a model condition (pre-trained or fine-tuned MLM). ``group``: the
     runs that read the same models ("mlm": the masked LMs of the Value Zeroing evaluations;
     "classifier": the sentence classifiers); in quick mode, where those models are briefly
-    trained in the build, a group runs one after another in :func:`prewarm`. ``cost``: seconds
+    trained in the build, a group runs one after another in :func:`prewarm`. ``chain``: in full
+    mode, the runs with the same chain name run in one process, one after another (a run that
+    reads a model another run trains in the build; the fine-tuned condition's runs share
+    "mlm-finetuned"). ``borrows``: ``(book run, condition)`` pairs whose models this run reads;
+    their settings in the current mode are passed as the setting named after each run's
+    experiment (so they are part of this run's cache key). ``cost``: seconds
     of one full-mode run on one core (per condition; measured, see the README), used only to
     order :func:`prewarm`'s queue, longest first."""
 
     experiment: str
     full_limit: int | None
-    quick_limit: int
+    quick_limit: int | None
     settings: Mapping[str, Any] = field(default_factory=dict)
     quick_settings: Mapping[str, Any] = field(default_factory=dict)
     conditioned: bool = False
     group: str = "mlm"
     cost: float = 60.0
+    chain: str | None = None
+    borrows: tuple[tuple[str, str | None], ...] = ()
 
 
 #: Every run the book asks for, by name, with its sizes in full and quick mode.
@@ -75,6 +82,10 @@ BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
         "vz-faithfulness", None, 2, cost=318, quick_settings=_QUICK_IG, conditioned=True),
+    # chapter 11's depth analysis (beyond the paper): 200 test pairs, a seeded sample of all five
+    # subsets (blimp_sample), to stay within 3 minutes of one core for both conditions
+    "rollout-depth": BookRun(
+        "vz-rollout-depth", 200, 2, cost=90, conditioned=True),
     # the first 500 SST-2 test sentences (ALTI's split: its analyses need only the prediction;
     # the paper's count, "500 random samples"; the authors' code takes the first 1,000) and 500
     # random SVA sentences, as the paper
@@ -109,6 +120,21 @@ BOOK_RUNS: dict[str, BookRun] = {
     "plausibility": BookRun(
         "hatexplain-plausibility", None, 2, cost=753, quick_settings={**_QUICK_CLS, **_QUICK_IG},
         group="classifier"),
+    # chapter 16: SmolLM2 (offline decoder) on chapter 9's BLiMP test half, at most 80 pairs per
+    # paradigm (seeded sample), sized so that the chapter, run included, fits 5 minutes of one
+    # core (cost: CPU seconds measured). Its models are only loaded, never trained: any group
+    "decoder-blimp": BookRun("decoder-blimp", 80, 2, cost=160, group="classifier"),
+    # the papers' example sentences, scored by their claims (the status page): the models of
+    # "faithfulness" (fine-tuned MLM, trained in the build: same chain), "alti-table2" and
+    # "globenc-correlations"; a fixed set of sentences, the same in quick mode
+    "paper-examples": BookRun("paper-example-claims", None, None, cost=60,
+                               chain="mlm-finetuned",
+                               borrows=(("faithfulness", "finetuned"), ("alti-table2", None),
+                                        ("alti-fig7", None), ("globenc-correlations", None))),
+    # ALTI Figures 8-10: the first 200 SST-2 test sentences (the figures show one sentence; the
+    # claim is about the methods, so it is measured on many)
+    "alti-figs8-10": BookRun("alti-figs8-10-homogeneity", 200, 2, cost=40,
+                             quick_settings=_QUICK_CLS, group="classifier"),
 }
 
 
@@ -132,6 +158,9 @@ def run_arguments(name: str, condition: str | None = None,
             settings.update(_QUICK_FT)
     elif condition is not None:
         raise ValueError(f"Book run {name!r} takes no condition (got {condition!r}).")
+    for other, cond in spec.borrows:
+        exp, _, borrowed = run_arguments(other, cond)
+        settings[exp] = borrowed
     settings.update(extra)
     return spec.experiment, spec.quick_limit if quick else spec.full_limit, settings
 
@@ -178,8 +207,8 @@ def prewarm_chains(quick: bool | None = None) -> list[list[tuple[str, str | None
     quick = quick_mode() if quick is None else quick
     chains: dict[str, list[tuple[str, str | None]]] = {}
     for name, condition in book_calls():
-        key = (BOOK_RUNS[name].group if quick else
-               "mlm-finetuned" if condition == "finetuned" else f"{name}/{condition}")
+        key = (BOOK_RUNS[name].group if quick else BOOK_RUNS[name].chain
+               or ("mlm-finetuned" if condition == "finetuned" else f"{name}/{condition}"))
         chains.setdefault(key, []).append((name, condition))
     cost = lambda chain: sum(BOOK_RUNS[name].cost for name, _ in chain)  # noqa: E731
     return sorted(chains.values(), key=cost, reverse=True)

@@ -15,7 +15,14 @@ why it is not run here, or assesses our result with a stated rule (:mod:`cmixlib
   ends in "(other model)" (:func:`cmixlib.verdicts.with_model_condition`);
 * "not run" with the reason (an item about another model than the one the book's runs use,
   named; an analysis not built yet);
-* "not scored": drawn in a chapter, but the paper states nothing a rule could test.
+* "no claim to test" (:data:`cmixlib.reproduction_examples.NO_CLAIM`): a diagram, or example
+  maps about which the paper states nothing; the detail says what it shows and where the book
+  draws its own. The papers' example items that do carry claims (Value Zeroing's Table 1 and
+  Figure 4, ALTI's Tables 1 and 3-9, GlobEnc's Figure 1) are scored by them
+  (:mod:`cmixlib.reproduction_examples`);
+* "why" (items that differ): one sentence from the run's values that locates the failure and
+  tests it against noise or the run's variants (:data:`cmixlib.differences.ITEM_WHYS`; Value
+  Zeroing's Table 3: :func:`table3_why`).
 
 The runs come from :func:`cmixlib.book_runs.run`, so after the chapters have run every row is
 read from the result cache. :func:`status_table` returns the table; the appendix renders it.
@@ -32,6 +39,8 @@ from . import paper_numbers as pn
 from .book_runs import CONDITION_LABELS, run
 from .models import DEFAULT_MODEL
 from .registry import method_label
+from .differences import ITEM_WHYS
+from .reproduction_examples import NO_CLAIM, alti_figs8_10, example_item, no_claim
 from .verdicts import (ALIGNMENT_HEADLINE, SANITY_BASELINES, alignment_claims,
                        below_sanity_baselines, claims_verdict, describe_depth_trend,
                        ranking_verdict, with_model_condition)
@@ -39,7 +48,8 @@ from .verdicts import (ALIGNMENT_HEADLINE, SANITY_BASELINES, alignment_claims,
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
            "GLOBENC_TABLE2_METHODS", "GLOBENC_FIG3_HEADLINE", "GLOBENC_TABLE2_HEADLINE",
-           "NUMBERED_ITEMS", "covered_items", "show_size"]
+           "NUMBERED_ITEMS", "covered_items", "show_size", "sanity_note", "table3_why",
+           "TABLE3_WHY_LINK"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -190,6 +200,35 @@ def _vz_fig3() -> dict:
     return _claims_row(res, pd.Series(claims), headline, "curves (no numbers)", " ".join(text))
 
 
+def sanity_note(values) -> str:
+    """The detail's clause on the sanity baselines of a table (``values``: method -> our value,
+    the baselines among them): "; not above the sanity baselines (Random, Nearness): A, B" for
+    the methods :func:`cmixlib.verdicts.below_sanity_baselines` flags, "" when none is flagged
+    or no baseline is in the table."""
+    values = pd.Series(values, dtype=float)
+    flagged = below_sanity_baselines(values)
+    present = [method_label(b) for b in SANITY_BASELINES if b in values.index]
+    if not (present and flagged):
+        return ""
+    return (f"; not above the sanity baselines ({', '.join(present)}): "
+            + ", ".join(method_label(m) for m in flagged))
+
+
+#: Where chapter 11 investigates Value Zeroing rollout's Table 3 value (the status page's link).
+TABLE3_WHY_LINK = "11_faithfulness.html#rollout-on-a-small-model"
+
+
+def table3_why(condition: str) -> str:
+    """The "why" of a Table 3 row: :func:`cmixlib.depth_verdicts.table3_reason` on the
+    ``rollout-depth`` run of ``condition``, with a link to chapter 11's section."""
+    from .depth_verdicts import table3_reason
+
+    res = run("rollout-depth", condition)
+    return (f"{CONDITION_LABELS[condition]}, {show_size(res.meta['data_size'])} test pairs: "
+            f"{table3_reason(res.frames)} "
+            f'<a href="{TABLE3_WHY_LINK}">(chapter 11, Rollout on a small model)</a>')
+
+
 def _vz_table(name: str, condition: str) -> Callable[[], dict]:
     def assess() -> dict:
         res = run(name, condition)
@@ -197,13 +236,12 @@ def _vz_table(name: str, condition: str) -> Callable[[], dict]:
         best = comp.index[comp["paper"].to_numpy().argmax()]     # the frame's order, not names
         r = res.result
         if {"method", "mean"} <= set(r.columns):
-            flagged = below_sanity_baselines(r.set_index("method")["mean"])
-            present = [method_label(b) for b in SANITY_BASELINES if b in set(r["method"])]
-            if present and flagged:
-                v = (v[0], f"{v[1]}; not above the sanity baselines ({', '.join(present)}): "
-                     + ", ".join(method_label(m) for m in flagged))
-        return _row(res, v, f"{method_label(best)}: {comp.loc[best, 'paper']:.2f}",
-                    f"{method_label(best)}: {comp.loc[best, 'ours']:.2f}")
+            v = (v[0], v[1] + sanity_note(r.set_index("method")["mean"]))
+        row = _row(res, v, f"{method_label(best)}: {comp.loc[best, 'paper']:.2f}",
+                   f"{method_label(best)}: {comp.loc[best, 'ours']:.2f}")
+        if name == "faithfulness":
+            row["why"] = table3_why(condition)
+        return row
     return assess
 
 
@@ -236,7 +274,8 @@ def _alti_table2(task: str) -> Callable[[], dict]:
 
         comp, v = _ranking(res, compared(paper[paper["table"] == "Table 2"]))
         repo = paper[paper["table"].astype(str).str.startswith("repo")]
-        detail = v[1]
+        r = res.result
+        detail = v[1] + sanity_note(r[r.task == task].set_index("method")["mean"])
         if len(repo):
             _, rv = _ranking(res, compared(repo))
             detail += (". Authors' repository JSON (not the paper; with raw attention): "
@@ -289,6 +328,11 @@ def _globenc_table1(task: str) -> Callable[[], dict]:
         norm = variant_comparison(res, "row-normalised")
         _, nv = _ranking(res, norm[norm.task == task])
         detail = f"{v[1]} (raw rollout, the paper's code); row-normalised rollout: {nv[0]}"
+        if "controls" in res.frames:                     # the sanity baselines of the same task
+            c = res.frames["controls"]
+            ours = raw[raw.task == task].dropna(subset=["ours"]).drop_duplicates("cmix_method")
+            ours = ours.set_index("cmix_method")["ours"]
+            detail += sanity_note(pd.concat([ours, c[c.task == task].set_index("method")["mean"]]))
         return _row(res, (v[0], detail), f"GlobEnc {comp.loc['globenc_layer', 'paper']:.2f}",
                     f"GlobEnc {comp.loc['globenc_layer', 'ours']:.2f} (raw rollout)")
     return assess
@@ -425,14 +469,13 @@ ITEMS: list[Item] = [
     Item(VZ, "Table 3 (fine-tuned)", "faithfulness to blank-out", "11_faithfulness",
          _vz_table("faithfulness", "finetuned")),
     Item(VZ, "Table 1", "examples of the BLiMP tasks with the cue annotation", "09_cue_alignment",
-         None, "not scored: examples of the data (chapter 9 audits our annotation of all pairs)"),
+         example_item("VZ Table 1")),
     Item(VZ, "Figure A.3", "cue alignment, RoBERTa", None, None,
          _other_model("roberta-base")),
     Item(VZ, "Figure A.4", "cue alignment, ELECTRA", None, None,
          _other_model("google/electra-base-discriminator")),
-    Item(VZ, "Figure 4, Figures A.5-A.18", "maps of example sentences per layer and method",
-         "14_paper_examples", None,
-         "not scored: single-sentence maps of the fine-tuned MLM, no claim a rule can test"),
+    Item(VZ, "Figure 4, Figures A.5-A.18", "one example's aggregated rows (Figure 4) and its "
+         "maps per layer (A.5-A.18)", "14_paper_examples", example_item("VZ Figure 4")),
     Item(ALTI, "Table 2 (SST-2)", "final-layer relevance vs grad-L2", "12_alti_evaluations",
          _alti_table2("SST-2")),
     Item(ALTI, "Table 2 (SVA)", "final-layer relevance vs blank-out", "12_alti_evaluations",
@@ -446,15 +489,14 @@ ITEMS: list[Item] = [
     Item(ALTI, "Figure 3", "anisotropy of token representations and transformed vectors",
          "12_alti_evaluations", _alti_fig3),
     Item(ALTI, "Figures 1, 2, 4", "a layer's modules, an attention graph, anisotropy sketched",
-         "06_alti", None, "not scored: diagrams, no result"),
+         "06_alti", None, no_claim("diagrams of the method; chapter 6 explains each")),
     Item(ALTI, "Figures 8-10", "rollout, norm rollout and ALTI relevancies across layers",
-         "12_alti_evaluations", None,
-         "not run: the per-layer relevancies of the example are not built yet (the claim to "
-         "test: rollout rows grow homogeneous with depth, ALTI's do not)"),
-    Item(ALTI, "Figure 5", "ALTI and rollout maps of one sentence", "06_alti", None,
-         "not scored: one sentence's maps, no claim a rule can test"),
-    Item(ALTI, "Tables 1, 3-9", "saliency maps of example sentences", "14_paper_examples",
-         None, "not scored: saliency rows of example sentences (the BERT rows)"),
+         "12_alti_evaluations", alti_figs8_10),
+    Item(ALTI, "Figure 5", "ALTI's relevance matrix of one sentence and its [CLS] row", "06_alti",
+         None, no_claim("an illustration of R^L (the text states nothing about it); chapter 6 "
+                        "draws the same for a sentence of ours")),
+    Item(ALTI, "Tables 1, 3-9", "saliency rows of example sentences (the BERT rows)",
+         "14_paper_examples", example_item("ALTI Tables 1, 3-9")),
     Item(ALTI, "Tables 4-9 (RoBERTa, DistilBERT rows)", "the same for two more models", None,
          None, _other_model("roberta-base", "distilbert-base-uncased")),
     Item(GE, "Table 1 (SST-2)", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
@@ -470,14 +512,18 @@ ITEMS: list[Item] = [
     Item(GE, "Figure 4", "single layers vs HTA × input", "13_globenc_evaluations",
          _globenc_fig4),
     Item(GE, "Figure 5", "LayerNorm outlier weights", "13_globenc_evaluations", _globenc_fig5),
-    Item(GE, "Figures 1, 2", "N-Enc [CLS] maps of SST-2 examples; the encoder layer sketched",
-         "05_globenc", None, "not scored: an example map and a diagram, no claim a rule can test"),
+    Item(GE, "Figure 1", "N-Enc [CLS] rows of SST-2 examples", "14_paper_examples",
+         example_item("GlobEnc Figure 1")),
+    Item(GE, "Figure 2", "the encoder layer sketched", "05_globenc", None,
+         no_claim("a diagram of the encoder layer; chapter 5 derives each part")),
     Item(GE, "Table A.1", "Table 1 for BERT-large", None, None,
          _other_model("bert-large-uncased")),
     Item(GE, "Table A.2", "Table 1 for ELECTRA", None, None,
          _other_model("google/electra-base-discriminator")),
     Item(GE, "Figures A.1-A.4", "[CLS] attributions and maps of example sentences",
-         "14_paper_examples", None, "not scored: maps of example sentences"),
+         "14_paper_examples", None,
+         no_claim("example rows and maps (misclassified SST-2, every ablation, MNLI) about "
+                  "which the text states nothing; chapter 14 recomputes them")),
     Item(GE, "Figures A.5-A.6", "the same for ELECTRA and BERT-large on MNLI", None, None,
          _other_model("google/electra-base-discriminator",
                       "bert-large-uncased fine-tuned on MNLI")),
@@ -514,17 +560,22 @@ def covered_items(item: str) -> set[str]:
 
 def status_table(items: list[Item] | None = None) -> pd.DataFrame:
     """One row per item: paper, item, what it shows, chapter, paper value, ours, model, n,
-    verdict and the rule's detail (see the module docstring)."""
+    verdict, the rule's detail and, where investigated, why (Value Zeroing's Table 3:
+    :func:`table3_why`); see the module docstring."""
     rows = []
     for it in items or ITEMS:
         base = {"paper": it.paper, "item": it.item, "shows": it.shows, "chapter": it.chapter}
         if it.assess is None:
-            verdict = "not scored" if it.not_run.startswith("not scored") else "not run"
+            verdict = NO_CLAIM if it.not_run.startswith(NO_CLAIM) else "not run"
             rows.append({**base, "verdict": verdict, "detail": it.not_run})
         else:
-            rows.append({**base, **it.assess()})
+            row = {**base, **it.assess()}
+            why = ITEM_WHYS.get((it.paper, it.item))
+            if why is not None and "why" not in row and str(row["verdict"]).startswith("differs"):
+                row["why"] = why()[0]
+            rows.append(row)
     cols = ["paper", "item", "shows", "paper value", "ours", "model", "n", "verdict", "detail",
-            "chapter"]
+            "why", "chapter"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
@@ -532,5 +583,5 @@ def verdict_counts(table: pd.DataFrame) -> pd.Series:
     """How many items got each verdict, in the order of :data:`cmixlib.verdicts.VERDICTS`."""
     from .verdicts import VERDICTS
 
-    order = list(VERDICTS) + ["not scored"]
+    order = list(VERDICTS) + [NO_CLAIM]
     return table["verdict"].value_counts().reindex(order, fill_value=0)

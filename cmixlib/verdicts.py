@@ -34,10 +34,13 @@ from .models import DEFAULT_MODEL
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
            "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
            "holds_every_layer", "permutation_p", "with_model_condition", "ALIGNMENT_HEADLINE",
-           "SANITY_BASELINES", "below_sanity_baselines",
-           "VERDICTS", "OTHER_MODEL", "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "ALPHA",
+           "SANITY_BASELINES", "below_sanity_baselines", "describe_sanity_baselines",
+           "VERDICTS", "OTHER_MODEL", "NO_CLAIM", "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "ALPHA",
            "TOLERANCE", "TIE_TOLERANCE", "EXACT_UP_TO", "MONTE_CARLO_PERMUTATIONS"]
 
+#: The verdict of an item that holds no result a rule could test (a diagram, or example maps with
+#: no claim in the caption or the text): nothing to reproduce; the detail says what it shows.
+NO_CLAIM = "no claim to test"
 #: The mark of a verdict on another model than the paper's (:func:`with_model_condition`).
 OTHER_MODEL = " (other model)"
 _BASE = ("reproduced", "same ranking", "same direction", "too few methods", "differs")
@@ -134,9 +137,9 @@ def holds_every_layer(values_by_layer: pd.DataFrame | pd.Series,
 
 def with_model_condition(verdict: str, same_model: bool) -> str:
     """``verdict`` + " (other model)" when the run's model is not the paper's (rule: every
-    assessed verdict except "not run"/"not scored"; "reproduced" needs the paper's model, so it
+    assessed verdict except "not run"/:data:`NO_CLAIM`; "reproduced" needs the paper's model, so it
     never gets the mark)."""
-    if same_model or verdict in ("not run", "not scored") or verdict.endswith(OTHER_MODEL):
+    if same_model or verdict in ("not run", NO_CLAIM) or verdict.endswith(OTHER_MODEL):
         return verdict
     return verdict + OTHER_MODEL
 
@@ -302,6 +305,22 @@ def below_sanity_baselines(values: Mapping[str, float],
         return []
     top = max(floor)
     return [k for k, x in v.items() if k not in baselines and not x > top]
+
+
+def describe_sanity_baselines(values: Mapping[str, float], *, label: Any = str,
+                              baselines: tuple[str, ...] = SANITY_BASELINES) -> str:
+    """A sentence on a table's sanity baselines: their values and the methods that are not
+    above them (:func:`below_sanity_baselines`: not above every baseline present; ties
+    flagged). E.g. "Sanity baselines: Random +0.01, Nearness +0.25; not above them: A, B." or
+    "...; every method is above them."; "" when no baseline is in the table."""
+    v = {k: float(x) for k, x in values.items() if x is not None and np.isfinite(float(x))}
+    present = [b for b in baselines if b in v]
+    if not present:
+        return ""
+    flagged = below_sanity_baselines(v, baselines)
+    head = "Sanity baselines: " + ", ".join(f"{label(b)} {v[b]:+.2f}" for b in present)
+    return head + ("; not above them: " + ", ".join(label(m) for m in flagged) + "."
+                   if flagged else "; every method is above them.")
 
 
 def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,

@@ -171,7 +171,7 @@ def test_model_identity_is_exact_not_a_substring():
 
 
 def test_verdict_counts_know_every_verdict_word():
-    t = pd.DataFrame({"verdict": ["same ranking (other model)", "differs", "not scored",
+    t = pd.DataFrame({"verdict": ["same ranking (other model)", "differs", "no claim to test",
                                   "too few methods (other model)"]})
     counts = R.verdict_counts(t)
     assert counts.sum() == 4 and counts["same ranking (other model)"] == 1
@@ -245,3 +245,14 @@ def test_methods_that_do_not_beat_the_sanity_baselines_are_flagged():
     assert below_sanity_baselines(table) == ["value_zeroing_rollout", "globenc"]   # a tie too
     assert below_sanity_baselines({"alti": 0.3, "vz": -0.1}) == []                # no floor
     assert below_sanity_baselines({"random": 0.0, "alti": float("nan"), "vz": 0.1}) == []
+
+
+def test_describe_sanity_baselines_names_the_flagged_methods():
+    from cmixlib.verdicts import describe_sanity_baselines
+
+    table = {"random": 0.01, "alti": 0.30, "nearness": 0.25, "globenc": 0.25}
+    assert describe_sanity_baselines(table) == ("Sanity baselines: random +0.01, nearness +0.25; "
+                                                "not above them: globenc.")
+    assert describe_sanity_baselines({"random": 0.0, "alti": 0.3}, label=str.upper) == \
+        "Sanity baselines: RANDOM +0.00; every method is above them."
+    assert describe_sanity_baselines({"alti": 0.3}) == ""

@@ -41,6 +41,8 @@ vz-cue-alignment               dot / AP / probes-needed per layer × method  MLM
 vz-distance-ablation           VZ cue alignment with 4 distances, VZ A.1    MLM (+ fine-tuned)*   value_zeroing
 vz-mdl-probing                 MDL compression per layer, VZ Table 2        MLM + cue alignment   value_zeroing
 vz-faithfulness                Spearman with blank-out, VZ Table 3          MLM (+ fine-tuned)*   value_zeroing
+vz-rollout-depth               Table 3 per layer: single maps, rollouts     MLM (+ fine-tuned)*   vz_rollout
+                               with and without I, the open choices
 alti-table2                    Spearman with grad-l2 (SST-2), blank-out     classifier*, MLM*     alti
                                (SVA), ALTI Table 2
 globenc-correlations           Spearman with G×I saliency per layer,        classifier(s)*        globenc
@@ -54,6 +56,13 @@ globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST
 alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti
                                representations, transformed vectors and     (or the encoder)
                                attention-block outputs, ALTI Figure 3
+decoder-blimp                  attention sink, causal cue alignment and     SmolLM2 (decoder),    decoder
+                               faithfulness of a decoder LM (chapter 16)    BLiMP test half
+alti-figs8-10-homogeneity      homogeneity of the relevance rows per layer, SST-2 classifier*     alti_layers
+                               rollout / norm rollout / ALTI, Figs. 8-10
+paper-example-claims           the papers' claims about their example       the book runs'        examples
+                               sentences (VZ Table 1, Fig. 4; ALTI Tables   models*
+                               1, 3-9; GlobEnc Fig. 1)
 =============================  ===========================================  ====================  =============
 
 (*) classifiers: committed for the offline MiniLM (:func:`cmixlib.load_classifier`,
@@ -64,7 +73,8 @@ keeps the first N examples.
 from __future__ import annotations
 
 from ..cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
-from . import alti, globenc, plausibility, value_zeroing
+from . import (alti, alti_layers, decoder, examples, globenc, plausibility, value_zeroing,
+               vz_rollout)
 from .alti import FIG7_METHODS
 from .common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch, comparison_table,
                      map_agreement, mean_ci, mlm_target, padded_batch, target_rows,
@@ -93,4 +103,8 @@ for _experiment in (globenc.LN_OUTLIERS, alti.FIG6_SPECIAL_RANKS, value_zeroing.
                     alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT, alti.FIG3_ANISOTROPY):
     register(_experiment)
 register(plausibility.PLAUSIBILITY)        # beyond the papers
+register(decoder.DECODER_BLIMP)            # beyond the papers: a decoder LM (chapter 16)
+register(vz_rollout.ROLLOUT_DEPTH)         # beyond the papers: chapter 11's depth analysis
+register(alti_layers.FIGS8_10)             # ALTI Figures 8-10 (appendix C)
+register(examples.EXAMPLES)                # the papers' example items, by their claims
 del _experiment

@@ -12,6 +12,7 @@ from .. import paper_numbers as pn
 from ..arch import num_layers
 from .common import (GRADIENT_METHODS, batched, cls_rows_batch, comparison_table, describe,
                      ids_tensor, mean_ci, padded_batch, predicted_class, target_rows_batch)
+from .controls import CONTROLS, control_scores, control_seed
 from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, ModelByCondition
 
@@ -91,7 +92,10 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
     word embeddings. SVA (Linzen data, pre-trained MLM, ``limit`` or 500 random sentences): Spearman
     between the [MASK] row and blank-out (token -> ``blankout_replacement``, probability of the
     correct verb over {correct, wrong}). [CLS]/[SEP] included unless ``include_special`` is False;
-    frame ``special`` has both variants (column ``special``: "kept"/"dropped") from the same scores."""
+    frame ``special`` has both variants (column ``special``: "kept"/"dropped") from the same scores.
+    The sanity baselines ``controls`` (:func:`cmixlib.experiments.controls.control_scores`:
+    random, seeded per example with ``seed``; nearness to the [CLS] or [MASK]) are correlated
+    with the same references and reported as methods."""
     s = ctx.settings
     methods = list(s["methods"])
     tables = []
@@ -102,9 +106,12 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
         bundle, _, examples = ctx.load_inputs(task)
         pairs = batched(ctx, examples, lambda batch: spec["reference"](bundle, batch, methods, s),
                         desc=f"ALTI Table 2 ({task})")
-        per: dict[bool, dict[str, list[float]]] = {keep: {m: [] for m in methods} for keep in (True, False)}
+        names = methods + list(s["controls"])
+        per: dict[bool, dict[str, list[float]]] = {keep: {m: [] for m in names} for keep in (True, False)}
         for i in range(len(examples)):
             ref, sc = pairs[i]
+            t = int(examples[i].get("target_index", 0))           # SST-2: [CLS]
+            sc = {**sc, **control_scores(len(ref), t, control_seed(s["seed"], i), s["controls"])}
             for keep in (True, False):
                 for m, rho in ev.spearman_to(ref, sc, exclude=None if keep else [0, -1]).items():
                     per[keep][m].append(rho)
@@ -122,7 +129,8 @@ TABLE2 = Experiment(
     inputs={task: spec["inputs"] for task, spec in TABLE2_TASKS.items()},
     defaults={"tasks": ["sst2", "sva"], "methods": ["attention", "attention_rollout",
                                                     "rollout:attn_norm_res_ln", "alti"],
-              "include_special": True, "blankout_replacement": "mask", **CLASSIFIER_SETTINGS},
+              "include_special": True, "blankout_replacement": "mask", "controls": list(CONTROLS),
+              "seed": 0, **CLASSIFIER_SETTINGS},
     paper_numbers=lambda: pd.concat([pn.alti_table2(), pn.alti_repo_correlations()], ignore_index=True),
     compare=lambda frames, paper: comparison_table(
         frames["result"].rename(columns={"method": "cmix_method"}), paper, ["cmix_method", "task"]))

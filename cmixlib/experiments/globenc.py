@@ -9,6 +9,7 @@ import pandas as pd
 from .. import evaluation as ev
 from .. import paper_numbers as pn
 from .common import batched, comparison_table, ids_tensor, map_agreement, mean_ci, padded_batch
+from .controls import CONTROLS, control_scores, control_seed
 from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, whole_split
 
@@ -71,11 +72,14 @@ def _variant(settings) -> str:
     return ROLLOUT_VARIANTS[int(bool(settings["rollout_normalize"]))]
 
 
-def _correlation_rows(bundle, batch: list[dict], methods: list[str],
-                      level: str) -> list[dict[tuple[str, str, str], np.ndarray]]:
+def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
+                      controls=(), seed: int = 0) -> list[dict[tuple[str, str, str], np.ndarray]]:
     """For each example of a padded batch: ``{(rollout variant, method, aggregation): rho per
     layer}``, the Spearman of the [CLS] rows with the true class's gradient × input saliency (one
-    :func:`cmixlib.gradients.batch_attribute` call and one padded forward for the maps)."""
+    :func:`cmixlib.gradients.batch_attribute` call and one padded forward for the maps); and
+    ``{("control", c, "control"): rho}`` for each of ``controls``
+    (:func:`cmixlib.experiments.controls.control_scores`, target 0, the random one seeded with
+    the example's ``_row`` index)."""
     from .. import core
     from ..attention import normalize_rows, rollout
     from ..gradients import ClassTarget, batch_attribute
@@ -101,6 +105,8 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str],
             for variant, r in rolled.items():
                 rho[(variant, m, "rollout")] = ev.spearman_rows(r[:, 0], ref)
                 rho[(variant, m, "individual")] = single
+        for c, sc in control_scores(n, 0, control_seed(seed, ex.get("_row", b)), controls).items():
+            rho[("control", c, "control")] = np.array([ev.spearman(sc, ref)])
         out.append(rho)
     return out
 
@@ -114,15 +120,18 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     (column ``rollout``; a single layer's [CLS] row has the same ranks in both, so (b) is one
     number reported under both). Frame ``variants`` has both; ``result`` (compared with the
     paper) has the one ``rollout_normalize`` picks (default False: the raw rollout of GlobEnc's
-    code)."""
+    code). Frame ``controls``: the same correlation for the sanity baselines ``controls``
+    (random, seeded per example with ``seed``; nearness -j, earlier tokens first), one per
+    example and task (columns task, method, mean, std, n, n_nan)."""
     s = ctx.settings
     methods = list(s["methods"])
     level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]
     frames = []
     for task in s["tasks"]:
         bundle, _, examples = ctx.load_inputs(task)
-        rhos = batched(ctx, examples, lambda batch: _correlation_rows(bundle, batch, methods, level),
-                       desc=f"GlobEnc ({task})")
+        examples = [dict(ex, _row=i) for i, ex in enumerate(examples)]
+        rhos = batched(ctx, examples, lambda batch: _correlation_rows(
+            bundle, batch, methods, level, s["controls"], int(s["seed"])), desc=f"GlobEnc ({task})")
         per: dict[tuple[str, str, str], list[np.ndarray]] = {}
         for i in range(len(examples)):
             for key, v in rhos[i].items():
@@ -133,8 +142,12 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
                 for layer in range(v.shape[1])]
         frames.append(pd.DataFrame(rows))
     both = pd.concat(frames, ignore_index=True)
+    controls = both[both["rollout"] == "control"]
+    both = both[both["rollout"] != "control"].reset_index(drop=True)
     chosen = both[both["rollout"] == _variant(s)].reset_index(drop=True)
-    return {"result": chosen, "variants": both}
+    return {"result": chosen, "variants": both,
+            "controls": controls.drop(columns=["rollout", "aggregation", "layer"])
+            .reset_index(drop=True)}
 
 
 def _correlations_compare(frames, paper):
@@ -159,7 +172,8 @@ CORRELATIONS = Experiment(
     paper="GlobEnc (Table 1, Figure 3, Table 2)", compute=correlations,
     inputs=Inputs(Model("classifier", "{task}"), Data("classification_inputs", "{task}")),
     defaults={"tasks": ["sst2"], "methods": GLOBENC_METHODS, "rollout_normalize": False,
-              "saliency_level": "embeddings", **CLASSIFIER_SETTINGS},
+              "saliency_level": "embeddings", "controls": list(CONTROLS), "seed": 0,
+              **CLASSIFIER_SETTINGS},
     paper_numbers=pn.globenc_table1, compare=_correlations_compare)
 
 

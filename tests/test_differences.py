@@ -1,0 +1,116 @@
+"""The rules that explain a "differs" (cmixlib.differences), ALTI Figures 8-10's homogeneity
+measures and claims, and the example items' status rows, on hand-made tables."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cmixlib import differences as D
+from cmixlib.experiments.alti_layers import (FIGS8_10_HEADLINE, figs8_10_claims, homogeneity,
+                                             special_mass)
+
+
+def _alignment(values: dict[str, list[float]], std: float = 0.1, n: int = 100) -> pd.DataFrame:
+    rows = [{"method": m, "layer": layer, "metric": "dot", "mean": v, "std": std, "n": n}
+            for m, vs in values.items() for layer, v in enumerate(vs)]
+    return pd.DataFrame(rows)
+
+
+def test_alignment_why_locates_the_failing_layers_and_tests_noise():
+    r = _alignment({"value_zeroing": [0.1, 0.3, 0.3], "deeplift": [0.5, 0.2, 0.1],
+                    "attention": [0.05, 0.1, 0.299]})
+    text, ev = D.alignment_why(r, context_mixing=["attention"])
+    assert "layer(s) 1 of 3" in text and "DeepLift" in text
+    assert ev.loc[1, "gap"] == pytest.approx(0.4)
+    assert ev.loc[1, "z"] == pytest.approx(0.4 / np.sqrt(2 * 0.01 / 100))
+    assert "far outside sampling noise" in text
+    assert "best-aligned in 3 of 3 layers" in text
+    # a gap inside the noise is called so
+    r = _alignment({"value_zeroing": [0.30], "attention": [0.301]}, std=0.1, n=10)
+    text, _ = D.alignment_why(r)
+    assert "within sampling noise" in text
+    # nothing fails
+    text, _ = D.alignment_why(_alignment({"value_zeroing": [0.3, 0.4], "attention": [0.1, 0.2]}))
+    assert text.startswith("Value Zeroing is above every other method in every layer")
+
+
+def test_probes_why_ranks_the_method():
+    r = pd.DataFrame([{"method": m, "layer": 0, "metric": "probes_needed", "mean": v}
+                      for m, v in {"value_zeroing": 2.0, "deeplift": 1.0, "attention": 3.0}.items()])
+    text, ev = D.probes_why({"pre-trained": r})
+    assert "rank 2 of 3" in text and "behind DeepLift" in text
+    assert list(ev.index) == ["DeepLift", "Value Zeroing", "Attention"]
+
+
+def test_consistency_why_reports_paired_ci():
+    res = pd.DataFrame({"method": ["alti", "grad_l2"], "mean": [0.6, 0.7]})
+    vs = pd.DataFrame({"method": ["grad_l2"], "mean_diff": [0.1], "ci_low": [-0.01],
+                       "ci_high": [0.2], "n": [50]})
+    text, _ = D.consistency_why(res, vs)
+    assert "including 0" in text and "50 sentences" in text
+    vs["ci_low"] = 0.05
+    assert "excluding 0" in D.consistency_why(res, vs)[0]
+
+
+def test_rollout_vs_single_why_over_tasks_and_variants():
+    rows = []
+    for task in ("A", "B"):
+        for var in ("raw", "row-normalised"):
+            for m, (roll, ind) in {"attn_norm": (0.1, 0.5),
+                                   "globenc_layer": (0.8 if var == "raw" else 0.2, 0.5)}.items():
+                rows += [{"task": task, "rollout": var, "method": m, "layer": 2,
+                          "aggregation": "rollout", "mean": roll},
+                         {"task": task, "rollout": var, "method": m, "layer": 2,
+                          "aggregation": "individual", "mean": ind},
+                         {"task": task, "rollout": var, "method": m, "layer": 1,
+                          "aggregation": "rollout", "mean": 9.0}]
+    text, ev = D.rollout_vs_single_why(pd.DataFrame(rows), ["attn_norm", "globenc_layer"])
+    assert "below the single layer for N on every task" in text
+    assert "above it on 2 of 2 tasks with the raw rollout and on 0 of 2" in text
+    assert ev.shape == (2, 4)
+
+
+def test_claims_why_quotes_failed_evidence():
+    c = pd.DataFrame({"claim": ["a", "b"], "holds": [True, False], "evidence": ["x", "y"],
+                      "headline": [False, True]})
+    assert D.claims_why(c)[0] == "not b (y)."
+    c["holds"] = True
+    assert D.claims_why(c)[0] == "every claim holds."
+
+
+def test_homogeneity_and_special_mass():
+    n = 5
+    same = np.tile(np.arange(1.0, n + 1), (n, 1))
+    assert homogeneity(same) == pytest.approx(1.0)
+    assert homogeneity(np.eye(n)) == pytest.approx(1.0 / n)          # TV(e_i, 1/n) = (n-1)/n
+    assert homogeneity(np.stack([same, np.eye(n)])) == pytest.approx([1.0, 1.0 / n])
+    assert special_mass(np.eye(n)) == pytest.approx(2.0 / n)
+    with pytest.raises(ValueError):
+        homogeneity(np.zeros((3, 3)))
+
+
+def test_figs8_10_claims_from_a_result_frame():
+    rows = []
+    for m, (h1, hL, sL) in {"attention_rollout": (0.5, 0.9, 0.6), "alti": (0.2, 0.7, 0.1),
+                            "rollout:attn_norm_res_ln": (0.4, 0.9, 0.1)}.items():
+        rows += [{"method": m, "layer": 1, "homogeneity": h1, "special_mass": 0.1},
+                 {"method": m, "layer": 6, "homogeneity": hL, "special_mass": sL}]
+    claims = figs8_10_claims(pd.DataFrame(rows))
+    assert claims.all() and claims.index[0] == FIGS8_10_HEADLINE
+    rows[3]["homogeneity"] = 0.95                       # ALTI above rollout at the last layer
+    assert not figs8_10_claims(pd.DataFrame(rows))[FIGS8_10_HEADLINE]
+
+
+def test_row_spread_against_a_loop():
+    from cmixlib import row_spread
+
+    rng = np.random.default_rng(0)
+    m = rng.random((3, 5, 5))
+    loop = [np.mean([0.5 * np.abs(a[i] - a[k]).sum() for i in range(5) for k in range(5)])
+            for a in m]
+    assert row_spread(m) == pytest.approx(loop, rel=1e-12)
+    assert row_spread(np.eye(4)) == pytest.approx(3 / 4)
+    assert row_spread(np.ones((3, 3))) == 0.0
+    with pytest.raises(Exception):
+        row_spread(np.ones((2, 3)))
