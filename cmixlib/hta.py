@@ -22,7 +22,7 @@ the real input of that layer for this sentence: other layers are not involved (s
 divides each row by its sum, :math:`\tilde c_{i \leftarrow j} = c_{i \leftarrow j} / \sum_k
 c_{i \leftarrow k}`, as GlobEnc's HTA notebook does; ``normalize=False`` returns :math:`c`.
 
-**How (``method="closed"``, the default).** One forward pass records each layer's input
+**How** (``method="closed"``, the default). One forward pass records each layer's input
 :math:`x`, output and attention weights :math:`\alpha` (:func:`cmixlib.encoder.run_and_capture`);
 queries, keys and values are the layer's own projections of :math:`x`. In the notation of
 :mod:`cmixlib.encoder` (:math:`p_i = x_i + a_i`, :math:`y_i = \mathrm{LN}_1(p_i)`,
@@ -80,7 +80,7 @@ same rounds, i.e. **33-42x faster** (the last run: 4.6 s vs 157 s and 2.9 s vs 1
 methods' raw maps differed by at most 2.4e-6 (values up to 13). A 70-token sentence: 17 s under
 load average about 4, about 150 MB of extra memory.
 
-**How (``method="autograd"``).** One ordinary forward pass of the model records, with forward
+**How** (``method="autograd"``). One ordinary forward pass of the model records, with forward
 pre-hooks, each layer's input and the exact arguments the model passed to that layer module
 (attention mask and any other keyword). The layer's Jacobian is then obtained by calling the
 **same, unmodified Hugging Face layer module** with those arguments as a function of its

@@ -198,7 +198,7 @@ def alti_repo_anisotropy() -> pd.DataFrame:
     T_i(x_a) and T_i(x_b) for every query i, pooled over queries and sentences, ``metric``
     ``"mean_cosine_transformed"``). ``condition`` holds the layer, as in :func:`globenc_table2`:
     ``"L0"`` the embedding output and ``"Ll"`` layer l's output for the hidden states; for the
-    transformed vectors the JSON's ``layer_k`` (k = 0..11) is layer k + 1 (``"L1"``..``"L12"``),
+    transformed vectors the JSON's ``layer_k`` (k = 0..11) is layer k + 1 (``"L1"`` to ``"L12"``),
     the layer whose attention block they sum to. ``cmix_method`` is empty (no attribution method).
     """
     transformed = [0.040, 0.056, 0.061, 0.055, 0.057, 0.048, 0.071, 0.064, 0.089, 0.106, 0.172, 0.309]

@@ -339,7 +339,7 @@ def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     r"""DeepLift, rescale rule (captum): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
 
     The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
-    that captum recognises **as an ``nn.Module`` of a known type** (``nn.ReLU``, ``nn.Tanh``,
+    that captum recognises as an ``nn.Module`` **of a known type** (``nn.ReLU``, ``nn.Tanh``,
     ``nn.Sigmoid``, ``nn.Softmax``, ...) is replaced by the rescale multiplier
     :math:`\Delta y / \Delta x` between input and baseline. Out of the box, most non-linearities
     of a Hugging Face encoder are *not* such modules: the FFN's GELU is
