@@ -36,7 +36,8 @@ def example_item(item: str) -> Callable[[], dict]:
     """The status row of example item ``item`` (a key of
     :data:`cmixlib.experiments.examples.EXAMPLE_HEADLINES`). Rule: :func:`claims_verdict` of the
     item's claims with its headline; "(other model)" unless the item involves no model (the
-    annotation of Value Zeroing's Table 1) or the model is the paper's (exact ids,
+    annotation of Value Zeroing's Table 1: its model column stays empty) or the model is the
+    paper's (exact ids,
     :func:`cmixlib.reproduction.same_model_id`)."""
     def assess() -> dict:
         from .book_runs import run
@@ -56,7 +57,7 @@ def example_item(item: str) -> Callable[[], dict]:
         return {"verdict": verdict, "detail": f"{detail}. Evidence: {evidence}",
                 "paper value": "the caption's and text's claims",
                 "ours": f"{int(rows['holds'].sum())} of {len(rows)} claims hold",
-                "model": _short_model(model) if model else "none (annotation rules)",
+                "model": _short_model(model) if model else None,    # no model: the rules
                 "n": show_size(len(rows)) + " claims"}
     return assess
 

@@ -114,3 +114,27 @@ def test_row_spread_against_a_loop():
     assert row_spread(np.ones((3, 3))) == 0.0
     with pytest.raises(Exception):
         row_spread(np.ones((2, 3)))
+
+
+def test_example_item_rows(monkeypatch):
+    """An example item's row: claims_verdict with the headline; no model (the annotation) leaves
+    the model column empty and the verdict unmarked; an offline model marks it "(other model)"."""
+    import types
+
+    import cmixlib.book_runs as B
+    from cmixlib.reproduction_examples import example_item
+
+    frame = pd.DataFrame([
+        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True,
+         "model": ""},
+        {"item": "VZ Table 1", "claim": "other", "holds": False, "evidence": "e2",
+         "headline": False, "model": ""},
+        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True,
+         "model": "all-MiniLM-L6-v2 (bert, 6 layers) -- offline fallback for 'bert-base-uncased'"},
+    ])
+    monkeypatch.setattr(B, "run", lambda name: types.SimpleNamespace(result=frame))
+    row = example_item("VZ Table 1")()
+    assert row["verdict"] == "differs" and row["model"] is None    # 1 other claim, it fails
+    assert "e2" in row["detail"] and row["ours"] == "1 of 2 claims hold"
+    row = example_item("VZ Figure 4")()
+    assert row["verdict"] == "same ranking (other model)" and row["model"] == "all-MiniLM-L6-v2"
