@@ -1,8 +1,8 @@
 """Reading a pre-LN decoder LM from outside: one captured forward pass with named capture points,
 and the per-source decomposition of each layer's attention block.
 
-Notation for one layer of a pre-LN decoder (Llama-style or GPT-2; :data:`cmixlib.arch.
-DECODER_FAMILIES`), token i receiving from token j <= i, H query heads sharing KV key-value heads
+Notation for one layer of a pre-LN decoder (Llama-style or GPT-2;
+:data:`cmixlib.arch.DECODER_FAMILIES`), token i receiving from token j <= i, H query heads sharing KV key-value heads
 (query head h reads key-value head g(h) = h // (H / KV)). Each name in the first column is a
 **capture point**: ``state[name]`` on a :class:`DecoderLayerState` (``capture.layers[l][name]``),
 the model's own tensor from one ordinary forward pass, or derived from those where marked::

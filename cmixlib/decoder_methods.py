@@ -33,7 +33,7 @@ distance is exact (``F.pairwise_distance`` adds 1e-6 to the difference); RMSNorm
 are linearised without centring (their code knows LayerNorm models only). Value Zeroing matches
 inseq's decoder implementation (all key-value heads of token j zeroed, every layer zeroed
 independently from clean inputs, cosine distance, rows normalised), except that the distance is
-computed stably (0.5 |a/|a| - b/|b||^2, not 1 - cos) and layers are rolled out, not averaged.
+computed stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``) and layers are rolled out, not averaged.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ The frames are those of :func:`cmixlib.experiments.vz_rollout.rollout_depth`: ``
 (rows, method, layer, offset, weight) and ``nearness`` (method, aggregation, layer, mean, std,
 n: each [MASK] row's Spearman with the nearness control, blank-out's as method "blank-out").
 A difference of two means "counts" when it exceeds :data:`SE_FACTOR` combined standard errors
-(:func:`clear_difference`); the controls are random and nearness (-|j - t|).
+(:func:`clear_difference`); the controls are random and nearness (``-|j - t|``).
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def _nearness_cell(frames: Mapping[str, pd.DataFrame], method: str, aggregation:
 
 def describe_drift(frames: Mapping[str, pd.DataFrame], methods: list[str]) -> str:
     """A sentence on where the rolled-out [MASK] row puts its weight: its Spearman with the
-    nearness control (-|j - t|) at layer 1 and at layer L, per method, beside blank-out's.
+    nearness control (``-|j - t|``) at layer 1 and at layer L, per method, beside blank-out's.
 
     Rule: "moves away from the [MASK]" iff the layer-L value is clearly below blank-out's
     (:func:`clear_difference`), "not clearly further from the [MASK] than blank-out"

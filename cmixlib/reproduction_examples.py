@@ -5,8 +5,8 @@
   Figure 1) are scored by the claims the papers make about them, from the book run
   "paper-examples" (:mod:`cmixlib.experiments.examples`), with
   :func:`cmixlib.verdicts.claims_verdict` and the item's headline claim;
-* ALTI Figures 8-10 by the homogeneity claims of :func:`cmixlib.experiments.alti_layers.
-  figs8_10_claims`, from the book run "alti-figs8-10";
+* ALTI Figures 8-10 by the homogeneity claims of
+  :func:`~cmixlib.experiments.alti_layers.figs8_10_claims`, from the book run "alti-figs8-10";
 * diagrams and example maps the papers draw without a claim get the verdict
   :data:`NO_CLAIM` with what they show and where the book draws its own.
 """
@@ -48,7 +48,8 @@ def example_item(item: str) -> Callable[[], dict]:
         claims = pd.Series(rows["holds"].to_numpy(), index=rows["claim"])
         headline = str(rows.loc[rows["headline"], "claim"].iloc[0])
         verdict, detail = claims_verdict(claims, headline=headline)
-        model = str(rows["model"].iloc[0])
+        model = rows["model"].iloc[0]
+        model = "" if pd.isna(model) else str(model)       # "" (NaN once cached): no model
         if model:
             same = "offline fallback" not in model and all(
                 same_model_id(m, MAIN_MODEL) for m in _run_models(model))

@@ -340,8 +340,8 @@ def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,
     * "differs": otherwise (including a constant list, where rho is undefined).
 
     A run on another model cannot be "reproduced", and its verdict carries "(other model)"
-    (:func:`with_model_condition`). Detail, e.g. "Spearman +0.93 (p = 0.003, exact, 7 methods);
-    best: ours A = B (tie), paper A; largest |difference| 0.05"."""
+    (:func:`with_model_condition`). Detail, e.g. ``Spearman +0.93 (p = 0.003, exact, 7 methods);
+    best: ours A = B (tie), paper A; largest |difference| 0.05``."""
     o = pd.Series(ours, dtype=float).dropna()
     p = pd.Series(paper, dtype=float).dropna()
     shared = [m for m in p.index if m in o.index]

@@ -126,9 +126,9 @@ def test_example_item_rows(monkeypatch):
 
     frame = pd.DataFrame([
         {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True,
-         "model": ""},
+         "model": float("nan")},             # "" is read back from the cache's CSV as NaN
         {"item": "VZ Table 1", "claim": "other", "holds": False, "evidence": "e2",
-         "headline": False, "model": ""},
+         "headline": False, "model": float("nan")},
         {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True,
          "model": "all-MiniLM-L6-v2 (bert, 6 layers) -- offline fallback for 'bert-base-uncased'"},
     ])

@@ -58,7 +58,7 @@ alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-
                                attention-block outputs, ALTI Figure 3
 decoder-blimp                  attention sink, causal cue alignment and     SmolLM2 (decoder),    decoder
                                faithfulness of a decoder LM (chapter 16)    BLiMP test half
-alti-figs8-10-homogeneity      homogeneity of the relevance rows per layer, SST-2 classifier*     alti_layers
+alti-figs8-10-homogeneity      homogeneity of relevance rows per layer,     SST-2 classifier*     alti_layers
                                rollout / norm rollout / ALTI, Figs. 8-10
 paper-example-claims           the papers' claims about their example       the book runs'        examples
                                sentences (VZ Table 1, Fig. 4; ALTI Tables   models*

@@ -7,7 +7,7 @@ The figures show one sentence; the claim is about the method, so the run measure
 same SST-2 test sentences as Table 2 with two numbers per map R (rows i receiving, columns j
 contributing, each row normalised to sum 1):
 
-* homogeneity  h(R) = 1 - (1/n^2) sum_{i,k} TV(R_i, R_k),  TV(p, q) = (1/2) sum_j |p_j - q_j|
+* homogeneity  h(R) = 1 - (1/n^2) sum_{i,k} TV(R_i, R_k),  TV(p, q) = (1/2) sum_j abs(p_j - q_j)
   (1: every row the same distribution; 1/n for the identity; lower: rows differ);
 * special mass  s(R) = (1/n) sum_i (R_{i,[CLS]} + R_{i,[SEP]}).
 """

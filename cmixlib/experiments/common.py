@@ -82,7 +82,7 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     :func:`cmixlib.gradients.batch_attribute` call for all gradient methods serve the whole batch.
     Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS`,
     ``"random"`` (uniform, seeded per example with ``seeds``) and ``"nearness"``
-    (-|j - t|, t the target position; the same in every layer)."""
+    (``-|j - t|``, t the target position; the same in every layer)."""
     from .. import core
     from ..attention import rollout
     from ..gradients import batch_attribute

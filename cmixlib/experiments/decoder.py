@@ -43,7 +43,7 @@ __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "E
            "DECODER_BLIMP"]
 
 #: Layer-wise methods of the cue alignment (``alti_logit``: layer l's tracked contribution).
-#: No nearness here: -|j - p| is never positive, so the alignment's normalisation (negatives
+#: No nearness here: ``-|j - p|`` is never positive, so the alignment's normalisation (negatives
 #: clipped) would make it uniform; it is a baseline of the faithfulness (ranks) only.
 DECODER_LAYER_METHODS = ["random", "attention", "attn_norm", "attn_norm_res", "alti_layer",
                          "value_zeroing", "alti_logit"]

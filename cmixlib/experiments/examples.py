@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..registry import method_label
 from .runner import Context, Experiment
 
 __all__ = ["EXAMPLES", "VZ_TABLE1", "ALTI_TABLE_SENTENCES", "EXAMPLE_HEADLINES",
@@ -163,7 +164,8 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
     mean_rank = {m: float(_ranks(v)[pos].mean()) for m, v in rows.items()}
     claims.append(_claim(item, EXAMPLE_HEADLINES[item],
                          all(mean_rank[m] < mean_rank["alti"] for m in _GRADIENTS_T1),
-                         "mean rank " + ", ".join(f"{m} {r:.1f}" for m, r in mean_rank.items())))
+                         "mean rank " + ", ".join(f"{method_label(m)} {r:.1f}"
+                                                  for m, r in mean_rank.items())))
     for sent in ALTI_TABLE_SENTENCES:
         if "label" in sent:
             ex = text_example(clf.tokenizer, sent["text"])
@@ -203,8 +205,9 @@ def _globenc_figure1(ctx: Context) -> tuple[list[dict], str]:
 def example_claims(ctx: Context) -> dict[str, pd.DataFrame]:
     """Every claim of the module docstring, on the papers' own example sentences (typed from the
     papers), with the models other experiments read, loaded with the settings given for them
-    (one setting per experiment, the book run's settings, :attr:`cmixlib.book_runs.BookRun.
-    borrows`; each merged with that experiment's defaults): the fine-tuned MLM of
+    (one setting per experiment, the book run's settings,
+    :class:`~cmixlib.book_runs.BookRun` ``borrows``; each merged with that experiment's
+    defaults): the fine-tuned MLM of
     ``vz-faithfulness`` (VZ Figure 4), the SST-2 classifier and pre-trained MLM of
     ``alti-table2`` with IG at ``alti-fig7-consistency``'s steps (ALTI Tables 1, 3-9), the SST-2
     classifier of ``globenc-correlations`` (GlobEnc Figure 1, raw rollout as its code). Frame
