@@ -106,13 +106,18 @@ _shown_fallbacks: set[str] = set()
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """``warnings.showwarning`` for the chapters: "Category: message"; the offline-fallback
-    warning once per model and page, as a note (an HTML admonition in a notebook, which the
-    site renders like the book's own notes) rather than a warning box."""
+    warning once per model and page: the page's first as a note (an HTML admonition in a
+    notebook, which the site renders like the book's own notes) rather than a warning box, a
+    further model's as one plain printed line."""
     text = str(message)
     if _FALLBACK_WARNING in text:
         if text in _shown_fallbacks:
             return
+        first = not _shown_fallbacks
         _shown_fallbacks.add(text)
+        if not first:                 # one note per page; a further model in one plain line
+            print(f"Which model: {text.removeprefix('cmixlib: ')}")
+            return
         if _show_note("Which model", text.removeprefix("cmixlib: ")):
             return
     print(f"{category.__name__}: {text}", file=file or sys.stderr)

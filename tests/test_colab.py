@@ -200,6 +200,13 @@ def test_in_a_notebook_the_fallback_is_a_note_not_a_warning_box(monkeypatch, cap
     assert "&#x27;bert-base-uncased&#x27; is not available" in shown[0] and "&lt;b&gt;" in shown[0]
     err = capsys.readouterr().err
     assert "is not available" not in err and "UserWarning: something else" in err
+    # a second model's fallback on the same page: one plain line, no second note
+    other = UserWarning("cmixlib: 'bert-base-uncased' is not available (offline and not cached); "
+                        "using the committed sst2 classifier instead.")
+    book._show_warning(other, UserWarning, "x.py", 3)
+    out = capsys.readouterr()
+    assert len(shown) == 1 and out.out.count("Which model: ") == 1
+    assert "sst2 classifier" in out.out and "is not available" not in out.err
 
 
 def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
