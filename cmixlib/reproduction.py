@@ -69,14 +69,20 @@ class Item:
 
 
 def _short_model(description: str) -> str:
-    """The model part of a run's description ("sst2: X (...) | sva: Y (...)" -> "sst2: X | sva:
-    Y"), with "fine-tuned" kept when the description says so."""
+    """The model part of a run's description, for reading: "sst2: X (...) | sva: Y (...)" ->
+    "sst2: X | sva: Y", with "fine-tuned" kept when the description says so; parts that name
+    the same model are merged ("X (fine-tuned; sst2, mnli)"), and a "sentence-transformers/"
+    organisation is dropped (display only: the verdicts compare the full ids)."""
     parts = []
     for part in str(description).split(" | "):
         name = part.split(" (")[0]
         if "fine-tuned" in part and "fine-tuned" not in name:
             name += " (fine-tuned)"
-        parts.append(name)
+        parts.append(name.replace("sentence-transformers/", ""))
+    keyed = [p.partition(": ") for p in parts]
+    if len(parts) > 1 and all(sep for _, sep, _ in keyed) and len({m for *_, m in keyed}) == 1:
+        model, keys = keyed[0][2], ", ".join(k for k, _, _ in keyed)
+        return (model[:-1] + f"; {keys})" if model.endswith(")") else f"{model} ({keys})")
     return " | ".join(parts)
 
 

@@ -36,6 +36,9 @@ def test_short_model_names():
         "all-MiniLM-L6-v2 + MLM adaptation"
     assert R._short_model("sst2: A (b; fine-tuned on sst2) | sva: C (d)") == \
         "sst2: A (fine-tuned) | sva: C"
+    assert R._short_model("sst2: sentence-transformers/M (x; fine-tuned on sst2) | mnli: "
+                          "sentence-transformers/M (fine-tuned on mnli)") == \
+        "M (fine-tuned; sst2, mnli)"
 
 
 def test_sanity_note_flags_methods_below_the_baselines():
