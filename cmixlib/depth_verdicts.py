@@ -2,7 +2,7 @@
 from the run's values by the rule in its docstring, and the one-sentence reason the reproduction
 status gives for Value Zeroing's Table 3 (:func:`table3_reason`).
 
-The frames are those of :func:`cmixlib.experiments.vz_rollout.rollout_depth`: ``result``
+The frames are those of the experiment ``vz-rollout-depth`` (:mod:`cmixlib.experiments.vz_rollout`): ``result``
 (condition, method, aggregation, layer, replacement, exclude, mean, std, n), ``profile``
 (rows, method, layer, offset, weight) and ``nearness`` (method, aggregation, layer, mean, std,
 n: each [MASK] row's Spearman with the nearness control, blank-out's as method "blank-out").

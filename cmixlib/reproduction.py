@@ -360,7 +360,7 @@ def almost_every_layer(flags: pd.Series) -> bool:
 
 def globenc_fig3_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Series:
     """GlobEnc Figure 3's claims on ``globenc-correlations``'s result (rollout rows of ``task``):
-    the caption's headline (:data:`GLOBENC_FIG3_HEADLINE`, :func:`almost_every_layer`); "the
+    the caption's headline (``GLOBENC_FIG3_HEADLINE``, :func:`almost_every_layer`); "the
     norm-based settings (N and N-Res) attain higher correlation than the weight-based
     counterparts (W and W-Res) almost in all layers", one claim each; "the correlation curves
     flatten out after only a few layers": N-Enc rises less from the middle layer to the last
@@ -385,7 +385,7 @@ def globenc_table2_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Serie
     saliency scores than the raw single layer attribution maps, especially in deeper layers") on
     ``globenc-correlations``'s result, for N, N-Res and N-Enc (:data:`GLOBENC_TABLE2_METHODS`):
     rollout above the single layer at the last layer (the headline,
-    :data:`GLOBENC_TABLE2_HEADLINE`), at the middle layer (the paper's layer 6 of 12: ours
+    ``GLOBENC_TABLE2_HEADLINE``), at the middle layer (the paper's layer 6 of 12: ours
     L // 2), and at the best layer of each (the table's MAX column)."""
     r = result[result.task == task]
     m = list(GLOBENC_TABLE2_METHODS)
