@@ -125,7 +125,7 @@ BOOK_RUNS: dict[str, BookRun] = {
     # core (cost: CPU seconds measured). Its models are only loaded, never trained: any group
     "decoder-blimp": BookRun("decoder-blimp", 80, 2, cost=160, group="classifier"),
     # the papers' example sentences, scored by their claims (the status page): the models of
-    # "faithfulness" (fine-tuned MLM, trained in the build: same chain), "alti-table2" and
+    # "faithfulness" (fine-tuned MLM: same chain, see prewarm_chains), "alti-table2" and
     # "globenc-correlations"; a fixed set of sentences, the same in quick mode
     "paper-examples": BookRun("paper-example-claims", None, None, cost=60,
                                chain="mlm-finetuned",
@@ -202,7 +202,8 @@ def prewarm_chains(quick: bool | None = None) -> list[list[tuple[str, str | None
     """The calls of :func:`book_calls` cut into chains that :func:`prewarm` runs one after
     another, longest chain first. Quick mode: one chain per :attr:`BookRun.group` (its models are
     trained in the build, once). Full mode: one chain per call, except that the fine-tuned
-    condition's runs share one chain (the prompt-fine-tuned MLM is trained in the build, once, by
+    condition's runs share one chain (the prompt-fine-tuned MLM is loaded from its committed weights
+    offline, but trained in the build, once, for a model without them (e.g. ``CMIX_MODEL`` set), by
     the first of them); all other models are committed and only loaded."""
     quick = quick_mode() if quick is None else quick
     chains: dict[str, list[tuple[str, str | None]]] = {}

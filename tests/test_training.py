@@ -270,7 +270,8 @@ def test_every_trainer_runs_the_one_fit_loop(tok):
     assert len(prompt["metrics"]["train_loss_per_epoch"]) == 2
     # the recorded lr follows the linear schedule (warm-up 10% of 6 steps = 1 step)
     lrs = [s.lr for s in by_name["prompt fine-tuning"]]
-    assert lrs[0] == 0.0 and math.isclose(lrs[1], 3e-5) and math.isclose(lrs[3], 3e-5 * 3 / 5)
+    lr = T.PROMPT_LR
+    assert lrs[0] == 0.0 and math.isclose(lrs[1], lr) and math.isclose(lrs[3], lr * 3 / 5)
     assert cls["metrics"]["final_train_loss"] == pytest.approx(
         sum(s.loss for s in by_name["fine-tuning sst2"]) / 3)
 

@@ -12,7 +12,7 @@ teacher's SST-2 training split, with the loss
 
 where ``h[0]`` are the embeddings and ``h[j]`` the output of layer ``j`` (1-based), so student
 layer ``k`` (0-based) is aligned with teacher layer ``2k + 1``. Trained: LoRA adapters (rank 16,
-:class:`train_classifiers.LoRALinear`) on the six linear maps of the three kept layers, relative
+:class:`cmixlib.training.lora.LoRALinear`) on the six linear maps of the three kept layers, relative
 to the teacher's merged weights, plus every LayerNorm, the pooler and the head; the word,
 position and type embeddings stay frozen. Batching, LoRA, validation accuracy and checkpoint
 writing are those of ``tools/train_classifiers.py`` (imported). Every ``--eval-every`` steps it

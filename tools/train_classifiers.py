@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cmixlib import classifier_weights as cw  # noqa: E402
+from cmixlib.training import lora  # noqa: E402
 
 #: Per-task defaults (chosen on the validation splits only). ``eval_every`` 0: validation at each
 #: epoch's end only (the longer HateXplain and MNLI inputs make a validation pass costly on CPU).
@@ -46,36 +47,11 @@ COMMON = dict(lora_r=16, lora_alpha=32, max_length=128, warmup=0.06, weight_deca
               ckpt_every=200)
 
 
-class LoRALinear(torch.nn.Module):
-    """``base(x) + (alpha / r) * x A^T B^T`` with ``A`` (r, in) Kaiming-initialised, ``B`` zero."""
-
-    def __init__(self, base: torch.nn.Linear, r: int, alpha: float):
-        super().__init__()
-        self.base, self.scale = base, alpha / r
-        self.lora_A = torch.nn.Parameter(torch.empty(r, base.in_features))
-        self.lora_B = torch.nn.Parameter(torch.zeros(base.out_features, r))
-        torch.nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
-
-
 def add_lora(model: torch.nn.Module, r: int, alpha: float) -> dict[str, torch.nn.Parameter]:
-    """Freeze ``model``, wrap the adapter targets, unfreeze the full ones; returns the trainable
-    parameters under the names they are stored with."""
-    full = cw.full_param_names(model)
-    params = dict(model.named_parameters())
-    for p in model.parameters():
-        p.requires_grad_(False)
-    out = {n: params[n] for n in full}
-    for n in cw.lora_module_names(model):
-        parent, attr = n.rsplit(".", 1)
-        wrapped = LoRALinear(model.get_submodule(n), r, alpha)
-        setattr(model.get_submodule(parent), attr, wrapped)
-        out[n + ".lora_A"], out[n + ".lora_B"] = wrapped.lora_A, wrapped.lora_B
-    for p in out.values():
-        p.requires_grad_(True)
-    return out
+    """Freeze ``model``, wrap the adapter targets (:func:`cmixlib.classifier_weights.lora_module_names`),
+    unfreeze the full ones (:func:`~cmixlib.classifier_weights.full_param_names`); returns the
+    trainable parameters under the names they are stored with (:func:`cmixlib.training.lora.add_lora`)."""
+    return lora.add_lora(model, cw.lora_module_names(model), cw.full_param_names(model), r, alpha)
 
 
 def encode(tok, inputs, max_length: int) -> list[dict[str, list[int]]]:

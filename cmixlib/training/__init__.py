@@ -25,7 +25,8 @@ Map of the package:
 * :mod:`~cmixlib.training.mlm`: MLM-head logits, masking, masked-word accuracy, agreement scores,
   :func:`train_mlm_head`, :func:`load_mlm_model`, :func:`mlm_metrics`;
 * :mod:`~cmixlib.training.prompt`: :func:`prompt_loss`, :func:`finetune_prompt`,
-  :func:`load_finetuned_mlm`;
+  :func:`load_finetuned_mlm` (LoRA; committed weights for the packaged MLM);
+* :mod:`~cmixlib.training.lora`: the low-rank adapters every committed fine-tune is trained with;
 * :mod:`~cmixlib.training.classifiers`: :func:`classification_data`, :func:`train_classifier`,
   :func:`classifier_accuracy`, :func:`keep_encoder_layers`, :func:`label_ids`.
 """
@@ -45,7 +46,7 @@ from .mlm import (MLM_MIN_WORDS, decoder_is_tied, default_mlm_texts, load_mlm_mo
                   masked_word_accuracy, mlm_agreement_accuracy, mlm_agreement_scores,
                   mlm_head_logits, mlm_head_param_names, mlm_metrics, static_masking,
                   train_mlm_head)
-from .prompt import finetune_prompt, load_finetuned_mlm, prompt_loss
+from .prompt import PROMPT_LR, finetune_prompt, load_finetuned_mlm, prompt_loss
 
 __all__ = [
     "CODE_VERSION", "VERSION_SOURCES", "code_version", "pad_sequences", "cache_root",
@@ -55,7 +56,7 @@ __all__ = [
     "epoch_batches", "stream_batches", "watch_steps", "mlm_head_logits", "mlm_head_param_names",
     "decoder_is_tied", "logits_at", "static_masking", "masked_word_accuracy", "train_mlm_head",
     "default_mlm_texts", "load_mlm_model", "mlm_metrics", "mlm_agreement_scores",
-    "mlm_agreement_accuracy", "prompt_loss", "finetune_prompt", "load_finetuned_mlm",
+    "mlm_agreement_accuracy", "PROMPT_LR", "prompt_loss", "finetune_prompt", "load_finetuned_mlm",
     "classification_data", "classifier_accuracy", "train_classifier", "keep_encoder_layers",
     "label_ids", "CLASSIFIER_TASKS", "LABELS", "MNLI_SPLIT_SEED", "MNLI_DEV_SIZE", "MLM_MIN_WORDS",
     "CACHE_ENV_VAR",
