@@ -32,6 +32,10 @@ test: $(STAMP)
 #   in JOBS processes (one torch thread each on 2 cores) that take the runs from one queue,
 #   longest first (book_runs.prewarm_chains); the chapters then load the results. JOBS=1: one
 #   process.
+# - tools/run_notebooks.py then executes the notebooks whose cached outputs are not current in
+#   JOBS processes (one queue; OMP_NUM_THREADS = cores // JOBS per kernel), with myst-nb's
+#   settings and cmix_nbdeps' keys, into _build/.jupyter_cache: Jupyter Book only renders. A
+#   notebook that fails stops `make book` here, its traceback printed.
 # - `python -m cmix_course site` then makes the download and Colab buttons of chapters 2-14 hand
 #   out the student edition (editions/student/: no solutions, no grading notes); on the pages the
 #   solutions stay folded ("show" to open them), the grading notes are not there.
@@ -47,6 +51,7 @@ book: $(STAMP)
 	  ; rm -rf $$tmp; test -f $(WIDGETS_JS); } \
 	  || echo "warning: could not fetch @jupyter-widgets/html-manager from npm; widgets will not render"
 	$(PY) -m cmixlib.cli prewarm --jobs $(JOBS)
+	TQDM_DISABLE=1 $(PY) tools/run_notebooks.py --jobs $(JOBS)
 	TQDM_DISABLE=1 $(VENV)/bin/jupyter-book build . --builder html
 	$(PY) -m cmix_course site _build/html
 	-$(PY) tools/check_site.py --quiet

@@ -18,7 +18,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 from tqdm.auto import tqdm
 
-from .validation import check_bool, check_maps, check_rows
+from .validation import InputError, check_bool, check_maps, check_rows
 
 
 def _as_numpy(maps, *, nonnegative: str | None = None) -> np.ndarray:
@@ -147,9 +147,66 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndar
 
 
 FLOW_SCALE = 1e9
+#: Most edges in one scipy max-flow solve (the problems of a layer are solved together in
+#: chunks of at most this many edges, so memory stays bounded: about 40 bytes per edge).
+FLOW_EDGES_PER_SOLVE = 2 ** 21
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
+def _joint_max_flows(icap: np.ndarray, sinks: np.ndarray, sources: np.ndarray) -> np.ndarray:
+    r"""Max-flow values (int64, (C,)) of C problems at once: problem c sends flow from input
+    token ``sources[c]`` to token ``sinks[c]`` at the output of the last of the ``T >= 2`` layers
+    of the integer capacities ``icap`` (T, n, n) (``icap[k, i, j]``: edge (k, j) -> (k+1, i)).
+
+    One graph holds a copy of the layered graph per problem, all copies joined only at a super
+    source S (edges S -> (1, m) of capacity ``icap[0, m, sources[c]]``) and a super sink
+    (edges (T-1, m) -> sink of capacity ``icap[T-1, sinks[c], m]``). The input tokens other than
+    the source and the layer-T tokens other than the sink carry no flow in the single problem, so
+    they are left out. Every S-sink cut of the joint graph is a union of one cut per copy, hence
+    its max flow is the sum of the problems' max flows, and the flow of any maximum flow
+    restricted to copy c is a maximum flow of problem c (it is feasible there, and a smaller
+    value in one copy would make the sum smaller):
+
+    .. math:: \mathrm{maxflow}_c = \sum_m f(S \to (1, m)_c).
+
+    Integer capacities make this exact (the same integers as c separate solves).
+    """
+    T, n, _ = icap.shape
+    C = len(sinks)
+    P = (T - 1) * n                                           # nodes per copy
+    first = 2 + np.arange(C, dtype=np.int64)[:, None] * P     # node of (layer 1, token 0) of copy c
+    mid = np.transpose(icap[1:T - 1], (0, 2, 1))              # (T-2, sender, receiver)
+    keep = mid > 0
+    layer, _, receiver = np.nonzero(keep)                     # row-major: sorted rows and columns
+    local_cols = np.concatenate([(layer + 1) * n + receiver, np.full(n, -1)])  # -1: the sink
+    counts = np.concatenate([keep.sum(-1).ravel(), np.ones(n, np.int64)])
+    cols = first + local_cols                                 # (C, edges per copy)
+    cols[:, -n:] = 1                                          # node 1 is the super sink
+    data = np.concatenate([np.broadcast_to(mid[keep], (C, int(keep.sum()))), icap[-1][sinks]], 1)
+    indices = np.concatenate([(first + np.arange(n)).ravel(), cols.ravel()])
+    data = np.concatenate([icap[0][:, sources].T.ravel(), data.ravel()])
+    indptr = np.concatenate([[0, C * n, C * n], C * n + np.cumsum(np.tile(counts, C))])
+    graph = csr_matrix((data.astype(np.int32), indices.astype(np.int32), indptr.astype(np.int32)),
+                       shape=(2 + C * P, 2 + C * P))
+    flow = maximum_flow(graph, 0, 1).flow
+    start, stop = flow.indptr[0], flow.indptr[1]
+    copy = (flow.indices[start:stop].astype(np.int64) - 2) // P
+    return np.bincount(copy, weights=flow.data[start:stop], minlength=C).round().astype(np.int64)
+
+
+def _check_layers(layers, num_layers: int) -> np.ndarray:
+    """``layers`` of :func:`attention_flow` as sorted unique indices ``0..L-1`` (None: all);
+    ``-L..-1`` count from the last layer."""
+    if layers is None:
+        return np.arange(num_layers)
+    try:
+        return check_rows(layers, num_layers, "layers", negative=True)
+    except InputError as err:        # check_rows speaks of tokens; these are layers
+        raise InputError(str(err).replace("a sequence of", "maps of").replace(" tokens", " layers")
+                         .replace("positions", "layer indices")) from None
+
+
+def attention_flow(maps, add_identity: bool = True, rows=None, layers=None) -> np.ndarray:
     r"""Attention flow (Abnar & Zuidema 2020): F^l[i, j] = max-flow from input token j (layer 0)
     to token i at the output of layer l+1 in the layered graph whose edge (l, j) -> (l+1, i) has
     capacity M~^l_ij (with ``add_identity``, M~ = 0.5 A + 0.5 I as in the paper).
@@ -162,16 +219,24 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
 
     Solved with scipy's max-flow on integer capacities (scaled by 1e9; error below 1e-8 per edge).
     Flows to one sink from different sources are not additive, so rows are returned
-    un-normalised; :func:`cmixlib.context_mixing` row-normalises them. ``rows`` restricts the sinks.
+    un-normalised; :func:`cmixlib.context_mixing` row-normalises them. ``rows`` restricts the sinks,
+    ``layers`` the layers whose flows are solved (the others stay NaN): each layer is solved on
+    its own graph, the deeper the dearer (the last of 6 layers took 40-46 % of the time of all
+    six on the default encoder's maps of HateXplain posts, ``rows=[0]``).
 
     Cost: L * n^2 separate max-flow problems (one per layer, sink and source; flows from different
-    sources cannot share one solve), about a minute for n = 32 and 12 layers on 2 CPU cores. A
-    progress bar appears for large inputs; pass ``rows`` when only some rows are needed.
+    sources cannot share one solve). The problems of one layer are solved together, as disjoint
+    copies of the graph joined at a super source and a super sink (``_joint_max_flows``:
+    exactly the same values as separate solves), in chunks of at most
+    :data:`cmixlib.attention.FLOW_EDGES_PER_SOLVE` edges (benchmarks/bench_flow.py). A progress
+    bar appears for large inputs; pass ``rows`` when only some rows are needed.
 
     ``maps``: (L, n, n) non-negative finite maps (array, tensor or nested list; capacities cannot
-    be negative); ``add_identity``: True or False; ``rows``: None or integer positions
-    ``0..n-1`` (see :func:`cmixlib.validation.check_rows`). Raises TypeError or
-    :class:`~cmixlib.InputError` (naming the argument) otherwise.
+    be negative) whose scaled capacities fit scipy's 32-bit integers (entries up to 2.1; with
+    ``add_identity`` the rows are normalised, so any maps do); ``add_identity``: True or False;
+    ``rows``: None or integer positions ``0..n-1`` (see :func:`cmixlib.validation.check_rows`);
+    ``layers``: None or layer indices ``-L..L-1`` (negative ones count from the last). Raises
+    TypeError or :class:`~cmixlib.InputError` (naming the argument) otherwise.
 
     Examples
     --------
@@ -182,33 +247,37 @@ def attention_flow(maps, add_identity: bool = True, rows=None) -> np.ndarray:
     (2, 2, 2)
     >>> bool(np.allclose(attention_flow(A, add_identity=False)[0], A[0]))   # one layer: A itself
     True
+    >>> bool(np.isnan(attention_flow(A, layers=[-1])[0]).all())   # only the last layer solved
+    True
     """
     add_identity = check_bool(add_identity, "add_identity")
     arr = _as_numpy(maps, nonnegative="attention flow (edge capacities)").astype(np.float64)
     if add_identity:
         arr = normalize_rows(arr + np.eye(arr.shape[-1]))
     num_layers, n, _ = arr.shape
-    sinks = range(n) if rows is None else check_rows(rows, n).tolist()
+    sinks = np.arange(n) if rows is None else check_rows(rows, n)
+    tops = _check_layers(layers, num_layers)
+    icap = np.round(arr * FLOW_SCALE).astype(np.int64)
+    if icap.max(initial=0) > _INT32_MAX:
+        raise InputError(f"maps has entries up to {arr.max():.3g}, but attention flow scales "
+                         f"capacities by {FLOW_SCALE:.0e} into 32-bit integers (at most "
+                         f"{_INT32_MAX / FLOW_SCALE:.3g}): normalise the rows, or pass "
+                         "add_identity=True.")
     out = np.full((num_layers, n, n), np.nan)
-    bar = tqdm(total=num_layers * len(sinks) * n, desc="attention flow (max-flow problems)",
-               disable=True if num_layers * len(sinks) * n < 5000 else None, leave=False)
-    for top in range(num_layers):
-        # nodes: layer k token t -> k * n + t for k = 0..top+1
-        size = (top + 2) * n
-        src, dst, cap = [], [], []
-        jj, ii = np.meshgrid(np.arange(n), np.arange(n))  # ii = receiver, jj = sender
-        for k in range(top + 1):
-            src.append(k * n + jj.ravel())
-            dst.append((k + 1) * n + ii.ravel())
-            cap.append(arr[k].ravel())
-        src, dst, cap = map(np.concatenate, (src, dst, cap))
-        icap = np.round(cap * FLOW_SCALE).astype(np.int64)
-        keep = icap > 0
-        graph = csr_matrix((icap[keep].astype(np.int32), (src[keep], dst[keep])), shape=(size, size))
-        for i in sinks:
-            sink = (top + 1) * n + i
-            for j in range(n):
-                out[top, i, j] = maximum_flow(graph, j, sink).flow_value / FLOW_SCALE
-            bar.update(n)
+    if tops[0] == 0:
+        out[0, sinks] = icap[0, sinks] / FLOW_SCALE           # one layer: the edge itself
+    tops = tops[tops > 0]
+    pair_sink, pair_source = (a.ravel() for a in np.meshgrid(sinks, np.arange(n), indexing="ij"))
+    bar = tqdm(total=len(tops) * len(pair_sink), desc="attention flow (max-flow problems)",
+               disable=True if len(tops) * len(pair_sink) < 5000 else None, leave=False)
+    for top in tops:
+        per_problem = 2 * n + int((icap[1:top] > 0).sum())    # edges of one copy
+        step = max(1, FLOW_EDGES_PER_SOLVE // per_problem)
+        values = np.empty(len(pair_sink), np.int64)
+        for start in range(0, len(pair_sink), step):
+            sl = slice(start, start + step)
+            values[sl] = _joint_max_flows(icap[:top + 1], pair_sink[sl], pair_source[sl])
+            bar.update(len(values[sl]))
+        out[top, sinks] = values.reshape(len(sinks), n) / FLOW_SCALE
     bar.close()
     return out

@@ -147,9 +147,9 @@ def merge_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], scale:
             w, b = params.get(base + ".weight"), state.get(base + ".lora_B")
             if w is None or b is None or (b.shape[0], value.shape[1]) != tuple(w.shape):
                 raise ClassifierWeightsError(f"The adapter {base} does not fit this model.")
-            w += scale * (b.to(w.dtype) @ value.to(w.dtype))
+            w += scale * (b.to(w.device, w.dtype) @ value.to(w.device, w.dtype))
         elif key in params and params[key].shape == value.shape:
-            params[key].copy_(value.to(params[key].dtype))
+            params[key].copy_(value.to(params[key].device, params[key].dtype))
         else:
             raise ClassifierWeightsError(f"The stored tensor {key} {tuple(value.shape)} does not "
                                          "fit this model.")

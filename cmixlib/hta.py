@@ -58,8 +58,16 @@ W_V^h`, :math:`Y_{ij} = \sum_h G^h_i \rho^h_{ij} u^{hT}_i`, and
           \lVert Y D_j \rVert_F^2 = \sum_{hh'} \rho^{hT}_{ij} S^{hh'}_i \rho^{h'}_{ij}
           \sum_b u^h_{ib} u^{h'}_{ib} x_{jb}^2 .
 
-:math:`\phi'` comes from the layer's own activation module (forward-mode derivative). Before
-using a layer, the closed form checks that recomposing the layer from its parts reproduces the
+:math:`\phi'` comes from the layer's own activation module (forward-mode derivative). The
+arrangement of the work: :math:`P_i = \mathrm{diag}(s_i)\, C^{(2)}_i (\mathrm{diag}(\gamma_1) +
+W_2 \Phi_i W_1 \mathrm{diag}(\gamma_1))\, C^{(1)}_i` is one GEMM per token (:math:`W_1
+\mathrm{diag}(\gamma_1)` once per layer) followed by the two centrings :math:`C = I - [\mathbf{1},
+\hat w][\mathbf{1}, \hat w]^T/d` as a single rank-4 update and the row scales :math:`s_i =
+\gamma_2/(\sigma(u_i)\sigma(p_i))` (``_ffn_jacobians``); the symmetric :math:`S_i` and
+:math:`\Gamma_j` are formed by blocks of rows on and above the diagonal only (``_block_gram``,
+``_GRAM_ROWS``), and the double sum of :math:`\lVert X D_j \rVert_F^2` runs over the pairs
+:math:`h \le h'` (twice the off-diagonal ones), for all rows in one batched product at the end.
+Before using a layer, the closed form checks that recomposing the layer from its parts reproduces the
 model's output (:meth:`cmixlib.encoder.LayerState.recompute_output`) and that
 :math:`\mathrm{softmax}(q k^T/\sqrt{d_h})` reproduces the model's attention weights, both within
 ``atol``; a layer that fails (not this post-LN layer, e.g. another attention scaling) is computed
@@ -69,16 +77,23 @@ on every supported family in float64 (relative error about 1e-15; tests/test_hta
 the off-diagonal :math:`c^2` is a sum of three terms rather than of squares, and its error stays
 within the project's rule for float32 (no worse than an independent float32 computation).
 
-Cost per layer, in multiply-adds: :math:`n (d^2 d_\mathrm{ff} + 4 d^3 + H n d^2)` (per output
-token the FFN Jacobian, :math:`G_i`, :math:`S_i` and the diagonal block; :math:`\Gamma_j` per
-input token; the cross term), memory about ``chunk_size·n·d`` floats plus :math:`n d^2` for
-:math:`\Gamma`. Measured with ``benchmarks/bench_hta.py`` (2026-11-25, AMD EPYC,
-**1 thread**, float32, the packaged MiniLM: d = 384, 6 layers, 12 heads, d_ff = 1536, all layers
-of one 25-token sentence; two runs of 2 sentences each, on a shared 2-core machine with load
-average 3.2-5.1 from other jobs): **2.9-5.7 s** against 121-187 s for ``"autograd"`` in the
-same rounds, i.e. **33-42x faster** (the last run: 4.6 s vs 157 s and 2.9 s vs 121 s). The two
-methods' raw maps differed by at most 2.4e-6 (values up to 13). A 70-token sentence: 17 s under
-load average about 4, about 150 MB of extra memory.
+Cost per layer, in multiply-adds: :math:`n (d^2 d_\mathrm{ff} + (2 + (K+1)/K)\, d^3 + H n d^2)`
+(per output token the FFN Jacobian, :math:`G_i` and the diagonal block; :math:`S_i` and
+:math:`\Gamma_j` (one per input token) by K blocks of rows, :math:`(K+1)/2K` of a :math:`d^3` product
+each; the cross term), memory about ``chunk_size·n·d`` floats plus :math:`n d^2` for the
+blocks :math:`h \le h'` of :math:`\Gamma_j` and :math:`S_i`. For MiniLM (d = 384, d_ff = 1536, K = 6) that is :math:`7.2\,d^3 + H n d^2` per
+token against :math:`8\,d^3 + H n d^2` before the blocked Grams; this form needs at least
+:math:`6\,d^3` (the FFN Jacobian, :math:`P_i W_O` and :math:`G_i N_{ii}` are products of full
+matrices whatever the arrangement), so the rest of the gain can only come from overheads.
+Measured with ``benchmarks/bench_hta.py --before`` (2026-11-26, AMD EPYC, **1 thread**, float32,
+CPU time of the process, the packaged MiniLM, all 6 layers; a shared 2-core machine, load average
+4-6.5): 25 tokens **1.98-2.11 s** against 2.39-2.54 s for the previous arrangement in the same
+rounds (**1.17-1.21x**), 40 tokens 3.36-3.53 s against 3.99-4.26 s (1.17-1.20x), 64-68 GFLOP/s of
+counted matmul work; the raw maps of the two differ by at most 1.9e-6 (values up to 13), and
+their errors against the same model in float64 are the same (max 6.9e-6). Against
+``"autograd"`` (the previous arrangement, 2026-11-25, wall clock, load average 3.2-5.1): 2.9-5.7 s
+against 121-187 s for one 25-token sentence, 33-42x; a 70-token sentence: 17 s, about 150 MB of
+extra memory.
 
 **How** (``method="autograd"``). One ordinary forward pass of the model records, with forward
 pre-hooks, each layer's input and the exact arguments the model passed to that layer module
@@ -90,10 +105,8 @@ products per layer, in chunks of about ``chunk_size``), reduced to :math:`c_{i \
 chunk by chunk so that the :math:`(n d)^2` Jacobian is never held in memory. The replayed layer
 must reproduce the model's own output for that layer (checked; it fails e.g. with dropout
 active). Cost: ``n·d`` backward passes through one layer per layer, i.e. of order :math:`n^2 d^3`
-per layer; GlobEnc reports about two hours for 256 sentences with BERT-base on a GPU. Measured on 2 CPU
-cores with MiniLM (d = 384, 6 layers): 13-38 s for all layers of a 10-12-token sentence and 9-100
-s for 8-20 tokens, depending on how busy the cores were; 121-187 s for 25 tokens on 1 thread
-(the benchmark above).
+per layer; GlobEnc reports about two hours for 256 sentences with BERT-base on a GPU (MiniLM on
+1 CPU thread: the benchmark above).
 
 **Inputs.** One unpadded sentence (the conventions of :func:`cmixlib.context_mixing`: text with a
 tokenizer, or a mapping with ``input_ids`` of shape (1, n)); special tokens are ordinary positions
@@ -118,6 +131,11 @@ __all__ = ["hta", "HTAError", "METHODS"]
 
 #: Values of ``hta(method=...)``: the closed form (default) and the vmapped vector-Jacobian products.
 METHODS = ("closed", "autograd")
+
+
+#: Rows per block (rounded down to whole heads, at least one) of the symmetric Grams S_i and
+#: Gamma_j, formed block by block above the diagonal (:func:`_block_gram`).
+_GRAM_ROWS = 64
 
 
 class HTAError(RuntimeError):
@@ -177,29 +195,6 @@ def _layer_hta(f, x: torch.Tensor, expected: torch.Tensor, rows: np.ndarray, tim
     return res.numpy()
 
 
-def _ln_left(z: torch.Tensor, gs: torch.Tensor, yhat: torch.Tensor) -> torch.Tensor:
-    r"""``J z`` for the LayerNorm Jacobian :math:`J = \mathrm{diag}(\gamma/\sigma)(I - \mathbf{1}
-    \mathbf{1}^T/d - \hat y \hat y^T/d)` at one token (``gs = γ/σ``, ``yhat = (p - mean(p))/σ``,
-    both ``(r, d)``), applied to ``z`` ``(r, d, m)`` without forming J."""
-    d = z.shape[-2]
-    z = z - z.mean(dim=-2, keepdim=True) - yhat.unsqueeze(-1) * (yhat.unsqueeze(-2) @ z) / d
-    return gs.unsqueeze(-1) * z
-
-
-def _ln_right(z: torch.Tensor, gs: torch.Tensor, yhat: torch.Tensor) -> torch.Tensor:
-    r"""``z J`` for the LayerNorm Jacobian J of :func:`_ln_left`, ``z`` of shape ``(r, m, d)``."""
-    w = z * gs.unsqueeze(-2)
-    d = w.shape[-1]
-    return w - w.mean(dim=-1, keepdim=True) - (w @ yhat.unsqueeze(-1)) * yhat.unsqueeze(-2) / d
-
-
-def _ln_point(ln: torch.nn.LayerNorm, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(γ/σ(p_i), (p_i - mean(p_i))/σ(p_i))`` of every token, each ``(n, d)``."""
-    s = layer_norm_scale(ln, p)
-    gamma = ln.weight if ln.weight is not None else torch.ones_like(p[0])
-    return gamma / s, (p - p.mean(dim=-1, keepdim=True)) / s
-
-
 def _heads(lin: torch.nn.Linear, x: torch.Tensor, H: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A projection's per-head outputs ``(H, n, d_h)`` (bias included) and weights ``(H, d_h, d)``."""
     w = lin.weight
@@ -213,6 +208,66 @@ def _attention_terms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w_q: tor
     vectors :math:`u^h_i = W_K^{hT} q^h_i / \sqrt{d_h}` and the query-side vectors
     :math:`\kappa^h_k = W_Q^{hT} k^h_k / \sqrt{d_h}` (module docstring)."""
     return alpha @ v, scale * q @ w_k, scale * k @ w_q
+
+
+def _ln_parts(ln: torch.nn.LayerNorm, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""LayerNorm at every token ``p`` (n, d): the gain :math:`\gamma` (d), :math:`1/\sigma(p_i)`
+    (n, 1) and :math:`B_i^T = [\mathbf{1}, \hat p_i]^T` (n, 2, d), :math:`\hat p_i = (p_i - \bar
+    p_i)/\sigma(p_i)`: the Jacobian is :math:`\mathrm{diag}(\gamma)(I - B_i B_i^T/d)/\sigma(p_i)`."""
+    inv = 1.0 / layer_norm_scale(ln, p)
+    gamma = ln.weight if ln.weight is not None else torch.ones_like(p[0])
+    return gamma, inv, torch.stack([torch.ones_like(p), (p - p.mean(dim=-1, keepdim=True)) * inv], 1)
+
+
+def _ffn_jacobians(w2: torch.Tensor, w1g: torch.Tensor, dphi: torch.Tensor, gamma1: torch.Tensor,
+                   b1t: torch.Tensor, b2t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    r""":math:`P_i = J_{\mathrm{LN}_2}(u_i)(I + W_2 \Phi_i W_1) J_{\mathrm{LN}_1}(p_i) = \mathrm{diag}(s_i)
+    \, C^{(2)}_i X_i C^{(1)}_i`, :math:`X_i = \mathrm{diag}(\gamma_1) + W_2 \Phi_i W_1
+    \mathrm{diag}(\gamma_1)`, for r tokens (r, d, d): one GEMM (``w1g`` = :math:`W_1
+    \mathrm{diag}(\gamma_1)`, ``dphi`` the rows of :math:`\Phi_i` (r, d_ff)), then both centrings
+    as one rank-4 update, :math:`C^{(2)} X C^{(1)} = X - [B_2,\ X B_1 - B_2 (B_2^T X B_1)/d]\,
+    [B_2^T X;\ B_1^T]/d` (``b1t``, ``b2t``: from :func:`_ln_parts`), and the row scales
+    ``scale`` :math:`s_i = \gamma_2/(\sigma(u_i)\,\sigma(p_i))` (r, d)."""
+    d = w2.shape[0]
+    X = (w2 * dphi.unsqueeze(1)) @ w1g
+    X.diagonal(dim1=-2, dim2=-1).add_(gamma1)
+    b2 = b2t.transpose(1, 2)
+    xb1 = X @ b1t.transpose(1, 2)                               # (r, d, 2)
+    left = torch.cat([b2, xb1 - b2 @ (b2t @ xb1) / d], dim=-1)  # (r, d, 4)
+    right = torch.cat([b2t @ X, b1t], dim=1)                    # (r, 4, d)
+    return torch.baddbmm(X, left, right, alpha=-1.0 / d).mul_(scale.unsqueeze(-1))
+
+
+def _block_gram(A: torch.Tensor, width: int, mirror: bool = True) -> torch.Tensor:
+    r""":math:`A A^T` for a batch ``A`` (B, k, m), by blocks of ``width`` rows: only the blocks on
+    and above the diagonal are multiplied (a fraction :math:`(K+1)/2K` of the flops of the full
+    product, K blocks); ``mirror`` copies them below (else the lower blocks stay uninitialised)."""
+    k = A.shape[1]
+    out = A.new_empty(A.shape[0], k, k)
+    for s in range(0, k, width):
+        e = min(k, s + width)
+        torch.matmul(A[:, s:e], A[:, s:].transpose(1, 2), out=out[:, s:e, s:])
+        if mirror and e < k:
+            out[:, e:, s:e] = out[:, s:e, e:].transpose(1, 2)
+    return out
+
+
+def _head_pairs(H: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Head pairs h <= h' and their multiplicity in a symmetric double sum (1 if h = h', else 2),
+    on the device and in the dtype of ``like``."""
+    hp, hq = torch.triu_indices(H, H, device=like.device)
+    return hp, hq, (2.0 - (hp == hq).to(like.dtype))
+
+
+def _pair_blocks(S: torch.Tensor, H: int, out: torch.Tensor) -> None:
+    """Copy the blocks :math:`S^{hh'}` (h <= h', in :func:`_head_pairs` order) of a batch of
+    (B, d_a, d_a) matrices into ``out`` (pairs, B, d_h^2), each block flattened."""
+    B, da = S.shape[0], S.shape[1]
+    dh = da // H
+    S5, k = S.view(B, H, dh, H, dh), 0
+    for h in range(H):
+        out[k:k + H - h].view(H - h, B, dh, dh).copy_(S5[:, h, :, h:].permute(2, 0, 1, 3))
+        k += H - h
 
 
 def _rows_per_batch(chunk_size: int, n: int, d: int, d_ff: int, H: int) -> int:
@@ -240,54 +295,58 @@ def _closed_layer(st: LayerState, rows: np.ndarray, times_input: bool, chunk_siz
     if not err <= atol:
         raise _NoClosedForm(f"softmax(q k^T / sqrt(d_h)) missed the model's attention by {err:.3g}")
     z, u, kappa = _attention_terms(q, k, v, w_q, w_k, alpha, dh ** -0.5)
-    gs1, yh1 = _ln_point(m.ln1, st.ln1_input)
-    gs2, yh2 = _ln_point(m.ln2, st.ln2_input)
+    gamma1, inv1, bt1 = _ln_parts(m.ln1, st.ln1_input)
+    gamma2, inv2, bt2 = _ln_parts(m.ln2, st.ln2_input)
+    scale = gamma2 * inv2 * inv1                                # s_i = gamma2 / (sigma(u_i) sigma(p_i))
     pre = m.ffn_in(st.ln1_output)
     _, dphi = torch.func.jvp(m.act, (pre,), (torch.ones_like(pre),))   # act'(pre): act is elementwise
     w1, w2, w_o = m.ffn_in.weight, m.ffn_out.weight, m.out.weight     # (d_ff, d), (d, d_ff), (d, d_a)
-    wv = w_v.reshape(da, d)
+    w1g, wv = w1 * gamma1, w_v.reshape(da, d)
     x2 = x * x if times_input else torch.ones_like(x)           # x_j^2 (or 1): the column weights
     xs = x if times_input else torch.ones_like(x[:1])
-    gam = x.new_empty(H, H, len(xs), dh, dh)                    # Gamma_j = W_V D_j^2 W_V^T by blocks hh'
+    width = dh * max(1, _GRAM_ROWS // dh)                       # row blocks of the symmetric Grams
+    hp, hq, mult = _head_pairs(H, x)
+    gam = x.new_empty(len(hp), len(xs), dh * dh)                # Gamma_j^{hh'} = W_V^h D_j^2 W_V^h'T, h <= h'
     for j in range(0, len(xs), 8):
-        wx = wv.unsqueeze(0) * xs[j:j + 8].unsqueeze(1)
-        gam[:, :, j:j + 8] = (wx @ wx.transpose(1, 2)).view(-1, H, dh, H, dh).permute(1, 3, 0, 2, 4)
-    gam = gam.view(H * H, len(xs), dh * dh).transpose(1, 2)     # (H H', d_h^2, n or 1)
+        _pair_blocks(_block_gram(wv * xs[j:j + 8].unsqueeze(1), width, mirror=False), H,
+                     gam[:, j:j + 8])
+    s_pairs = x.new_empty(len(hp), len(rows), dh * dh)          # S_i^{hh'}, h <= h'
+    diag = x.new_empty(len(rows))
+    csq = x.new_empty(len(rows), n)
     per = _rows_per_batch(chunk_size, n, d, w1.shape[0], H)
-    res = torch.empty(len(rows), n, dtype=torch.float64)
     for s in range(0, len(rows), per):
         idx = torch.as_tensor(rows[s:s + per], device=x.device)
         r, ar = len(idx), torch.arange(len(idx), device=x.device)
-        P = (w2 * dphi[idx].unsqueeze(1)) @ w1                  # FFN Jacobian (r, d, d)
-        P.diagonal(dim1=-2, dim2=-1).add_(1.0)                  # + residual
-        P = _ln_left(_ln_right(P, gs1[idx], yh1[idx]), gs2[idx], yh2[idx])   # P_i = J_LN2 (I + J_FFN) J_LN1
-        G = P @ w_o                                             # G_i = P_i W_O  (r, d, d_a)
-        S = G.transpose(1, 2) @ G                               # S_i = G_i^T G_i  (r, d_a, d_a)
+        P = _ffn_jacobians(w2, w1g, dphi[idx], gamma1, bt1[idx], bt2[idx], scale[idx])
+        Gt = torch.matmul(w_o.t(), P.transpose(1, 2))           # G_i^T = (P_i W_O)^T  (r, d_a, d)
+        S = _block_gram(Gt, width)                              # S_i = G_i^T G_i  (r, d_a, d_a)
+        _pair_blocks(S, H, s_pairs[:, s:s + r])
         a = alpha[:, idx].transpose(0, 1)                       # alpha^h_ij  (r, H, n)
         u_i = u[:, idx].transpose(0, 1)                         # (r, H, d)
         rho = a.unsqueeze(-1) * (v.unsqueeze(0) - z[:, idx].transpose(0, 1).unsqueeze(2))  # (r, H, n, d_h)
-        # ||X D||^2: sum_hh' alpha^h alpha^h' <S^hh', Gamma_j^hh'>
-        M = (S.view(r, H, dh, H, dh).permute(1, 3, 0, 2, 4).reshape(H * H, r, dh * dh) @ gam)
-        M = M.view(H, H, r, -1).permute(2, 0, 1, 3)             # (r, H, H', n or 1)
-        csq = (a.unsqueeze(2) * a.unsqueeze(1) * M).sum((1, 2))
-        # omega^{h,h'}_ij = S^hh' rho^h'_ij, (r, H', H, d_h, n)
-        om = (S.view(r, da, H, dh).permute(0, 2, 1, 3) @ rho.transpose(-1, -2)).view(r, H, H, dh, n)
-        # 2 <X D, Y D>: beta^{h,h'}_ij = W_V^h (u^h'_i * x_j^2)
-        ux = (u_i.transpose(1, 2).unsqueeze(-1) * x2.t().unsqueeze(1)).reshape(r, d, H * n)
-        beta = (wv @ ux).view(r, H, dh, H, n).permute(0, 3, 1, 2, 4)          # (r, H', H, d_h, n)
-        csq += 2 * ((beta * om).sum(3) * a.unsqueeze(1)).sum((1, 2))
+        # omega_ij^{h'} = S_i rho^h'_ij, i.e. rho^h'T S^h'. by symmetry: (r, H', n, d_a)
+        om = rho @ S.view(r, H, dh, da)
+        # 2 <X D, Y D> = 2 sum_hh' alpha^h_ij <W_V^h (u^h'_i * x_j^2), omega^{h'}_ij block h>
+        beta = (u_i.unsqueeze(2) * x2) @ wv.t()                 # (r, H', n, d_a)
+        arep = a.transpose(1, 2).repeat_interleave(dh, dim=-1)  # alpha^h_ij on block h  (r, n, d_a)
+        cs = 2 * ((om * beta).sum(1) * arep).sum(-1)
         # ||Y D||^2: sum_hh' <rho^h, S^hh' rho^h'> sum_b u^h_b u^h'_b x_jb^2
         uu = ((u_i.unsqueeze(2) * u_i.unsqueeze(1)).reshape(r, H * H, d) @ x2.t()).view(r, H, H, n)
-        csq += ((om * rho.permute(0, 1, 3, 2).unsqueeze(1)).sum(3) * uu.transpose(1, 2)).sum((1, 2))
+        rsr = (om.view(r, H, n, H, dh) * rho.transpose(1, 2).unsqueeze(1)).sum(-1)   # (r, H', n, H)
+        csq[s:s + r] = cs + (rsr * uu.transpose(2, 3)).sum((1, 3))
         # diagonal blocks j = i in full: P_i + G_i N_ii, N_ii = alpha_ii W_V + rho_ii u_i^T + sum_k rho_ik kappa_k^T
-        N = (a[ar, :, idx][..., None, None] * w_v + rho[ar, :, idx].unsqueeze(-1) * u_i.unsqueeze(2)
-             + rho.transpose(-1, -2) @ kappa)                  # (r, H, d_h, d)
-        Zd = P + G @ N.reshape(r, da, d)
+        N = rho.transpose(-1, -2) @ kappa                       # (r, H, d_h, d)
+        N.addcmul_(a[ar, :, idx][..., None, None], w_v).addcmul_(rho[ar, :, idx].unsqueeze(-1), u_i.unsqueeze(2))
+        Zd = torch.baddbmm(P, Gt.transpose(1, 2), N.view(r, da, d))
         if times_input:
-            Zd = Zd * x[idx].unsqueeze(1)
-        csq[ar, idx] = Zd.pow(2).sum((1, 2))
-        res[s:s + r] = csq.clamp_min(0).sqrt().double().cpu()
-    return res.numpy()
+            Zd.mul_(x[idx].unsqueeze(1))
+        diag[s:s + r] = Zd.square_().sum((1, 2))
+    # ||X D||^2 of every row: sum_{h<=h'} mult alpha^h_ij alpha^h'_ij <S_i^hh', Gamma_j^hh'>
+    a = alpha[:, torch.as_tensor(rows, device=x.device)]       # (H, rows, n)
+    csq += (a[hp] * a[hq] * mult[:, None, None] * (s_pairs @ gam.transpose(1, 2))).sum(0)
+    ar = torch.arange(len(rows), device=x.device)
+    csq[ar, torch.as_tensor(rows, device=x.device)] = diag
+    return csq.clamp_min(0).sqrt().double().cpu().numpy()
 
 
 def hta(model: Any, tokenizer: Any, text: Any, *, times_input: bool = True, normalize: bool = True,

@@ -51,6 +51,11 @@ layer, i.e. it wins from two query rows on and loses slightly for one row (``row
 GPU with fast matmuls (TF32, half precision) or short inputs the elementwise work dominates and
 the batched form is faster (benchmarks/README.md). ``method="auto"`` (the default) follows these
 rules; ``method="batched"`` keeps the previous implementation.
+
+Several distances at once: the perturbed outputs o_i^(not j) do not depend on the distance, so
+:func:`value_zeroing_layer_variants` (one layer) and :func:`value_zeroing_variant_maps` (a padded
+batch, one forward) apply any number of (distance, standardisation) pairs to one set of them
+(Appendix A.1's distance ablation: four variants for the price of one).
 """
 from __future__ import annotations
 
@@ -58,7 +63,7 @@ import weakref
 
 import torch
 
-from .encoder import LayerState
+from .encoder import LayerState, iter_sentences, layer_states, run_and_capture
 
 DISTANCES = ("cosine", "euclidean", "spearman")
 
@@ -240,10 +245,35 @@ def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=No
     >>> bool(torch.allclose(raw, value_zeroing_layer(states[0], method="batched"), atol=1e-5))
     True
     """
+    return value_zeroing_layer_variants(st, [(distance, standardize)], chunk_elements, method)[0]
+
+
+@torch.no_grad()
+def value_zeroing_layer_variants(st: LayerState, variants, chunk_elements: int | None = None,
+                                 method: str = "auto") -> torch.Tensor:
+    r"""Raw Value Zeroing distances of one layer for several (distance, standardisation) pairs
+    from one set of perturbed outputs: (k, r, n) for ``k = len(variants)``,
+
+    .. math:: C_v[i, j] = \mathrm{dist}_v\big(s_v(o_i^{\neg j}),\, s_v(o_i)\big),
+
+    with :math:`s_v` the standardisation of variant v (identity, per-dimension z-scores over the
+    sentence, or a given (mean, std); ``_standardizer``). The perturbed outputs
+    :math:`o_i^{\neg j}`, the expensive part, are computed once per chunk and shared, so k
+    variants cost about one. Entry v equals :func:`value_zeroing_layer` with
+    ``distance, standardize = variants[v]`` exactly (the same operations on the same tensors).
+
+    ``variants``: a non-empty sequence of ``(distance, standardize)`` pairs, ``distance`` one of
+    :data:`DISTANCES`, ``standardize`` as in :func:`value_zeroing_layer`. Raises ValueError for
+    an unknown distance or method, or no variants.
+    """
+    variants = list(variants)
+    if not variants:
+        raise ValueError("variants is empty: give at least one (distance, standardize) pair.")
     try:
-        dist_fn = DISTANCE_FUNCTIONS[distance]
-    except KeyError:
-        raise ValueError(f"Unknown Value Zeroing distance {distance!r}; choose one of {DISTANCES}.") from None
+        dist_fns = [DISTANCE_FUNCTIONS[distance] for distance, _ in variants]
+    except KeyError as err:
+        raise ValueError(f"Unknown Value Zeroing distance {err.args[0]!r}; choose one of "
+                         f"{DISTANCES}.") from None
     if method not in VZ_METHODS:
         raise ValueError(f"Unknown Value Zeroing method {method!r}; choose one of {VZ_METHODS}.")
     m = st.mods
@@ -251,19 +281,84 @@ def value_zeroing_layer(st: LayerState, distance: str = "cosine", standardize=No
     n, d = st.x.shape
     if method == "auto":
         method = "factored" if _factored_is_faster(st, len(rows)) else "batched"
-    original = st.recompute_output()[rows]                  # (r, d)
-    stdz = _standardizer(st, standardize)
-    if stdz is not None:
-        original = (original - stdz[0]) / stdz[1]
+    recomputed = st.recompute_output()[rows]                # (r, d)
+    stdz = [_standardizer(st, standardize) for _, standardize in variants]
+    original = [recomputed if z is None else (recomputed - z[0]) / z[1] for z in stdz]
     d_ff = m.ffn_in.out_features
     if chunk_elements is None:
         chunk_elements = CHUNK_ELEMENTS if method == "batched" else \
             FACTORED_CHUNK_ELEMENTS.get(st.x.device.type, CHUNK_ELEMENTS)
     step = max(1, chunk_elements // (n * max(d_ff, d)))
-    out = torch.empty(len(rows), n, dtype=st.x.dtype, device=st.x.device)
+    out = torch.empty(len(variants), len(rows), n, dtype=st.x.dtype, device=st.x.device)
     chunks = _factored_outputs if method == "factored" else _batched_outputs
     for sl, o in chunks(st, rows, step):
-        if stdz is not None:
-            o = (o - stdz[0]) / stdz[1]
-        out[sl] = dist_fn(o, original[sl, None, :])
+        for v, (dist_fn, z, orig) in enumerate(zip(dist_fns, stdz, original)):
+            ov = o if z is None else (o - z[0]) / z[1]
+            out[v, sl] = dist_fn(ov, orig[sl, None, :])
+    return out
+
+
+def value_zeroing_variant_maps(model, input_ids, attention_mask=None, rows=None, *,
+                               variants, normalize: bool = True) -> list:
+    r"""Value Zeroing maps of several distances for every sentence of a padded batch, from one
+    forward pass and one set of perturbed outputs per layer
+    (:func:`value_zeroing_layer_variants`):
+
+    .. math:: C^{\ell}_{v}[i, j] = \mathrm{dist}_v\big(s_v(o_i^{\ell, \neg j}),\,
+              s_v(o_i^{\ell})\big) \Big/ \textstyle\sum_k (\cdot)_{ik} \quad (\text{with }
+              ``normalize``).
+
+    Entry v of sentence b equals, row for row, ``cmixlib.context_mixing(model, None, ...,
+    methods="value_zeroing", rows=rows, vz_distance=variants[v][0],
+    vz_standardize=variants[v][1])`` (the same forward, states and operations; the Value
+    Zeroing experiments' distance ablation reads four variants at the cost of one).
+
+    Parameters
+    ----------
+    model:
+        A supported encoder (:func:`cmixlib.context_mixing`), in eval mode.
+    input_ids, attention_mask:
+        ``(B, n)`` ids and 0/1 mask (mask None: every position), checked as
+        :func:`cmixlib.context_mixing` checks a mapping input.
+    rows:
+        None (every row), one list of positions for every sentence, or one entry (positions or
+        None) per sentence, as :func:`cmixlib.context_mixing`.
+    variants:
+        A non-empty sequence of ``(distance, standardize)`` pairs (``"cosine"``,
+        ``"euclidean"`` or ``"spearman"``; None/False, True or a (mean, std) pair).
+    normalize:
+        Divide each row by its sum.
+
+    Returns
+    -------
+    One float array per sentence, ``(len(variants), L, r, n)``: r the selected rows in
+    increasing order (all n without ``rows``), n the sentence's length.
+    """
+    from . import core
+    from .attention import normalize_rows
+    from .validation import InputError, check_bool, check_choice, check_rows
+
+    model, _ = core._unpack_model(model, None)
+    normalize = check_bool(normalize, "normalize")
+    variants = list(variants)
+    if not variants:
+        raise InputError("variants is empty: give at least one (distance, standardize) pair.")
+    mods = core._encoder_layers(model)
+    d = mods[0].ln2.normalized_shape[-1]
+    variants = [(check_choice(dist, DISTANCES, "variants' distance", what="Value Zeroing distance"),
+                 core._check_standardize(std, d)) for dist, std in variants]
+    ids, mask, _ = core.encode(model, None,
+                               {"input_ids": input_ids, "attention_mask": attention_mask})
+    lengths = mask.sum(dim=1).tolist()
+    per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows") for b, (r, n) in
+                enumerate(zip(core._per_sentence_rows(rows, len(lengths)), lengths))]
+    capture = run_and_capture(model, ids, mask)
+    out = []
+    with torch.no_grad():
+        for (b, keep), r in zip(enumerate(iter_sentences(capture)), per_rows):
+            row_t = None if r is None else torch.as_tensor(r, device=keep.device)
+            states = layer_states(capture, mods, b, keep, rows=row_t)
+            raw = torch.stack([value_zeroing_layer_variants(st, variants) for st in states], 1)
+            raw = raw.cpu().numpy()                         # (k, L, r, n)
+            out.append(normalize_rows(raw) if normalize else raw)
     return out

@@ -6,6 +6,12 @@ book (``cache``), whose two notebooks (an ``.ipynb`` and a MyST Markdown noteboo
 the page shows the new output; an unchanged tree, a change to a module it cannot import, and a
 docstring-only edit do not; changing ``CMIX_QUICK`` does. The book's own ``_config.yml`` loads
 the extension (checked too).
+
+The parallel path of ``make book`` (``tools/run_notebooks.py --jobs 2``, then ``jupyter-book
+build``) on the same project as a Jupyter Book with a third notebook: the build only renders what
+the script executed and shows the new outputs; a changed module re-executes only the notebooks
+that import it; a cell that raises makes the script fail with its traceback (a cell tagged
+``raises-exception`` does not), the other notebooks still being executed and cached.
 """
 from __future__ import annotations
 
@@ -162,3 +168,107 @@ def test_the_book_loads_the_extension():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["sphinx"]["local_extensions"].get("cmix_nbdeps") == "tools/"
     assert config["execute"]["execute_notebooks"] == "cache"
+
+
+# --- the parallel path of `make book`: tools/run_notebooks.py, then `jupyter-book build` ---------
+
+JB_CONFIG = """
+title: Test book
+only_build_toc_files: true
+exclude_patterns: ["_build/*", "fakepkg/*", "data/*"]
+execute:
+  execute_notebooks: cache
+  timeout: 300
+  allow_errors: false
+  run_in_temp: false
+sphinx:
+  local_extensions:
+    cmix_nbdeps: {tools}
+  config:
+    nb_execution_raise_on_error: true
+    nb_kernel_rgx_aliases:
+      ".*": python3
+    cmix_nbdeps_package: {package}
+    cmix_nbdeps_data: ["data"]
+"""
+
+JB_TOC = "format: jb-book\nroot: index\nchapters:\n- file: chapter\n- file: mdpage\n- file: other\n"
+
+OTHER_CELLS = ["from fakepkg.c import OTHER\n",
+               "with open('runs_other.txt', 'a') as f:\n    f.write('x')\nprint('OTHER', OTHER)\n"]
+
+
+def _counts(project: Path) -> tuple[int, int, int]:
+    return tuple(len(f.read_text()) if f.exists() else 0
+                 for f in (project / n for n in ("runs.txt", "runs_md.txt", "runs_other.txt")))
+
+
+@pytest.fixture()
+def jb_project(project):
+    """The project above as a Jupyter Book (``_config.yml``, ``_toc.yml``), plus a third
+    notebook that imports another module (``fakepkg.c``)."""
+    (project / "conf.py").unlink()
+    (project / "_config.yml").write_text(JB_CONFIG.format(tools=str(ROOT / "tools"),
+                                                          package=str(project / "fakepkg")))
+    (project / "_toc.yml").write_text(JB_TOC)
+    (project / "index.md").write_text("# Index\n")
+    (project / "other.ipynb").write_text(json.dumps(_notebook(OTHER_CELLS)))
+    return project
+
+
+def pre_execute(project: Path, jobs: int = 2) -> subprocess.CompletedProcess:
+    environ = dict(os.environ, PYTHONPATH=str(project))
+    environ.pop("CMIX_QUICK", None)
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "run_notebooks.py"),
+                           "--jobs", str(jobs), str(project)], env=environ, cwd=project,
+                          capture_output=True, text=True)
+
+
+def jb_build(project: Path) -> str:
+    """``jupyter-book build`` (as `make book`); the chapter's HTML."""
+    environ = dict(os.environ, PYTHONPATH=str(project))
+    environ.pop("CMIX_QUICK", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build",
+                           str(project), "--builder", "html"], env=environ, cwd=project,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return (project / "_build" / "html" / "chapter.html").read_text()
+
+
+def test_parallel_pre_execution_feeds_the_build_and_follows_the_imports(jb_project):
+    p = jb_project
+    done = pre_execute(p)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _counts(p) == (1, 1, 1) and "3 executed" in done.stdout
+    html = jb_build(p)                                  # renders from the cache: no execution
+    assert _counts(p) == (1, 1, 1) and "VALUE 1" in html
+    assert "OTHER 1" in (p / "_build" / "html" / "other.html").read_text()
+    assert "0 to execute" in pre_execute(p).stdout and _counts(p) == (1, 1, 1)
+    b = p / "fakepkg" / "b.py"                          # imported (through a.py) by two of them
+    b.write_text(b.read_text().replace("VALUE = 1", "VALUE = 2"))
+    done = pre_execute(p)
+    assert done.returncode == 0 and _counts(p) == (2, 2, 1), done.stdout + done.stderr
+    html = jb_build(p)
+    assert _counts(p) == (2, 2, 1) and "VALUE 2" in html and "VALUE 1" not in html
+    (p / "fakepkg" / "c.py").write_text("OTHER = 2\n")  # imported by the third only
+    assert pre_execute(p, jobs=1).returncode == 0 and _counts(p) == (2, 2, 2)
+    # the same records with one process or two, and the extension keeps them: nothing re-runs
+    jb_build(p)
+    assert _counts(p) == (2, 2, 2)
+    assert "OTHER 2" in (p / "_build" / "html" / "other.html").read_text()
+
+
+def test_parallel_pre_execution_fails_on_an_error_and_keeps_expected_ones(jb_project):
+    p = jb_project
+    expected = {"cell_type": "code", "execution_count": None, "outputs": [],
+                "metadata": {"tags": ["raises-exception"]}, "source": "raise KeyError('meant')\n"}
+    nb = _notebook(CELLS)
+    nb["cells"].append(expected)                       # tagged: an output, not a failure
+    (p / "chapter.ipynb").write_text(json.dumps(nb))
+    (p / "other.ipynb").write_text(json.dumps(_notebook(OTHER_CELLS + ["1 / 0\n"])))
+    done = pre_execute(p)
+    assert done.returncode == 1
+    assert "ZeroDivisionError" in done.stdout and "other.ipynb" in done.stderr
+    assert "chapter.ipynb executed" in done.stdout      # the others still ran and are cached
+    again = pre_execute(p)                              # the failed one is not cached
+    assert again.returncode == 1 and "1 to execute" in again.stdout

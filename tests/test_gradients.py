@@ -462,26 +462,29 @@ def test_errors(call, message):
 # Batched attribution: the fast layer-wise path against captum's Layer* classes on the full model,
 # and a padded batch against one sequence at a time
 # ---------------------------------------------------------------------------------------------
+class _LogitScore(torch.nn.Module):
+    """``f(input_ids)``: the target's score from the model's full logits (the references' f)."""
+
+    def __init__(self, m, target):
+        super().__init__()
+        self.m, self.target = m, target
+
+    def forward(self, input_ids):
+        return G.target_score(self.m(input_ids=input_ids).logits, self.target)
+
+
 def _captum_layer_reference(m, ids, target, which, n_steps=12):
     """Slow, obvious reference: captum's LayerIntegratedGradients / LayerDeepLift on the whole
     model (every step re-runs every layer), one hooked layer at a time, plain logits scoring."""
     from captum.attr import LayerDeepLift, LayerIntegratedGradients
 
-    class Score(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return G.target_score(self.m(input_ids=input_ids).logits, target)
-
     rows = []
     for layer in G.attribution_layers(m, "layers"):
         if which == "ig":
-            a = LayerIntegratedGradients(Score(), layer).attribute(ids, baselines=baseline_ids(ids), n_steps=n_steps)
+            a = LayerIntegratedGradients(_LogitScore(m, target), layer).attribute(ids, baselines=baseline_ids(ids), n_steps=n_steps)
         else:
             with G.deeplift_rescale(m):
-                a = LayerDeepLift(Score(), layer).attribute(ids, baselines=baseline_ids(ids))
+                a = LayerDeepLift(_LogitScore(m, target), layer).attribute(ids, baselines=baseline_ids(ids))
         rows.append(a[0].sum(-1).detach())
     return torch.stack(rows).numpy()
 
@@ -550,3 +553,78 @@ def test_batch_attribute_errors():
         G.batch_attribute(m, torch.cat([IDS, IDS]), [mlm_target(), mlm_target("prob")])
     with pytest.raises(G.GradientAttributionError, match="Unknown gradient method"):
         G.batch_attribute(m, IDS, [mlm_target()], ["blank_out"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The last block's FFN at the scored row only (ScoreModule / _Tail), against the full forward
+# ---------------------------------------------------------------------------------------------
+def _input_level_reference(m, ids, target, which, n_steps=8):
+    """Slow, obvious reference: captum's LayerIntegratedGradients / LayerDeepLift on the word
+    embeddings of the whole, unchanged model, scored from its full logits; ``(n,)``."""
+    from captum.attr import LayerDeepLift, LayerIntegratedGradients
+
+    emb = m.get_input_embeddings()
+    if which == "ig":
+        a = LayerIntegratedGradients(_LogitScore(m, target), emb).attribute(ids, baselines=baseline_ids(ids),
+                                                             n_steps=n_steps)
+    else:
+        with G.deeplift_rescale(m):
+            a = LayerDeepLift(_LogitScore(m, target), emb).attribute(ids, baselines=baseline_ids(ids))
+    return a[0].sum(-1).detach().numpy()
+
+
+def _ffn_input_rows(m):
+    """Record the sequence length of every input the last block's FFN input layer computes on."""
+    seen: list[int] = []
+    ffn = cmixlib.arch.layer_parts(m)[-1].ffn_in
+    handle = ffn.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].shape[1]))
+    return seen, handle
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("arch", ARCHS + ("mpnet",))
+@pytest.mark.parametrize("task", ["mlm", "sequence-classification"])
+def test_target_row_ffn_equals_the_full_model(arch, task):
+    """Every gradient method runs the last block's FFN at the scored row only (the MLM target, a
+    classifier's first token) and still equals the full model's numbers: plain gradients against
+    autograd through ``inputs_embeds``, IG and DeepLift against captum's Layer* classes."""
+    m = model(arch, task)
+    t = mlm_target() if task == "mlm" else G.ClassTarget(1, score="prob")
+    seen, handle = _ffn_input_rows(m)
+    try:
+        got = G.batch_attribute(m, IDS, [t], G.GRADIENT_METHODS, "input", baseline=BASE_ID, n_steps=8)
+    finally:
+        handle.remove()
+    # the fast path really ran: G×I, IG and DeepLift at one row; in full only the classifier's
+    # first-row check
+    assert seen.count(1) >= 3 and seen.count(IDS.shape[1]) == int(task != "mlm")
+    x, g = hand_input_grad(m, IDS, t)
+    np.testing.assert_allclose(got["grad_l2"][0], g.norm(dim=-1).numpy(), rtol=1e-8, atol=1e-13)
+    np.testing.assert_allclose(got["grad_x_input_abs"][0], (g * x).sum(-1).abs().numpy(),
+                               rtol=1e-8, atol=1e-13)
+    for which, meth in (("ig", "integrated_gradients"), ("dl", "deeplift")):
+        want = _input_level_reference(m, IDS, t, which)
+        np.testing.assert_allclose(got[meth][0], want, rtol=1e-7, atol=1e-12, err_msg=meth)
+        assert np.abs(want).max() > 1e-6
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_classifier_head_reading_every_token_runs_in_full():
+    """A classifier head that reads more than the first token fails the first-row check: the
+    FFN then runs on every row and the numbers stay the full model's."""
+    m = cmixlib.random_model("bert", task="sequence-classification", dtype=torch.float64, seed=1)
+    pooler = m.bert.pooler
+    pooler.forward = lambda h: pooler.activation(pooler.dense(h.mean(dim=1)))   # mean pooling
+    t = G.ClassTarget(1, score="prob")
+    assert not G.captum_methods._first_row_head(m, IDS, torch.ones_like(IDS), [t])
+    seen, handle = _ffn_input_rows(m)
+    try:
+        got = G.batch_attribute(m, IDS, [t], ["grad_l2", "integrated_gradients"], "input",
+                                baseline=BASE_ID, n_steps=8)
+    finally:
+        handle.remove()
+    assert seen.count(1) == 1 and len(seen) > 3      # one row only in the check itself
+    _, g = hand_input_grad(m, IDS, t)
+    np.testing.assert_allclose(got["grad_l2"][0], g.norm(dim=-1).numpy(), rtol=1e-8, atol=1e-13)
+    np.testing.assert_allclose(got["integrated_gradients"][0],
+                               _input_level_reference(m, IDS, t, "ig"), rtol=1e-7, atol=1e-12)

@@ -100,6 +100,61 @@ def test_rows_layers_chunks_and_normalisation_float64():
     np.testing.assert_allclose(norm[1], ref[1] / ref[1].sum(-1, keepdims=True), rtol=1e-10)
 
 
+@pytest.mark.parametrize("rows_per_block", [1, 16])
+def test_block_grams_float64(rows_per_block, monkeypatch):
+    """The symmetric Grams S_i and Gamma_j formed by blocks of rows above the diagonal: with one
+    head per block (many blocks) and two heads per block (6 heads: three blocks; 5 heads: the last
+    block half full) the maps still equal the full Jacobian's."""
+    monkeypatch.setattr(H, "_GRAM_ROWS", rows_per_block)
+    for heads in (6, 5):
+        model = _model("bert", hidden=8 * heads, heads=heads)
+        ids = _ids("bert", n=7, seed=heads)
+        for times_input in (True, False):
+            got = hta(model, None, {"input_ids": ids}, normalize=False, times_input=times_input)
+            assert _rel(got, _reference(model, ids, times_input)) <= REL64, (heads, times_input)
+
+
+def test_block_gram_and_pair_blocks_helpers():
+    """_block_gram against A A^T (widths that do and do not divide the size; without mirroring
+    only the blocks on and above the diagonal are defined); _pair_blocks against plain slicing."""
+    A = torch.randn(3, 12, 5, dtype=torch.float64)
+    full = A @ A.transpose(1, 2)
+    for width in (1, 4, 5, 12, 20):
+        torch.testing.assert_close(H._block_gram(A, width), full, rtol=0, atol=1e-12)
+        upper = H._block_gram(A, width, mirror=False)
+        for s in range(0, 12, width):
+            torch.testing.assert_close(upper[:, s:s + width, s:], full[:, s:s + width, s:], rtol=0, atol=1e-12)
+    heads, dh = 4, 3
+    hp, hq, mult = H._head_pairs(heads, full)
+    assert len(hp) == heads * (heads + 1) // 2 and bool((hp <= hq).all())
+    assert mult.tolist() == [1.0 if a == b else 2.0 for a, b in zip(hp.tolist(), hq.tolist())]
+    out = torch.empty(len(hp), 3, dh * dh, dtype=torch.float64)
+    H._pair_blocks(full, heads, out)
+    for k, (a, b) in enumerate(zip(hp.tolist(), hq.tolist())):
+        block = full[:, a * dh:(a + 1) * dh, b * dh:(b + 1) * dh]
+        torch.testing.assert_close(out[k], block.reshape(3, dh * dh), rtol=0, atol=0)
+
+
+def test_ffn_jacobians_against_the_product_of_jacobians():
+    """P_i (one GEMM, the two centrings as one rank-4 update, the row scales) against the product
+    J_LN2 (I + W2 diag(phi') W1) J_LN1 built from torch.func.jacrev of the two LayerNorms."""
+    torch.manual_seed(0)
+    d, dff, r = 6, 10, 3
+    ln1, ln2 = torch.nn.LayerNorm(d).double(), torch.nn.LayerNorm(d).double()
+    with torch.no_grad():
+        for ln in (ln1, ln2):
+            ln.weight.normal_()
+    w1, w2 = torch.randn(dff, d, dtype=torch.float64), torch.randn(d, dff, dtype=torch.float64)
+    p, u, dphi = (torch.randn(r, k, dtype=torch.float64) for k in (d, d, dff))
+    g1, i1, y1 = H._ln_parts(ln1, p)                          # y: the centring bases B^T
+    g2, i2, y2 = H._ln_parts(ln2, u)
+    got = H._ffn_jacobians(w2, w1 * g1, dphi, g1, y1, y2, g2 * i2 * i1)
+    for k in range(r):
+        j1, j2 = torch.func.jacrev(ln1)(p[k]), torch.func.jacrev(ln2)(u[k])
+        want = j2 @ (torch.eye(d, dtype=torch.float64) + w2 @ torch.diag(dphi[k]) @ w1) @ j1
+        torch.testing.assert_close(got[k], want, rtol=1e-12, atol=1e-12)
+
+
 def test_other_activation_and_heads():
     # gelu_new (tanh GELU) and relu: the activation's derivative comes from the module itself
     ids = _ids("bert", n=6, seed=4)

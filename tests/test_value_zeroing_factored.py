@@ -203,3 +203,69 @@ def test_cached_head_map_follows_weight_updates():
     after = vz(model, ids)[0]
     assert np.abs(after - before).max() > 1e-3 * np.abs(before).max()
     close(after, vz(model, ids, method="batched")[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Several distances from one set of perturbed outputs (the distance ablation's fast path)
+# --------------------------------------------------------------------------------------------
+def corpus_stats(model, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    d = model.config.hidden_size
+    return torch.randn(d, generator=g, dtype=torch.float64), 0.5 + torch.rand(d, generator=g, dtype=torch.float64)
+
+
+def variants_of(model):
+    return [("cosine", None), ("euclidean", False), ("spearman", None), ("cosine", True),
+            ("euclidean", corpus_stats(model))]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method", ["factored", "batched"])
+def test_layer_variants_equal_one_call_per_variant(arch, method):
+    """Entry v of value_zeroing_layer_variants is value_zeroing_layer with variant v, exactly
+    (the same operations on the same perturbed outputs), in float32 with chunks of 2 rows."""
+    model = cmixlib.random_model(arch, seed=4)
+    ids, mask = padded_batch(model, seed=4)
+    cap, mods = run_and_capture(model, ids, mask), encoder_layers(model)
+    variants = variants_of(model)
+    for b, keep in enumerate(iter_sentences(cap)):
+        for st in layer_states(cap, mods, b, keep, rows=torch.tensor([0, 2, 3])):
+            got = vz_module.value_zeroing_layer_variants(st, variants, chunk_elements=1,
+                                                         method=method)
+            assert got.shape == (len(variants), 3, len(keep))
+            for v, (dist, std) in enumerate(variants):
+                want = value_zeroing_layer(st, dist, std, chunk_elements=1, method=method)
+                assert torch.equal(got[v], want), (arch, method, dist, std)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_variant_maps_equal_context_mixing_per_variant(arch):
+    """value_zeroing_variant_maps (one forward for all variants) against one context_mixing call
+    per variant: identical rows, for per-sentence rows and for every row, with padding."""
+    model = cmixlib.random_model(arch, seed=6)
+    ids, mask = padded_batch(model, seed=6)
+    variants = variants_of(model)
+    for rows in ([[4], [0, 3], None], None):
+        got = vz_module.value_zeroing_variant_maps(model, ids, mask, rows, variants=variants)
+        for v, (dist, std) in enumerate(variants):
+            want = cmixlib.context_mixing(model, None, {"input_ids": ids, "attention_mask": mask},
+                                          "value_zeroing", rows=rows, vz_distance=dist,
+                                          vz_standardize=std)
+            for b, n in enumerate(LENGTHS):
+                sel = np.arange(n) if rows is None or rows[b] is None else np.array(rows[b])
+                assert got[b].shape == (len(variants), len(encoder_layers(model)), len(sel), n)
+                np.testing.assert_array_equal(got[b][v], want[b]["value_zeroing"][:, sel])
+
+
+def test_variant_maps_bad_input():
+    model = cmixlib.random_model("bert", seed=6)
+    ids, mask = padded_batch(model, seed=6)
+    with pytest.raises(cmixlib.InputError, match="variants is empty"):
+        vz_module.value_zeroing_variant_maps(model, ids, mask, variants=[])
+    with pytest.raises(cmixlib.InputError, match="Value Zeroing distance"):
+        vz_module.value_zeroing_variant_maps(model, ids, mask, variants=[("cos", None)])
+    with pytest.raises(cmixlib.InputError, match="hidden size"):
+        vz_module.value_zeroing_variant_maps(model, ids, mask,
+                                             variants=[("cosine", (np.zeros(3), np.ones(3)))])
+    with pytest.raises(ValueError, match="variants is empty"):
+        vz_module.value_zeroing_layer_variants(None, [])

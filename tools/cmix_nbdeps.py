@@ -15,7 +15,10 @@ therefore leave the old outputs on the site. This extension keys every notebook 
 
 On ``env-get-outdated`` (before Sphinx reads anything) a notebook whose key differs from the one
 stored in the build environment is marked outdated and its jupyter-cache record is removed, so
-myst-nb executes it again; an unchanged tree re-renders from the cache.
+myst-nb executes it again; an unchanged tree re-renders from the cache. A notebook whose record
+was made after Sphinx last read its page (``tools/run_notebooks.py`` executes the notebooks in
+parallel before the build, with these keys: :func:`current_keys`) is marked outdated too, so
+the page shows the new outputs.
 
 Loaded by ``_config.yml`` (``sphinx: local_extensions``). Settings: ``cmix_nbdeps_package``
 (the package folder; default: cmixlib's) and ``cmix_nbdeps_data`` (extra folders hashed by
@@ -24,6 +27,7 @@ content, relative to the book's root; default ``["data"]``), both for tests.
 from __future__ import annotations
 
 import ast
+import datetime
 import functools
 import hashlib
 import json
@@ -40,6 +44,9 @@ ENV_VARS = ("CMIX_MODEL", "CMIX_QUICK")
 _MAGIC = re.compile(r"^\s*[%!]")
 #: Notebook path -> the key its cached outputs were made with, beside the jupyter-cache database.
 KEYS_FILE = "cmix_nbdeps.json"
+#: Defaults of the settings ``cmix_nbdeps_data`` and ``cmix_nbdeps_extra_packages``.
+DEFAULT_DATA = ["data"]
+DEFAULT_EXTRA_PACKAGES = ["cmix_course"]
 
 
 def _read_notebook(path: Path) -> dict:
@@ -114,7 +121,8 @@ def notebook_key(path: Path, package_dir: Path = cache.PACKAGE_DIR, data_digest:
     return h.hexdigest()[:16]
 
 
-def _remove_cache_record(cache_path: Path, notebook: Path) -> bool:
+def remove_cache_record(cache_path: Path, notebook: Path) -> bool:
+    """Remove the jupyter-cache records at ``cache_path`` made from ``notebook``; True if any."""
     from jupyter_cache import get_cache
 
     if not cache_path.exists():
@@ -128,41 +136,83 @@ def _remove_cache_record(cache_path: Path, notebook: Path) -> bool:
     return removed
 
 
+def record_times(cache_path: Path) -> dict[str, int]:
+    """Resolved notebook path -> when its newest jupyter-cache record was made, in microseconds
+    since the epoch (Sphinx's ``env.all_docs`` unit)."""
+    from jupyter_cache import get_cache
+
+    if not cache_path.exists():
+        return {}
+    times: dict[str, int] = {}
+    for record in get_cache(str(cache_path)).list_cache_records():
+        made = record.created if record.created.tzinfo else record.created.replace(
+            tzinfo=datetime.timezone.utc)              # jupyter-cache stores UTC
+        path = str(Path(record.uri).resolve())
+        times[path] = max(times.get(path, 0), int(made.timestamp() * 1_000_000))
+    return times
+
+
+def read_keys(cache_path: Path) -> dict[str, str]:
+    """The stored keys (:data:`KEYS_FILE` beside the jupyter-cache at ``cache_path``)."""
+    keys_file = cache_path / KEYS_FILE
+    return json.loads(keys_file.read_text()) if keys_file.exists() else {}
+
+
+def write_keys(cache_path: Path, keys: dict[str, str]) -> None:
+    cache_path.mkdir(parents=True, exist_ok=True)
+    (cache_path / KEYS_FILE).write_text(json.dumps(keys, indent=1, sort_keys=True))
+
+
+def current_keys(srcdir: Path, paths, package: str | Path = "", data=DEFAULT_DATA,
+                 extra_packages=DEFAULT_EXTRA_PACKAGES) -> dict[str, str]:
+    """``str(resolved path) -> notebook_key`` of each executed notebook among ``paths``, with the
+    extension's settings (``package``: ``cmix_nbdeps_package``, ``data``: ``cmix_nbdeps_data``,
+    ``extra_packages``: ``cmix_nbdeps_extra_packages``; folders relative to ``srcdir``). Used by
+    :func:`mark_outdated` and by ``tools/run_notebooks.py``, which executes the notebooks before
+    the build."""
+    package_dir = Path(package or cache.PACKAGE_DIR).resolve()
+    digest = _data_digest(package_dir, [Path(srcdir) / f for f in data])
+    extra = tuple(p for p in (Path(srcdir) / name for name in extra_packages) if p.is_dir())
+    return {str(p): notebook_key(p, package_dir, digest, extra)
+            for p in (Path(x).resolve() for x in paths) if is_executed_notebook(p)}
+
+
 def mark_outdated(app, env, added, changed, removed) -> list[str]:
     """``env-get-outdated``: notebooks whose dependency key differs from the one their cached
     outputs were made with get their jupyter-cache record removed; those Sphinx would not re-read
     on its own are returned as outdated. The keys are kept beside the cache
     (:data:`KEYS_FILE`), written as soon as a stale record is gone, so an interrupted build
     never leaves old outputs under a new key."""
-    package_dir = Path(app.config.cmix_nbdeps_package or cache.PACKAGE_DIR).resolve()
-    folders = [Path(app.srcdir) / f for f in app.config.cmix_nbdeps_data]
-    digest = _data_digest(package_dir, folders)
-    extra = tuple(p for p in (Path(app.srcdir) / name
-                              for name in app.config.cmix_nbdeps_extra_packages) if p.is_dir())
+    docs = {str(Path(env.doc2path(d)).resolve()): d for d in sorted(env.found_docs)}
+    keys = current_keys(Path(app.srcdir), list(docs), app.config.cmix_nbdeps_package,
+                        app.config.cmix_nbdeps_data, app.config.cmix_nbdeps_extra_packages)
     cache_path = Path(env.mystnb_config.execution_cache_path)
-    keys_file = cache_path / KEYS_FILE
-    stored = json.loads(keys_file.read_text()) if keys_file.exists() else {}
+    stored = read_keys(cache_path)
+    created = record_times(cache_path)
     outdated = []
-    for docname in sorted(env.found_docs):
-        path = Path(env.doc2path(docname)).resolve()
-        if not is_executed_notebook(path):
+    for path, key in keys.items():
+        docname = docs[path]
+        if stored.get(path) == key:
+            # outputs cached after the page was last read (by tools/run_notebooks.py, before
+            # the build): Sphinx must read the page again to show them
+            read = env.all_docs.get(docname)
+            if (read is not None and created.get(path, 0) > read
+                    and docname not in added and docname not in changed):
+                outdated.append(docname)
             continue
-        key = notebook_key(path, package_dir, digest, extra)
-        if stored.get(str(path)) == key:
-            continue
-        if _remove_cache_record(cache_path, path):
-            LOGGER.info(f"cmix_nbdeps: the library code or data of {docname} changed: re-executing")
+        if remove_cache_record(cache_path, Path(path)):
+            LOGGER.info(f"cmix_nbdeps: the library code or data of {docname} changed: "
+                        "re-executing")
             if docname not in added and docname not in changed:
                 outdated.append(docname)
-        stored[str(path)] = key
-    cache_path.mkdir(parents=True, exist_ok=True)
-    keys_file.write_text(json.dumps(stored, indent=1, sort_keys=True))
+        stored[path] = key
+    write_keys(cache_path, stored)
     return outdated
 
 
 def setup(app):
     app.add_config_value("cmix_nbdeps_package", "", "env")
-    app.add_config_value("cmix_nbdeps_data", ["data"], "env")
-    app.add_config_value("cmix_nbdeps_extra_packages", ["cmix_course"], "env")
+    app.add_config_value("cmix_nbdeps_data", DEFAULT_DATA, "env")
+    app.add_config_value("cmix_nbdeps_extra_packages", DEFAULT_EXTRA_PACKAGES, "env")
     app.connect("env-get-outdated", mark_outdated)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

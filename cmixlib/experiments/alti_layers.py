@@ -51,8 +51,7 @@ def homogeneity(maps: np.ndarray) -> np.ndarray:
 def special_mass(maps: np.ndarray) -> np.ndarray:
     r"""Mean share of each row on the first and last token ([CLS] and [SEP]), ``(..., n, n) ->
     (...)``: :math:`s(R) = \frac1n \sum_i (\hat R_{i,1} + \hat R_{i,n})`, rows normalised."""
-    r = np.asarray(maps, dtype=float)
-    r = r / r.sum(axis=-1, keepdims=True)
+    r = normalize_rows(np.asarray(maps, dtype=float))
     return (r[..., 0] + r[..., -1]).mean(axis=-1)
 
 
@@ -68,7 +67,8 @@ def relevance_maps(bundle, batch: list[dict]) -> list[dict[str, np.ndarray]]:
     maps = maps if isinstance(maps, list) else [maps]
     out = []
     for m in maps:
-        norm = normalize_rows(rollout(m["attn_norm_res_ln"], add_identity=False, normalize=True))
+        # rollout(normalize=True) multiplies row-normalised maps: its rows already sum to 1
+        norm = rollout(m["attn_norm_res_ln"], add_identity=False, normalize=True)
         out.append({"attention_rollout": m["attention_rollout"],
                     "rollout:attn_norm_res_ln": norm, "alti": m["alti"]})
     return out

@@ -43,9 +43,9 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
                      seeds: list[int]) -> list[tuple[int, dict[str, np.ndarray]]]:
     r"""For each post of a padded batch: ``(predicted class, {method: (n,) scores})``, the
     ``[CLS]`` row :math:`C^{L}_{0,:}` of the last layer of each context-mixing method (rows
-    normalised to sum to 1; attention flow in a call of its own with ``rows=[0]``, so that only
-    that row's max-flows are solved), of ``"rollout:X"`` the row of :math:`\hat C^{L} = \tilde
-    C^{L} \cdots \tilde C^{1}` (rows normalised, no identity added, as
+    normalised to sum to 1; attention flow solved for that row of the last layer only,
+    ``attention_flow(..., rows=[0], layers=[-1])``), of ``"rollout:X"`` the row of
+    :math:`\hat C^{L} = \tilde C^{L} \cdots \tilde C^{1}` (rows normalised, no identity added, as
     :func:`~cmixlib.experiments.common.target_rows_batch`),
     each gradient method's :math:`\|\cdot\|` of the predicted class's probability w.r.t. the word
     embeddings (one :func:`cmixlib.gradients.batch_attribute` call; IG with ``ig_steps``
@@ -54,7 +54,7 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     import torch
 
     from .. import core
-    from ..attention import rollout
+    from ..attention import attention_flow, normalize_rows, rollout
     from ..models import model_device
     from ..gradients import ClassTarget, batch_attribute, random_scores
 
@@ -69,20 +69,27 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     full = sorted({m for m in methods if m in core.METHODS and m != "attention_flow"}
                   | {m.removeprefix(ROLLOUT_PREFIX) for m in rolled})
     inputs = {"input_ids": ids, "attention_mask": mask}
-    for names, rows in ((full, None), (["attention_flow"] if "attention_flow" in methods else [],
-                                       [[0]] * len(batch))):
-        if not names:
-            continue
-        maps = core.context_mixing(bundle.model, bundle.tokenizer, inputs, methods=names, rows=rows)
+    if full:
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, inputs, methods=full)
         maps = maps if isinstance(maps, list) else [maps]
         for b, n in enumerate(lengths):
             for m in methods:
-                if m in names:
+                if m in full:
                     out[b][m] = np.asarray(maps[b][m][-1, 0, :n], dtype=float)
-                elif m.removeprefix(ROLLOUT_PREFIX) in names:
+                elif m.removeprefix(ROLLOUT_PREFIX) in full:
                     r = rollout(maps[b][m.removeprefix(ROLLOUT_PREFIX)], add_identity=False,
                                 normalize=True)
                     out[b][m] = np.asarray(r[-1, 0, :n], dtype=float)
+    if "attention_flow" in methods:
+        # only the [CLS] row of the last layer is used: solve that layer's max-flows alone, on
+        # the raw attention that cmixlib.context_mixing's "attention_flow" uses, and normalise
+        # the row as it does (the same values as context_mixing(..., rows=[[0]]))
+        att = core.context_mixing(bundle.model, bundle.tokenizer, inputs, methods=["attention"],
+                                  normalize=False)
+        att = att if isinstance(att, list) else [att]
+        for b, n in enumerate(lengths):
+            flow = attention_flow(att[b]["attention"], add_identity=True, rows=[0], layers=[-1])
+            out[b]["attention_flow"] = np.asarray(normalize_rows(flow[-1, :1])[0, :n], dtype=float)
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:
         # the classes predicted above (the same forward that batch_attribute would run again)

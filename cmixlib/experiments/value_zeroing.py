@@ -10,8 +10,9 @@ import pandas as pd
 from .. import evaluation as ev
 from .. import paper_numbers as pn
 from ..batching import length_batches
-from .common import (BATCH_SIZE, IG_STEPS, batched_rows, comparison_table, exclude_positions,
-                     ids_tensor, target_rows_batch)
+from ..value_zeroing import value_zeroing_variant_maps
+from .common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, comparison_table,
+                     exclude_positions, padded_batch)
 from .runner import Context, Experiment, run_experiment
 from .sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
 
@@ -96,18 +97,19 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
     if unknown:
         raise ValueError(f"Unknown variant(s) {unknown}; choose from {list(VZ_DISTANCE_VARIANTS)}.")
     bundle, _, examples = ctx.load_inputs()
+    # one forward and one set of perturbed outputs per batch serve every distance
+    variants = [(VZ_DISTANCE_VARIANTS[v][0], VZ_DISTANCE_VARIANTS[v][1] or None)
+                for v in s["variants"]]
     rows, agree = [], []
     with ctx.tqdm(None, total=len(examples), desc=f"VZ distances ({s['condition']})") as bar:
         for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
             batch = [examples[i] for i in idx]
-            per_variant = {}
-            for v in s["variants"]:
-                dist, std = VZ_DISTANCE_VARIANTS[v]
-                per_variant[v] = target_rows_batch(bundle, batch, ["value_zeroing"],
-                                                   {"vz_distance": dist, "vz_standardize": std or None},
-                                                   level="layers", seeds=list(idx))
+            ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+            targets = [int(ex["target_index"]) for ex in batch]
+            per_example = value_zeroing_variant_maps(bundle.model, ids, mask, [[t] for t in targets],
+                                                     variants=variants)
             for k, (i, ex) in enumerate(zip(idx, batch)):
-                maps = {v: per_variant[v][k]["value_zeroing"] for v in s["variants"]}
+                maps = {v: per_example[k][c, :, 0] for c, v in enumerate(s["variants"])}
                 rows += ev.alignment_rows(maps, ex["cue_indices"], example_id=i,
                                           exclude=exclude_positions(ex, s["exclude"]), ties=s["ties"])
                 if "cosine" in maps:
@@ -145,15 +147,24 @@ DISTANCE_ABLATION = Experiment(
 # §6: MDL probing per layer, and Table 2
 # ============================================================================================
 def _mask_states(bundle, examples, ctx) -> np.ndarray:
-    """(L+1, N, d) hidden states at the target position."""
+    """(L+1, N, d) hidden states at the target position: one right-padded forward per length
+    batch (the real positions of a padded row equal the unpadded forward's up to rounding)."""
     import torch
 
-    feats = []
+    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
     device = next(bundle.model.parameters()).device  # the ids go where the model is (CUDA too)
-    with torch.no_grad():
-        for ex in ctx.tqdm(examples, desc="hidden states"):
-            out = bundle.model(input_ids=ids_tensor(ex).to(device), output_hidden_states=True)
-            feats.append(torch.stack([h[0, int(ex["target_index"])] for h in out.hidden_states]).cpu().numpy())
+    feats: list[np.ndarray] = [None] * len(examples)  # type: ignore[list-item]
+    with torch.no_grad(), ctx.tqdm(None, total=len(examples), desc="hidden states") as bar:
+        for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
+            ids, mask = padded_batch([examples[i] for i in idx], pad)
+            out = bundle.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                               output_hidden_states=True)
+            hs = torch.stack(out.hidden_states, 1)                 # (B, L+1, n, d)
+            pos = torch.as_tensor([int(examples[i]["target_index"]) for i in idx], device=device)
+            picked = hs[torch.arange(len(idx), device=device), :, pos].cpu().numpy()
+            for k, i in enumerate(idx):
+                feats[i] = picked[k]
+            bar.update(len(idx))
     return np.stack(feats, axis=1)
 
 
@@ -231,16 +242,28 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     also correlated over the positions left by each mode in ``also_exclude`` (frame
     ``exclusion``: columns exclude, method, mean, std, n), so a sensitivity check needs no
     second run."""
-    from ..gradients import MLMTarget, blank_out
+    from ..gradients import MLMTarget
+    from ..gradients.erasure import blank_out_batch
 
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
+    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
+
+    def blank_out_rows(batch: list[dict]) -> list[np.ndarray]:
+        # every example of a length batch and all its erased copies in one padded forward
+        ids, mask = padded_batch(batch, pad)
+        targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
+                   for ex in batch]
+        bo = blank_out_batch(bundle.model, ids, targets, attention_mask=mask,
+                             replacement=s["replacement"], tokenizer=bundle.tokenizer,
+                             skip_special=False)
+        return [row[:len(ex["input_ids"])] for row, ex in zip(bo, batch)]
+
+    blanked = batched(ctx, examples, blank_out_rows, desc=f"blank-out ({s['condition']})")
     modes = [s["exclude"], *[m for m in s["also_exclude"] if m != s["exclude"]]]
     rho: dict[str, dict[int, dict[str, float]]] = {mode: {} for mode in modes}
     for i, ex, sc in batched_rows(ctx, bundle, examples, level="input", desc=f"faithfulness ({s['condition']})"):
-        t = int(ex["target_index"])
-        bo = blank_out(bundle.model, ids_tensor(ex), MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
-                       replacement=s["replacement"], tokenizer=bundle.tokenizer, skip_special=False)
+        bo = blanked[i]
         for mode in modes:
             excl = exclude_positions(ex, mode)
             rho[mode][i] = ev.spearman_to(bo, sc, exclude=excl)

@@ -37,6 +37,11 @@ How captum is used (on the model's own, unmodified modules):
   reaching ``hidden_states[ℓ]`` in it are exactly ``LayerDeepLift``'s at layer :math:`\ell`
   (tested), because the forward activations the rescale rule compares are the same;
 * element-wise activations get the rescale rule through :func:`.rescale.deeplift_rescale`.
+
+Work that cannot change the numbers is skipped: no autograd graph for the parameters (except on
+a classifier's layer-wise path, see :func:`_frozen`); the last block's FFN runs at the scored row
+only (the MLM target, a classifier's first token; :mod:`.target_rows`); IG and DeepLift share the
+layer-wise hidden states of one call; no convergence delta unless asked for.
 """
 from __future__ import annotations
 
@@ -49,9 +54,10 @@ import torch
 from torch import nn
 
 from ..encoder import layer_output
-from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls, _Substituted,
-                     _Tail, attribution_layers)
+from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls, _LayerCalls,
+                     _Substituted, _Tail, attribution_layers)
 from .rescale import deeplift_rescale
+from .target_rows import _first_row_head
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
                       _token_id, special_positions, target_tensors)
 
@@ -81,10 +87,12 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 @contextlib.contextmanager
 def _frozen(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """No parameter gradients while attributing (only gradients w.r.t. activations are needed).
+    """No parameter gradients while attributing (only gradients w.r.t. activations are needed):
+    autograd records nothing for the weights. (Captum's ``torch.autograd.grad`` calls compute no
+    weight gradients either way, so this saves bookkeeping, not the backward's matrix products.)
 
-    Not used for classifiers: their layer-wise path re-runs the blocks before the attributed layer,
-    where captum's DeepLift hooks need tensors that require gradients."""
+    Not used for a classifier's layer-wise IG/DeepLift: that path re-runs the blocks before the
+    attributed layer, where captum's DeepLift hooks need tensors that require gradients."""
     flags = [(p, p.requires_grad) for p in model.parameters()] if enabled else []
     for p, _ in flags:
         p.requires_grad_(False)
@@ -97,7 +105,7 @@ def _frozen(model: nn.Module, enabled: bool = True) -> Iterator[None]:
 
 
 def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-                          targets: Sequence[Target], level: Level,
+                          targets: Sequence[Target], level: Level, rows_only: bool = False,
                           ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per hooked module, ``(B, n, d)`` gradients :math:`\\partial f/\\partial x` (captum
     ``LayerGradientXActivation`` without the multiplication) and the activations ``x`` themselves
@@ -113,7 +121,8 @@ def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tenso
     handles = [layer.register_forward_hook(lambda m, i, o, k=k: keep(m, i, o, k))
                for k, layer in enumerate(layers)]
     try:
-        method = LayerGradientXActivation(ScoreModule(model, targets), layers, multiply_by_inputs=False)
+        method = LayerGradientXActivation(ScoreModule(model, targets, target_rows_only=rows_only),
+                                          layers, multiply_by_inputs=False)
         grads = method.attribute(ids, additional_forward_args=(mask, *target_tensors(targets, ids.device)))
     finally:
         for h in handles:
@@ -137,13 +146,35 @@ def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     return torch.where(keep, ids, torch.full_like(ids, tid))
 
 
+def _layer_states(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                  targets: Sequence[Target], base_ids: torch.Tensor,
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls]:
+    """``hidden_states[0..L-1]`` of the input and of the baseline ids and the blocks' other
+    arguments (one forward each, shared by IG and DeepLift); for an MLM the fast tail from layer
+    0 is checked against the model's own logits on the first row (:func:`._check_tail`)."""
+    h_in, calls = _hidden_states_and_calls(model, ids, mask)
+    h_base, _ = _hidden_states_and_calls(model, base_ids, mask)
+    if isinstance(targets[0], MLMTarget):
+        B = ids.shape[0]
+        first = [t[:1] if t.dim() and t.shape[0] == B else t for t in calls.tensors]
+        tg = target_tensors(targets[:1], ids.device)
+        with torch.no_grad():
+            got = _Tail(model, 0, calls, targets[0].resolved_score())(h_in[0][:1], *tg, *first)
+        _check_tail(model, ids, mask, targets, got)
+    return h_in, h_base, calls
+
+
 def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                        targets: Sequence[Target], level: Level, which: str, base_ids: torch.Tensor, *,
                        n_steps: int, ig_method: str, internal_batch_size: int | None,
                        rescale_activations: bool, with_delta: bool = True,
+                       states: tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls] | None = None,
+                       rows_only: bool = False,
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
     """IG (``which="ig"``) or DeepLift (``"dl"``) attributions ``(B, n, d)`` and convergence deltas
-    ``(B,)`` for each attributed layer (see the module docstring for which captum class runs)."""
+    ``(B,)`` for each attributed layer (see the module docstring for which captum class runs).
+    ``states``: :func:`_layer_states` of the batch (``level="layers"``), computed here if None;
+    ``rows_only``: :func:`_first_row_head`'s answer (input level)."""
     from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift, LayerIntegratedGradients
 
     tg = target_tensors(targets, ids.device)
@@ -167,16 +198,13 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
 
     if level == "input":
         cls = LayerIntegratedGradients if which == "ig" else LayerDeepLift
-        explainer = cls(ScoreModule(model, targets), model.get_input_embeddings(), multiply_by_inputs=True)
+        explainer = cls(ScoreModule(model, targets, target_rows_only=rows_only),
+                        model.get_input_embeddings(), multiply_by_inputs=True)
         attr, delta = run(explainer, ids, base_ids, (mask, *tg))
         return [attr], [None if delta is None else delta.reshape(B)]
     mlm = isinstance(targets[0], MLMTarget)
-    h_in, calls = _hidden_states_and_calls(model, ids, mask)
-    h_base, _ = _hidden_states_and_calls(model, base_ids, mask)
+    h_in, h_base, calls = states or _layer_states(model, ids, mask, targets, base_ids)
     extra = (*tg, *calls.tensors)
-    if mlm:
-        with torch.no_grad():
-            _check_tail(model, ids, mask, targets, _Tail(model, 0, calls, kind)(h_in[0], *extra))
     if mlm and which == "dl":
         # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
         # layer l (on h_l(x) and h_l(x')) are those of the tail from layer 0, so the multipliers that
@@ -233,25 +261,32 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
         raise GradientAttributionError(f"Unknown aggregate {aggregate!r}; choose 'sum', 'abs' or 'l2'.")
     ids, mask, targets = _prepare(model, input_ids, attention_mask, targets)
     out: dict[str, torch.Tensor] = {}
-    with _frozen(model, enabled=isinstance(targets[0], MLMTarget)):
-        plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
-        if plain:
-            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level)
-            for m in plain:
-                rows = [_aggregate(g, "l2") if m == "grad_l2" else
-                        _aggregate(g * x, "l2" if m == "grad_x_input_l2" else "abs")
-                        for g, x in zip(grads, acts)]
-                out[m] = torch.stack(rows, dim=1)
-        for m, which in (("integrated_gradients", "ig"), ("deeplift", "dl")):
-            if m in methods:
-                base_ids = _baseline_batch(model, ids, mask, baseline, tokenizer)
-                attrs, deltas = _path_attributions(
-                    model, ids, mask, targets, level, which, base_ids, n_steps=int(n_steps),
-                    ig_method=ig_method, internal_batch_size=internal_batch_size,
-                    rescale_activations=rescale_activations, with_delta=return_delta)
-                out[m] = torch.stack([_aggregate(a, aggregate) for a in attrs], dim=1)
-                if return_delta:
-                    out[m + "_delta"] = torch.stack(deltas, dim=1)
+    mlm = isinstance(targets[0], MLMTarget)
+    plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
+    path = [(m, w) for m, w in (("integrated_gradients", "ig"), ("deeplift", "dl")) if m in methods]
+    rows_only = (bool(plain) or level == "input") and _first_row_head(model, ids, mask, targets)
+    if plain:
+        with _frozen(model):      # gradients w.r.t. activations only: no parameter gradients
+            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level, rows_only)
+        for m in plain:
+            rows = [_aggregate(g, "l2") if m == "grad_l2" else
+                    _aggregate(g * x, "l2" if m == "grad_x_input_l2" else "abs")
+                    for g, x in zip(grads, acts)]
+            out[m] = torch.stack(rows, dim=1)
+    # a classifier's layer-wise path re-runs the blocks below the layer (see _frozen)
+    with _frozen(model, enabled=mlm or level == "input"):
+        base_ids = _baseline_batch(model, ids, mask, baseline, tokenizer) if path else None
+        states = (_layer_states(model, ids, mask, targets, base_ids)
+                  if path and level == "layers" else None)
+        for m, which in path:
+            attrs, deltas = _path_attributions(
+                model, ids, mask, targets, level, which, base_ids, n_steps=int(n_steps),
+                ig_method=ig_method, internal_batch_size=internal_batch_size,
+                rescale_activations=rescale_activations, with_delta=return_delta, states=states,
+                rows_only=rows_only)
+            out[m] = torch.stack([_aggregate(a, aggregate) for a in attrs], dim=1)
+            if return_delta:
+                out[m + "_delta"] = torch.stack(deltas, dim=1)
     pad = (mask == 0)[:, None, :]
     result = {}
     for m, v in out.items():

@@ -1,6 +1,6 @@
 r"""Erasure (blank-out) scores: how much the target's probability drops when a token is replaced.
 
-Owns :func:`blank_out`:
+Owns :func:`blank_out` (and ``blank_out_batch``, several sequences in one forward):
 
 .. math:: s_j = p(y \mid x) - p(y \mid x_{j \leftarrow r}),
 
@@ -10,6 +10,7 @@ with :math:`p` from :func:`.targets.target_probability` (for an MLM with a foil 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from .layers import Level
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _attribution_errors, _prepare,
                       _single, _token_id, special_positions, target_tensors)
 
-__all__ = ["blank_out"]
+__all__ = ["blank_out", "blank_out_batch"]
 
 
 @torch.no_grad()
@@ -37,32 +38,61 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     :class:`MLMTarget` with a foil (VZ §7), the full-vocabulary softmax without one, the softmax
     over classes for a :class:`ClassTarget` (whose ``class_index=None`` means the class predicted
     for the *unperturbed* input). The n perturbed copies run in one batched forward
-    (``batch_size`` splits it).
+    (``batch_size`` splits it); ``blank_out_batch`` does the same for several sequences.
 
     With ``skip_special`` (default), special positions (:func:`special_positions`) and the MLM
     target position get 0; with ``skip_special=False`` every attended position is blanked (ALTI's
     variant). Padded positions always get 0. Returns ``(n,)``; positive = the token helped.
     """
+    return blank_out_batch(model, _single(input_ids), [target], attention_mask=attention_mask,
+                           replacement=replacement, tokenizer=tokenizer,
+                           skip_special=skip_special, batch_size=batch_size)[0]
+
+
+@torch.no_grad()
+def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence[Target], *,
+                    attention_mask: torch.Tensor | None = None, replacement: int | str = "unk",
+                    tokenizer: Any = None, skip_special: bool = True,
+                    batch_size: int | None = None) -> np.ndarray:
+    r"""Erasure scores of every sequence of a padded batch,
+    :math:`s_{bj} = p(y_b \mid x_b) - p(y_b \mid x_{b,\, j \leftarrow r})`, as :func:`blank_out`
+    for each row b with its own target: ``(B, n)``, 0 at padded (and, with ``skip_special``,
+    special and target) positions.
+
+    All B (n + 1) sequences (each original and its n erased copies) run as one padded forward
+    (``batch_size``: at most that many sequences per forward); an MLM is scored only at each
+    row's target position, on the target and foil logits (:class:`ScoreModule`). Each score
+    equals :func:`blank_out` of that row alone up to float rounding (the same computation in
+    larger matrix products).
+
+    ``input_ids``: ``(B, n)`` integer tensor; ``targets``: one target per row, all of one kind
+    (:class:`MLMTarget` or :class:`ClassTarget`) and score; ``attention_mask``: ``(B, n)`` of
+    0/1 (None: every position). Raises :class:`GradientAttributionError` otherwise.
+    """
     with _attribution_errors():
         check_positive_int(batch_size, "batch_size", allow_none=True)
-    ids, mask, (target,) = _prepare(model, _single(input_ids), attention_mask, [target])
-    n = ids.shape[1]
+    ids, mask, targets = _prepare(model, input_ids, attention_mask, list(targets))
+    B, n = ids.shape
     rid = _token_id(model, replacement, tokenizer, "blank-out replacement")
-    score = ScoreModule(model, [target], score="prob")
-    tg = target_tensors([target], ids.device)
-    batch = torch.cat([ids, ids.repeat(n, 1)])
-    batch[1 + torch.arange(n), torch.arange(n)] = rid
-    masks = mask.repeat(n + 1, 1)
-    step = batch_size or n + 1
-    probs = torch.cat([score(batch[i:i + step], masks[i:i + step],
-                             *(t.expand(len(batch[i:i + step])) for t in tg))
-                       for i in range(0, n + 1, step)])
-    scores = probs[0] - probs[1:]
-    skip = torch.as_tensor(mask[0] == 0)
+    score = ScoreModule(model, targets, score="prob")
+    tg = target_tensors(targets, ids.device)                 # (B,) each
+    # per sequence b: row 0 the original, row 1 + j the copy with token j replaced
+    batch = ids[:, None, :].repeat(1, n + 1, 1)              # (B, n + 1, n)
+    batch[:, 1 + torch.arange(n), torch.arange(n)] = rid
+    batch = batch.reshape(B * (n + 1), n)
+    masks = mask.repeat_interleave(n + 1, dim=0)
+    args = [t.repeat_interleave(n + 1) for t in tg]
+    step = batch_size or B * (n + 1)
+    probs = torch.cat([score(batch[i:i + step], masks[i:i + step], *(a[i:i + step] for a in args))
+                       for i in range(0, B * (n + 1), step)]).view(B, n + 1)
+    scores = probs[:, :1] - probs[:, 1:]                       # (B, n)
+    skip = mask == 0
     if skip_special:
-        skip = skip | torch.as_tensor(special_positions(ids, mask, tokenizer), device=ids.device)
-        if isinstance(target, MLMTarget):
-            skip[target.position] = True
+        special = np.stack([special_positions(ids[b], mask[b], tokenizer) for b in range(B)])
+        skip = skip | torch.as_tensor(special, device=ids.device)
+        for b, target in enumerate(targets):
+            if isinstance(target, MLMTarget):
+                skip[b, target.position] = True
     scores = torch.where(skip, torch.zeros_like(scores), scores)
     return scores.detach().to("cpu", torch.float64).numpy()
 

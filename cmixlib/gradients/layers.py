@@ -22,9 +22,11 @@ of the module that produces ``hidden_states[ℓ]``.
 :math:`\ell..L-1` as the model calls them (masks recorded by
 :func:`cmixlib.encoder.record_layer_calls`), then the head at the target position only:
 :math:`f(h_\ell) = \mathrm{score}(\mathrm{block}_{L-1} \circ \dots \circ
-\mathrm{block}_\ell(h_\ell))`. Every call checks it against the model's own logits
-(:func:`_check_tail`). For a classifier the whole model runs with ``hidden_states[ℓ]`` replaced
-by :math:`h_\ell` (heads differ too much between architectures to call them directly).
+\mathrm{block}_\ell(h_\ell))`, the last block's FFN at the target row only
+(:func:`.target_rows._target_row_ffn`). Every call checks it against the model's own logits
+(:func:`_check_tail`, on the batch's first row). For a classifier the whole model runs with
+``hidden_states[ℓ]`` replaced by :math:`h_\ell` (heads differ too much between architectures to
+call them directly).
 """
 from __future__ import annotations
 
@@ -37,7 +39,9 @@ from torch import nn
 
 from .. import arch
 from ..encoder import layer_output, record_layer_calls
-from .targets import GradientAttributionError, Target, _class_score, _logits, _mlm_score, target_score
+from .target_rows import _last_ffn_in, _target_row_ffn
+from .targets import (GradientAttributionError, Target, _class_score, _logits, _mlm_score,
+                      target_score)
 
 __all__ = ["Level", "LEVELS", "attribution_layers", "substitute_word_embeddings"]
 
@@ -146,13 +150,16 @@ class _Tail(nn.Module):
         self.calls = calls
         self.kind = kind
         self.tapped: dict[int, torch.Tensor] | None = {} if tap else None
+        self.last_ffn_in = _last_ffn_in(model)   # the last block's FFN at the target rows only
 
     def forward(self, h, position, target, foil, *tensors):
+        last = len(self.blocks) - 1
         for k, blk in enumerate(self.blocks[self.start:], start=self.start):
             if self.tapped is not None and k > self.start and h.requires_grad:
                 h.register_hook(lambda g, k=k: self.tapped.__setitem__(k, g))
             args, kwargs = self.calls.rebuild(k, tensors)
-            out = blk(h, *args, **kwargs)
+            with _target_row_ffn(self.last_ffn_in if k == last else None, position, h.shape[1]):
+                out = blk(h, *args, **kwargs)
             h = layer_output(out)
         return _mlm_score(self.model, h, position, target, foil, self.kind)
 

@@ -43,6 +43,7 @@ from torch import nn
 from .. import arch
 from ..models import model_device
 from ..validation import InputError, check_ids_and_mask
+from .target_rows import _last_ffn_in, _target_row_ffn
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
            "target_probability", "resolve_target", "ScoreModule", "target_tensors",
@@ -311,19 +312,26 @@ class ScoreModule(nn.Module):
     """``f(input_ids, attention_mask, position, target, foil) -> (B,)``: the model's real forward
     and the score of each row's target (:func:`target_score`; for an MLM the base model, then the
     head at the target position only). The last three arguments come from
-    :func:`target_tensors`; ``score`` overrides the targets' score kind (blank-out: ``"prob"``)."""
+    :func:`target_tensors`; ``score`` overrides the targets' score kind (blank-out: ``"prob"``).
+    ``target_rows_only``: the last block's FFN runs at the scored row only
+    (:func:`.target_rows._target_row_ffn`; exact, for heads that read only that row)."""
 
-    def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None):
+    def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None,
+                 target_rows_only: bool = False):
         super().__init__()
         self.model = model
         self.mlm = isinstance(targets[0], MLMTarget)
         self.kind = score or targets[0].resolved_score()
+        self.last_ffn_in = _last_ffn_in(model) if target_rows_only else None
 
     def forward(self, input_ids, attention_mask, position, target, foil) -> torch.Tensor:
-        if self.mlm:
-            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-            return _mlm_score(self.model, hidden, position, target, foil, self.kind)
-        logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
+        # position: the MLM target's row; a classifier's head reads row 0 (target_rows_only)
+        rows = position if self.mlm else torch.zeros_like(position)
+        with _target_row_ffn(self.last_ffn_in, rows, input_ids.shape[1]):
+            if self.mlm:
+                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+                return _mlm_score(self.model, hidden, position, target, foil, self.kind)
+            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
         return _class_score(logits, target, self.kind)
 
 
