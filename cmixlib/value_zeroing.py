@@ -263,8 +263,8 @@ def value_zeroing_layer_variants(st: LayerState, variants, chunk_elements: int |
     ``distance, standardize = variants[v]`` exactly (the same operations on the same tensors).
 
     ``variants``: a non-empty sequence of ``(distance, standardize)`` pairs, ``distance`` one of
-    :data:`DISTANCES`, ``standardize`` as in :func:`value_zeroing_layer`. Raises ValueError for
-    an unknown distance or method, or no variants.
+    ``cmixlib.value_zeroing.DISTANCES``, ``standardize`` as in :func:`value_zeroing_layer`.
+    Raises ValueError for an unknown distance or method, or no variants.
     """
     variants = list(variants)
     if not variants:

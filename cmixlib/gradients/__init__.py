@@ -24,7 +24,7 @@ Map of the package (each module's docstring gives its equations):
   :func:`integrated_gradients`, :func:`deeplift`;
 * :mod:`.rescale`: DeepLift's rescale rule for GELU-type activation modules,
   :func:`deeplift_rescale`;
-* :mod:`.target_rows`: the last block's FFN at the scored row only (exact; internal);
+* ``cmixlib.gradients.target_rows``: the last block's FFN at the scored row only (exact; internal);
 * :mod:`.erasure`: :func:`blank_out`, :math:`p(y|x) - p(y|x_{j\leftarrow r})`;
 * :mod:`.random_baseline`: :func:`random_scores`, :math:`U(0,1)`;
 * here: :func:`attribute`, one entry point for all of :data:`METHODS`.

@@ -40,7 +40,7 @@ How captum is used (on the model's own, unmodified modules):
 
 Work that cannot change the numbers is skipped: no autograd graph for the parameters (except on
 a classifier's layer-wise path, see :func:`_frozen`); the last block's FFN runs at the scored row
-only (the MLM target, a classifier's first token; :mod:`.target_rows`); IG and DeepLift share the
+only (the MLM target, a classifier's first token; ``cmixlib.gradients.target_rows``); IG and DeepLift share the
 layer-wise hidden states of one call; no convergence delta unless asked for.
 """
 from __future__ import annotations

@@ -1,18 +1,18 @@
-"""The "fine-tuned" masked LM of the Value Zeroing experiments: prompt fine-tuning on BLiMP
-number agreement (Mohebbi et al. 2023): :func:`prompt_loss`, :func:`finetune_prompt` and the model
-the chapters load, :func:`load_finetuned_mlm`.
+"""The "fine-tuned" masked LM of the Value Zeroing experiments: prompt fine-tuning on BLiMP number
+agreement (Mohebbi et al. 2023): :func:`prompt_loss`, :func:`finetune_prompt` and the model the
+chapters load, :func:`load_finetuned_mlm`.
 
 The paper's recipe: full fine-tuning, cross-entropy over the two logits ``[target, foil]`` at the
 ``[MASK]`` position only, AdamW lr 3e-5, linear schedule with 10% warm-up, seed 42. **This
 project's recipe** keeps the loss, the data, the optimiser, the schedule and the seed, but trains
-low-rank adapters (LoRA rank 16, alpha 32, :mod:`.lora`) on every linear map of every layer plus,
-in full, every LayerNorm and the MLM head's own parameters, at a learning rate chosen on a
-validation part of the training split (:data:`PROMPT_LR`; the sweep is in
+low-rank adapters (LoRA rank 16, alpha 32, ``cmixlib.training.lora``) on every linear map of every
+layer plus, in full, every LayerNorm and the MLM head's own parameters, at a learning rate chosen
+on a validation part of the training split (``PROMPT_LR``; the sweep is in
 ``cmixlib/assets/minilm_mlm_prompt/manifest.json``), as the committed sentence classifiers are
-trained. The reason is the build: what the recipe trains is a few MB in float16, so the weights
-for the packaged MLM are committed (``cmixlib/assets/minilm_mlm_prompt/``, ``make
-prompt-mlm-weights``) and loaded in seconds, where full fine-tuning took about 6 minutes of every
-cold build (its float16 delta, about 45 MB, is too large for the repository).
+trained. The reason is the build: what the recipe trains is a few MB in float16, so the weights for
+the packaged MLM are committed (``cmixlib/assets/minilm_mlm_prompt/``, ``make prompt-mlm-weights``)
+and loaded in seconds, where full fine-tuning took about 6 minutes of every cold build (its float16
+delta, about 45 MB, is too large for the repository).
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def finetune_prompt(mlm_model, train_examples: Sequence[dict], *, epochs: int = 
     """Prompt fine-tuning (the VZ paper's loss, data and schedule; LoRA, see the module
     docstring). Returns ``(model, info)``; the input model is not changed.
 
-    A copy of ``mlm_model`` gets LoRA adapters (:func:`prompt_trainable_names`), dropout on, and
+    A copy of ``mlm_model`` gets LoRA adapters (``prompt_trainable_names``), dropout on, and
     is trained with cross-entropy over ``[logit(target), logit(foil)]`` at ``target_index``
     (:func:`prompt_loss`), AdamW (no weight decay), linear schedule with ``warmup`` ratio of
     warm-up steps, examples reshuffled every epoch with a generator seeded by ``seed``
@@ -102,7 +102,7 @@ def finetune_prompt(mlm_model, train_examples: Sequence[dict], *, epochs: int = 
     tensors are rounded to float16 and merged into another copy,
     :math:`W' = W + \\frac{\\alpha}{r} B A` (:func:`cmixlib.classifier_weights.merge_weights`), so the
     result is a plain model. Where the committed weights were made by this very call
-    (:func:`recipe_identity`; ``use_committed``), they are loaded instead of training; otherwise
+    (``recipe_identity``; ``use_committed``), they are loaded instead of training; otherwise
     the trained tensors are cached. With ``test_examples``, ``info["accuracy"]`` is the share of
     test examples with logit(target) > logit(foil) (paper: 0.99 for BERT).
     """
