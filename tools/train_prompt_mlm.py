@@ -41,9 +41,9 @@ from cmixlib.training import prompt as P  # noqa: E402
 VAL_SHARE, VAL_SEED = 0.1, 1234
 
 
-def _val_loss(model, examples, pad: int) -> float:
-    """Mean :func:`~cmixlib.training.prompt.prompt_loss` over ``examples`` (log(1 + e^{-margin}))."""
-    margin = mlm_agreement_scores(model, examples, pad_token_id=pad)
+def _prompt_loss_from_margins(margin: np.ndarray) -> float:
+    """Mean :func:`~cmixlib.training.prompt.prompt_loss` from the margins
+    ``logit(target) - logit(foil)``: the mean of log(1 + e^{-margin})."""
     return float(np.logaddexp(0.0, -margin).mean())
 
 
@@ -61,7 +61,7 @@ def sweep(lrs: list[float]) -> dict:
                                         use_committed=False, progress=True)
         margin = mlm_agreement_scores(model, val, pad_token_id=pad)
         rows.append({"lr": lr, "val_accuracy": float((margin > 0).mean()),
-                     "val_loss": _val_loss(model, val, pad),
+                     "val_loss": _prompt_loss_from_margins(margin),
                      "train_loss_per_epoch": info["metrics"]["train_loss_per_epoch"],
                      "train_wall_s": info.get("train_wall_s")})
         print(json.dumps(rows[-1]), flush=True)
