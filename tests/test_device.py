@@ -37,6 +37,7 @@ from cmixlib.hta import hta
 from cmixlib.value_zeroing import value_zeroing_layer
 from device_guard import HostTracker
 from fakes import TOK, BundleSources, FakeBundle, rationale_posts
+from test_decoder_experiments import ToySources
 from tolerances import assert_no_worse_than_baseline
 
 FAMILIES = ("bert", "roberta", "electra", "distilbert")
@@ -172,6 +173,9 @@ def _limit(name: str) -> int:
 #: Experiments that read the papers' own sentences with a real tokenizer (not the fakes' examples):
 #: their model loading goes through the same Sources, checked by the experiments they borrow from.
 NEEDS_REAL_INPUTS = {"paper-example-claims"}
+#: Experiments on a decoder: their seam is a DecoderSources (a random Llama below), not the
+#: encoder families' (given DeviceSources they would load and convert the real SmolLM2).
+ON_A_DECODER = {"decoder-blimp"}
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -180,7 +184,7 @@ def test_every_experiment_keeps_every_tensor_on_the_model_device(arch):
     sources = DeviceSources(arch)
     found = {}
     for name in X.REGISTRY:
-        if name in NEEDS_REAL_INPUTS:
+        if name in NEEDS_REAL_INPUTS | ON_A_DECODER:
             continue
         with HostTracker() as tr:
             X.run_experiment(name, model=f"device-test-{name}", limit=_limit(name), settings=_settings(name),
@@ -188,6 +192,28 @@ def test_every_experiment_keeps_every_tensor_on_the_model_device(arch):
         if tr.violations:
             found[name] = sorted(set(tr.violations))
     assert not found, json.dumps(found, indent=1)
+
+
+class DeviceDecoderSources(ToySources):
+    """The decoder experiment's seam: a tiny random Llama on ``device`` in ``dtype``, toy pairs."""
+
+    def __init__(self, device: str = "cpu", dtype=torch.float32):
+        super().__init__()
+        self.device, self.dtype = device, dtype
+
+    def decoder(self):
+        bundle, info = super().decoder()
+        bundle.model.to(self.device, self.dtype)
+        return bundle, info
+
+
+def test_the_decoder_experiment_keeps_every_tensor_on_the_model_device():
+    assert set(ON_A_DECODER) <= set(X.REGISTRY)
+    for name in ON_A_DECODER:
+        with HostTracker() as tr:
+            X.run_experiment(name, model=f"device-test-{name}", limit=2, progress=False,
+                             sources=DeviceDecoderSources(), use_cache=False)
+        assert not tr.violations, sorted(set(tr.violations))
 
 
 def test_trainers_keep_every_tensor_on_the_model_device():
@@ -374,6 +400,18 @@ def compare_experiment(name: str, arch: str, device: str) -> None:
 @pytest.mark.parametrize("name", CUDA_EXPERIMENTS)
 def test_one_experiment_per_family_on_cuda_matches_cpu(name, arch):
     compare_experiment(name, arch, "cuda")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(ON_A_DECODER))
+def test_the_decoder_experiment_on_cuda_matches_cpu(name):
+    runs = [X.run_experiment(name, model=f"device-decoder-{where}", limit=2, progress=False,
+                             use_cache=False, sources=DeviceDecoderSources(where, torch.float64))
+            for where in ("cpu", "cuda")]
+    assert runs[1].meta["device"].startswith("cuda"), runs[1].meta["device"]
+    for key, want in runs[0].frames.items():
+        pd.testing.assert_frame_equal(runs[1].frames[key], want, check_exact=False, atol=1e-8,
+                                      rtol=1e-6, obj=f"{name} {key}")
 
 
 @needs_cuda
