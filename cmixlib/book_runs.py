@@ -24,8 +24,9 @@ from typing import Any
 
 from .book import quick_mode
 
-__all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "run_arguments", "run",
-           "book_calls", "prewarm", "prewarm_chains", "describe_run"]
+__all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
+           "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
+           "prewarm_chains", "describe_run"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -66,74 +67,77 @@ class BookRun:
     cost: float = 60.0
     chain: str | None = None
     borrows: tuple[tuple[str, str | None], ...] = ()
+    warms: tuple[str, ...] = ()
 
 
 #: Every run the book asks for, by name, with its sizes in full and quick mode.
 BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half, as the paper
+    # then the masked-LM metrics of its model, which chapters 8 and 9 print
     "cue-alignment": BookRun(
-        "vz-cue-alignment", None, 2, cost=420, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-cue-alignment", None, 2, cost=310, quick_settings=_QUICK_IG, conditioned=True,
+        warms=("mlm-metrics",)),
     # the whole BLiMP agreement test half
     "distance-ablation": BookRun(
-        "vz-distance-ablation", None, 2, cost=167, settings={"condition": "pretrained"}),
+        "vz-distance-ablation", None, 2, cost=57, settings={"condition": "pretrained"}),
     # the whole test half, for the probe and for the alignment
     "mdl-probing": BookRun(
-        "vz-mdl-probing", None, 2, cost=58, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-mdl-probing", None, 2, cost=22, quick_settings=_QUICK_IG, conditioned=True),
     # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
-        "vz-faithfulness", None, 2, cost=318, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-faithfulness", None, 2, cost=255, quick_settings=_QUICK_IG, conditioned=True),
     # chapter 11's depth analysis (beyond the paper): 200 test pairs, a seeded sample of all five
     # subsets (blimp_sample), to stay within 3 minutes of one core for both conditions
     "rollout-depth": BookRun(
-        "vz-rollout-depth", 200, 2, cost=90, conditioned=True),
+        "vz-rollout-depth", 200, 2, cost=27, conditioned=True),
     # the first 500 SST-2 test sentences (ALTI's split: its analyses need only the prediction;
     # the paper's count, "500 random samples"; the authors' code takes the first 1,000) and 500
     # random SVA sentences, as the paper
     "alti-table2": BookRun(
-        "alti-table2", 500, 2, cost=164, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-table2", 500, 2, cost=168, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 500 SST-2 test sentences
     "alti-fig6": BookRun(
-        "alti-fig6-special-ranks", 500, 2, cost=18, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-fig6-special-ranks", 500, 2, cost=20, quick_settings=_QUICK_CLS, group="classifier"),
     # the first 540 SST-2 test sentences, so that about 500 on which the two models predict the
     # same class are compared (model B: the distilled 3-layer student). IG with 32 Gauss-Legendre
     # steps, a third of the authors' 100 (IG is 9/10 of this run's time); the first 25 compared
     # sentences are also run at 100 steps and the agreement is reported (frame "ig_check")
     "alti-fig7": BookRun(
-        "alti-fig7-consistency", 540, 3, cost=620, settings={"ig_steps": 32, "ig_check": 25},
+        "alti-fig7-consistency", 540, 3, cost=449, settings={"ig_steps": 32, "ig_check": 25},
         quick_settings={**_QUICK_CLS, "b_cls_max_train_examples": 200, "ig_steps": 4,
                         "ig_check": 1, "ig_check_steps": 8}, group="classifier"),
     # the first 500 SST-2 test sentences, as the code
     "alti-fig3": BookRun(
-        "alti-fig3-anisotropy", 500, 2, cost=25, quick_settings=_QUICK_CLS, group="classifier"),
+        "alti-fig3-anisotropy", 500, 2, cost=12, quick_settings=_QUICK_CLS, group="classifier"),
     # the validation splits of the three tasks, as the paper: SST-2 dev (872), MNLI the 4,000
     # dev-matched rows the classifier never saw (the paper: all 9,815), HateXplain val (1,922);
     # both rollouts from one pass (frame "variants")
     "globenc-correlations": BookRun(
-        "globenc-correlations", None, 2, cost=792, settings={"tasks": ["sst2", "mnli", "hatexplain"]},
+        "globenc-correlations", None, 2, cost=401, settings={"tasks": ["sst2", "mnli", "hatexplain"]},
         quick_settings={**_QUICK_CLS, "tasks": ["sst2", "mnli", "hatexplain"]},
         group="classifier"),
     # the first 256 SST-2 dev sentences, no token cap, as the paper (closed-form Jacobians)
     "globenc-fig4": BookRun(
-        "globenc-fig4-hta", 256, 1, cost=1028, quick_settings={**_QUICK_CLS, "max_tokens": 8},
+        "globenc-fig4-hta", 256, 1, cost=494, quick_settings={**_QUICK_CLS, "max_tokens": 8},
         group="classifier"),
     # every HateXplain test post with a majority rationale (1,106), the committed classifier
     "plausibility": BookRun(
-        "hatexplain-plausibility", None, 2, cost=753, quick_settings={**_QUICK_CLS, **_QUICK_IG},
+        "hatexplain-plausibility", None, 2, cost=373, quick_settings={**_QUICK_CLS, **_QUICK_IG},
         group="classifier"),
     # chapter 16: SmolLM2 (offline decoder) on chapter 9's BLiMP test half, at most 80 pairs per
     # paradigm (seeded sample), sized so that the chapter, run included, fits 5 minutes of one
     # core (cost: CPU seconds measured). Its models are only loaded, never trained: any group
-    "decoder-blimp": BookRun("decoder-blimp", 80, 2, cost=160, group="classifier"),
+    "decoder-blimp": BookRun("decoder-blimp", 80, 2, cost=153, group="classifier"),
     # the papers' example sentences, scored by their claims (the status page): the models of
     # "faithfulness" (fine-tuned MLM: same chain, see prewarm_chains), "alti-table2" and
     # "globenc-correlations"; a fixed set of sentences, the same in quick mode
-    "paper-examples": BookRun("paper-example-claims", None, None, cost=60,
+    "paper-examples": BookRun("paper-example-claims", None, None, cost=6,
                                chain="mlm-finetuned",
                                borrows=(("faithfulness", "finetuned"), ("alti-table2", None),
                                         ("alti-fig7", None), ("globenc-correlations", None))),
     # ALTI Figures 8-10: the first 200 SST-2 test sentences (the figures show one sentence; the
     # claim is about the methods, so it is measured on many)
-    "alti-figs8-10": BookRun("alti-figs8-10-homogeneity", 200, 2, cost=40,
+    "alti-figs8-10": BookRun("alti-figs8-10-homogeneity", 200, 2, cost=4,
                              quick_settings=_QUICK_CLS, group="classifier"),
 }
 
@@ -181,6 +185,23 @@ def book_calls() -> list[tuple[str, str | None]]:
             for c in (CONDITIONS if spec.conditioned else (None,))]
 
 
+def mlm_condition_metrics(condition: str) -> dict:
+    """:func:`cmixlib.training.mlm_metrics` (masked-word and BLiMP agreement accuracy, cached on
+    disk) of the MLM that the Value Zeroing runs read in ``condition``, loaded as they load it
+    (:func:`cmixlib.experiments.load_condition_mlm` with the settings of the current mode)."""
+    from .experiments import load_condition_mlm
+    from .training import mlm_metrics
+
+    bundle, info = load_condition_mlm(condition, run_arguments("cue-alignment", condition)[2])
+    return mlm_metrics(bundle, info["cache_key"])
+
+
+#: Cached values that chapters compute beside the runs, by name: ``step(condition)``.
+#: :func:`prewarm` computes those a run names in :attr:`BookRun.warms` right after it, so that
+#: two chapters executed at the same time find them in the cache instead of both computing them.
+WARM_STEPS = {"mlm-metrics": mlm_condition_metrics}
+
+
 def _run_group(calls: list[tuple[str, str | None]], threads: int) -> list[tuple[str, float]]:
     import time
 
@@ -195,6 +216,11 @@ def _run_group(calls: list[tuple[str, str | None]], threads: int) -> list[tuple[
         how = "cached" if res.from_cache else f"{res.meta['wall_time_s']:.0f} s"
         print(f"prewarm: {label}: {how}", flush=True)
         done.append((label, time.perf_counter() - t0))
+        for step in BOOK_RUNS[name].warms:
+            t0 = time.perf_counter()
+            WARM_STEPS[step](condition)
+            print(f"prewarm: {step} of {label}: {time.perf_counter() - t0:.0f} s", flush=True)
+            done.append((f"{step} of {label}", time.perf_counter() - t0))
     return done
 
 

@@ -80,3 +80,55 @@ def test_run_arguments_check_the_condition():
         B.run_arguments("alti-table2", "pretrained")
     with pytest.raises(KeyError, match="Unknown book run"):
         B.run_arguments("nope")
+
+
+def test_warm_steps_run_right_after_the_run_that_names_them(monkeypatch):
+    """prewarm's process computes a run's warm steps after it, in order, and reports each."""
+    import torch
+    from types import SimpleNamespace
+
+    for name, spec in B.BOOK_RUNS.items():
+        assert set(spec.warms) <= set(B.WARM_STEPS), name
+    assert any(spec.warms for spec in B.BOOK_RUNS.values())
+    order = []
+    monkeypatch.setattr(B, "run", lambda name, condition=None: order.append((name, condition))
+                        or SimpleNamespace(from_cache=True, meta={}))
+    monkeypatch.setitem(B.WARM_STEPS, "mlm-metrics", lambda c: order.append(("metrics", c)))
+    threads = torch.get_num_threads()
+    try:
+        done = B._run_group([("cue-alignment", "finetuned"), ("faithfulness", "finetuned")], 1)
+    finally:
+        torch.set_num_threads(threads)
+    assert order == [("cue-alignment", "finetuned"), ("metrics", "finetuned"),
+                     ("faithfulness", "finetuned")]
+    assert [label for label, _ in done] == [
+        "cue-alignment (finetuned)", "mlm-metrics of cue-alignment (finetuned)",
+        "faithfulness (finetuned)"]
+
+
+@pytest.mark.slow
+def test_prewarmed_mlm_metrics_are_the_ones_chapters_8_and_9_read(monkeypatch, packaged_bundle):
+    """The warm step asks mlm_metrics for the same cache entries as chapter 8's
+    load_mlm_model() and chapter 9's mlm_metrics(b, info["cache_key"]) (same key, defaults)."""
+    from cmixlib import training
+    from cmixlib.experiments import load_condition_mlm
+    from cmixlib.training import mlm as mlm_module
+
+    asked = []
+    record = lambda bundle, key, **kw: asked.append((key, kw)) or {  # noqa: E731
+        "agreement_accuracy_test": 1.0}
+    monkeypatch.setattr(training, "mlm_metrics", record)
+    monkeypatch.setattr(mlm_module, "mlm_metrics", record)
+    B.mlm_condition_metrics("pretrained")
+    training.load_mlm_model(progress=False)                           # chapter 8
+    _, info = load_condition_mlm("pretrained", B.run_arguments("cue-alignment", "pretrained")[2])
+    training.mlm_metrics(None, info["cache_key"])                      # chapter 9
+
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(mlm_module.mlm_metrics).parameters.items()
+                if k in ("mask_prob", "seed")}
+
+    def settings(kw):
+        return {k: kw.get(k, v) for k, v in defaults.items()}
+    assert len({(key, tuple(sorted(settings(kw).items()))) for key, kw in asked}) == 1, asked

@@ -169,13 +169,25 @@ def causal_examples(pairs: Sequence[Mapping], tokenizer,
 # ============================================================================================
 # Batched forward passes (right padding: a causal model's real positions never see the pads)
 # ============================================================================================
-def _forward(model, seqs: Sequence[Sequence[int]], pad_id: int, **kw):
+def _forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *,
+             positions: Sequence[int] | None = None, **kw):
+    """``(output, ids, mask, column)`` of one right-padded batch. ``positions``: the only
+    positions whose logits are read; the LM head then runs on those alone (``logits_to_keep``,
+    where the model takes it), and the logits of position p are ``output.logits[:, column[p]]``
+    (``column[p]`` is p when every position is kept)."""
+    import inspect
+
     import torch
 
     device = next(model.parameters()).device
     ids, mask = pad_sequences(seqs, int(pad_id), device=device)
+    kept = list(range(ids.shape[1]))
+    if positions is not None and "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kept = sorted({int(p) for p in positions})
+        kw["logits_to_keep"] = torch.as_tensor(kept, device=device)
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, use_cache=False, **kw), ids, mask
+        out = model(input_ids=ids, attention_mask=mask, use_cache=False, **kw)
+    return out, ids, mask, {p: k for k, p in enumerate(kept)}
 
 
 def sentence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int = 0,
@@ -186,7 +198,7 @@ def sentence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int = 0,
 
     out = np.zeros(len(seqs))
     for idx in length_batches([len(s) for s in seqs], batch):
-        res, ids, mask = _forward(model, [seqs[i] for i in idx], pad_id)
+        res, ids, mask, _ = _forward(model, [seqs[i] for i in idx], pad_id)
         logp = torch.log_softmax(res.logits[:, :-1].double(), -1)
         got = logp.gather(-1, ids[:, 1:, None])[..., 0] * mask[:, 1:]
         out[idx] = got.sum(1).cpu().numpy()
@@ -201,9 +213,10 @@ def _logit_differences(model, seqs: Sequence[Sequence[int]], target: Sequence[in
     out = np.zeros(len(seqs))
     for k in range(0, len(seqs), batch):
         part = seqs[k:k + batch]
-        res, _, mask = _forward(model, part, pad_id)
-        last = mask.sum(1) - 1
-        lg = res.logits[torch.arange(len(part), device=last.device), last].double()
+        last = [len(q) - 1 for q in part]
+        res, _, _, column = _forward(model, part, pad_id, positions=last)
+        col = torch.as_tensor([column[p] for p in last], device=res.logits.device)
+        lg = res.logits[torch.arange(len(part), device=col.device), col].double()
         t = torch.as_tensor(target[k:k + batch], device=lg.device)
         f = torch.as_tensor(foil[k:k + batch], device=lg.device)
         out[k:k + len(part)] = (lg.gather(1, t[:, None]) - lg.gather(1, f[:, None]))[:, 0].cpu()
@@ -340,7 +353,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     for idx in ctx.tqdm(length_batches([len(e["input_ids"]) for e in examples], _BATCH),
                         desc="decoder maps"):
         batch = [examples[i] for i in idx]
-        res, _, _ = _forward(model, [e["input_ids"] for e in batch], pad,
+        res, _, _, column = _forward(model, [e["input_ids"] for e in batch], pad,
+                             positions=[int(e["target_index"]) for e in batch],
                              output_hidden_states=True)
         for b, (i, ex) in enumerate(zip(idx, batch)):
             n, p = len(ex["input_ids"]), int(ex["target_index"])
@@ -349,8 +363,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
             nrm = hs.norm(dim=-1).cpu().numpy()
             norms += [{"example": i, "layer": l, "bos": nrm[l, 0], "others": nrm[l, 1:].mean()}
                       for l in range(L)]
-            right.append({"uid": ex["uid"], "win": bool(res.logits[b, p, ex["target_id"]]
-                                                         > res.logits[b, p, ex["foil_id"]])})
+            lg = res.logits[b, column[p]]
+            right.append({"uid": ex["uid"], "win": bool(lg[ex["target_id"]] > lg[ex["foil_id"]])})
             maps = context_mixing(model, None, {"input_ids": torch.tensor(ex["input_ids"])},
                                   methods=_MIXING, logit_target=ex["target_id"],
                                   logit_foil=ex["foil_id"])

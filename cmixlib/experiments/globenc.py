@@ -97,14 +97,19 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
         n = len(ex["input_ids"])
         ref = sal[b][0, :n] if level == "layers" else sal[b][:n]
         rho: dict[tuple[str, str, str], np.ndarray] = {}
+        # every method's [CLS] rows (single layers, both rollouts): one rank correlation call
+        rows = {(m, "individual"): maps[b][m][:, 0] for m in methods}
         for m in methods:
-            single = ev.spearman_rows(maps[b][m][:, 0], ref)                     # (L,)
-            rolled = {"raw": rollout(maps[b][m], add_identity=False, normalize=False),
-                      "row-normalised": rollout(normalize_rows(maps[b][m]), add_identity=False,
-                                                normalize=True)}
-            for variant, r in rolled.items():
-                rho[(variant, m, "rollout")] = ev.spearman_rows(r[:, 0], ref)
-                rho[(variant, m, "individual")] = single
+            rows[(m, "raw")] = rollout(maps[b][m], add_identity=False, normalize=False)[:, 0]
+            rows[(m, "row-normalised")] = rollout(normalize_rows(maps[b][m]), add_identity=False,
+                                                  normalize=True)[:, 0]
+        L = maps[b][methods[0]].shape[0]
+        rhos = ev.spearman_rows(np.concatenate(list(rows.values())), ref)
+        got = {key: rhos[k * L:(k + 1) * L] for k, key in enumerate(rows)}
+        for m in methods:
+            for variant in ROLLOUT_VARIANTS:
+                rho[(variant, m, "rollout")] = got[(m, variant)]
+                rho[(variant, m, "individual")] = got[(m, "individual")]
         for c, sc in control_scores(n, 0, control_seed(seed, ex.get("_row", b)), controls).items():
             rho[("control", c, "control")] = np.array([ev.spearman(sc, ref)])
         out.append(rho)
