@@ -19,6 +19,7 @@ from torch import nn
 
 from ..validation import check_positive_int
 from .layers import Level
+from .target_rows import _first_row_head
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _attribution_errors, _prepare,
                       _single, _token_id, special_positions, target_tensors)
 
@@ -61,7 +62,8 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
 
     All B (n + 1) sequences (each original and its n erased copies) run as one padded forward
     (``batch_size``: at most that many sequences per forward); an MLM is scored only at each
-    row's target position, on the target and foil logits (:class:`ScoreModule`). Each score
+    row's target position, on the target and foil logits (:class:`ScoreModule`), and the last
+    block's FFN runs at the scored row only (:func:`.target_rows._first_row_head`). Each score
     equals :func:`blank_out` of that row alone up to float rounding (the same computation in
     larger matrix products).
 
@@ -74,7 +76,10 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     ids, mask, targets = _prepare(model, input_ids, attention_mask, list(targets))
     B, n = ids.shape
     rid = _token_id(model, replacement, tokenizer, "blank-out replacement")
-    score = ScoreModule(model, targets, score="prob")
+    # the head reads one row (the target, or a classifier's first token): the last block's FFN
+    # runs at that row only where that is checked to change nothing (.target_rows)
+    score = ScoreModule(model, targets, score="prob",
+                        target_rows_only=_first_row_head(model, ids, mask, targets))
     tg = target_tensors(targets, ids.device)                 # (B,) each
     # per sequence b: row 0 the original, row 1 + j the copy with token j replaced
     batch = ids[:, None, :].repeat(1, n + 1, 1)              # (B, n + 1, n)
