@@ -353,3 +353,31 @@ def test_sva_filters_on_a_tiny_file(tokenizer, tmp_path, monkeypatch):
     assert got[0]["target_index"] == 6 and got[0]["tokens"][6] == tokenizer.mask_token
     assert got[3]["target_word"] == "does" and got[3]["words"][2] == "does"
     assert sorted(it["idx"] for it in D.load_sva(tokenizer, drop_is_are=False)) == [0, 1, 3, 4]
+
+
+def test_blimp_set_is_memoised_by_tokenizer_and_data(use_small, tokenizer):
+    """A process builds the tokenized set once per tokenizer, seed and annotation; every call
+    gets its own copy, equal to a build without the memo; changed data is another key."""
+    from cmixlib.data import blimp
+
+    blimp._BUILT.clear()
+    first = D.load_blimp_agreement(tokenizer, split="all", progress=False)
+    assert len(blimp._BUILT) == 1
+    first[0]["input_ids"].append(-1)                 # a caller's change stays its own
+    again = D.load_blimp_agreement(tokenizer, split="all", progress=False)
+    assert len(blimp._BUILT) == 1 and again[0]["input_ids"][-1] != -1
+    first[0]["input_ids"].pop()
+    _, _, train, test = blimp._tokenize_blimp_agreement(tokenizer, 42, None, False, None)
+    assert again == first == train + test
+    D.load_blimp_agreement(tokenizer, split="all", seed=7, progress=False)
+    assert len(blimp._BUILT) == 2
+    root, _ = use_small
+    path = root / "blimp" / "determiner_noun_agreement_2.jsonl"
+    original = path.read_text(encoding="utf-8")
+    try:
+        path.write_text("\n".join(original.splitlines()[:10]) + "\n", encoding="utf-8")
+        fewer = D.load_blimp_agreement(tokenizer, split="all", progress=False)
+        assert len(blimp._BUILT) == 3 and len(fewer) < len(first)
+    finally:
+        path.write_text(original, encoding="utf-8")
+        blimp._BUILT.clear()

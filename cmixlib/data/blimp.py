@@ -219,8 +219,44 @@ def _split_half(examples: list[dict], seed: int) -> tuple[list[dict], list[dict]
     return train, test
 
 
+#: In-process memo of :func:`_build_blimp_agreement` (pickled; each call unpickles a fresh copy):
+#: tokenising the ~10,000 sentences takes seconds, and one process of the book (an experiment,
+#: its model loader, the MLM metrics) asks for the same set several times. The key holds the
+#: tokenizer's serialised form (fast tokenizers only; others are not memoised), its mask id, the
+#: seed and the annotation files, whose names hash the data, the rules and spaCy's version.
+_BUILT: dict[str, bytes] = {}
+_BUILT_MAX = 4
+
+
+def _built_key(tokenizer: Any, seed: int, subsets: Iterable[str] | None, nlp: Any) -> str | None:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if nlp is not None or backend is None:
+        return None
+    files = [annotation_cache_file(u).name for u in _check_subsets(subsets)]
+    spec = json.loads(backend.to_str())
+    for call_setting in ("truncation", "padding"):      # set by each call, not the tokenizer's own
+        spec.pop(call_setting, None)
+    state = [type(tokenizer).__name__, spec, tokenizer.mask_token_id, int(seed), files]
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
 def _build_blimp_agreement(tokenizer: Any, seed: int, subsets: Iterable[str] | None, progress: bool,
                            nlp: Any) -> tuple[list[dict], list[tuple[str, str]], list[dict], list[dict]]:
+    import pickle
+
+    key = _built_key(tokenizer, seed, subsets, nlp)
+    if key is not None and key in _BUILT:
+        return pickle.loads(_BUILT[key])
+    built = _tokenize_blimp_agreement(tokenizer, seed, subsets, progress, nlp)
+    if key is not None:
+        while len(_BUILT) >= _BUILT_MAX:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = pickle.dumps(built)
+    return built
+
+
+def _tokenize_blimp_agreement(tokenizer: Any, seed: int, subsets: Iterable[str] | None,
+                              progress: bool, nlp: Any):
     records = annotate_blimp(subsets, progress=progress, nlp=nlp)
     kept, drops = [], []
     usable = [r for r in records if r["drop_reason"] is None]
