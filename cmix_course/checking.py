@@ -6,7 +6,7 @@ A result has one of three statuses: ``passed``, ``failed`` or ``not attempted`` 
 function still raises ``NotImplementedError`` or returns ``None``, as the starter code does). A
 checker never raises on a wrong or missing answer, so a notebook with empty answers runs to the
 end. In a Jupyter kernel the report is displayed with a machine-readable twin (MIME type
-:data:`CHECK_MIME`: checker name and status), which the book's own tests read back from an
+``CHECK_MIME``: checker name and status), which the book's own tests read back from an
 executed chapter; the grader never reads it (a notebook can print anything), it runs the
 checkers itself (:mod:`cmix_course.grading`). Elsewhere the report is printed.
 """
@@ -73,7 +73,7 @@ class CheckResult:
         """Show the report (unless ``verbose`` is false) and return ``self``: every checker ends here.
 
         In a Jupyter kernel the report goes out as one display with two representations, the
-        text and a :data:`CHECK_MIME` JSON record ``{"checker", "status", "messages"}``;
+        text and a ``CHECK_MIME`` JSON record ``{"checker", "status", "messages"}``;
         outside a kernel it is printed.
         """
         if not verbose:

@@ -41,7 +41,7 @@ def grade_class(paths, assignment=None, *, root=".", timeout: float = 600,
                 cell_timeout: float = 300, check_timeout: float = 60, quick: bool = False,
                 batch_seed: int | None = None, random_tests: int = 4, id_pattern: str | None = None,
                 progress=None) -> list[SubmissionGrade]:
-    """Grade every notebook of ``paths`` (one :class:`SubmissionGrade` each, in order).
+    """Grade every notebook of ``paths`` (one ``SubmissionGrade`` each, in order).
 
     The randomised tests use the same ``random_tests`` seeds for every student, drawn from
     ``batch_seed`` (random by default; :func:`write_gradebook` records them). ``progress``: a

@@ -5,7 +5,7 @@ The flow for one submitted notebook (:func:`grade_submission`):
 
 1. **The assignment** is the instructor's copy of the chapter (``notebooks/NN_*.ipynb``, or
    ``--assignment``): its exercises, points, answer names, visible and hidden tests and
-   forbidden functions (:func:`cmix_course.editions.exercises`). Nothing of that is read from
+   forbidden functions (``cmix_course.editions.exercises``). Nothing of that is read from
    the submission, so a lost or edited cell tag, a changed point value or a deleted checker call
    changes nothing.
 2. **Reading the code** (:mod:`.scan`, no execution): the answer functions that call a
@@ -26,7 +26,7 @@ The flow for one submitted notebook (:func:`grade_submission`):
    attempted*.
 
 Anything that goes wrong with one submission (an unreadable file, a kernel that dies) gives a
-:class:`SubmissionGrade` with ``error`` set and zero points, never an exception:
+``SubmissionGrade`` with ``error`` set and zero points, never an exception:
 :mod:`.gradebook` grades a whole class and writes the CSV files and the feedback.
 """
 from __future__ import annotations
@@ -437,7 +437,7 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
                      ) -> SubmissionGrade:
     """Grade one submitted notebook (see the module docstring); never raises on a bad
     submission. ``assignment``: the instructor's copy (default: found by
-    :func:`find_assignment` under ``root``). ``random_seeds``: the batch's random checker seeds
+    ``find_assignment`` under ``root``). ``random_seeds``: the batch's random checker seeds
     (default: drawn now)."""
     import nbformat
 

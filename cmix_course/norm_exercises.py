@@ -4,7 +4,7 @@ The reader gets what one layer's attention block consists of (the weights alpha,
 value vectors f^h(x_j), the residual x, the output bias b_O and LN1) and builds, in one function,
 the three steps of the chapter: the vectors F_ij that token j sends to token i, the residual on
 the diagonal (z_ij), and the exact LN1 decomposition with sigma(p_i) frozen (T_i(x_j)). The
-checker compares the norms ||T_i(x_j)||_2 with :func:`reference_n_res_ln` and names the step
+checker compares the norms ||T_i(x_j)||_2 with ``reference_n_res_ln`` and names the step
 that went wrong.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def check_n_res_ln(student_fn: Callable, *, seed: int = 0, verbose: bool = True)
     ``alpha`` (H, n, n) the attention weights :math:`\alpha^h_{ij}`, ``fx`` (H, n, d) the vectors
     :math:`f^h(x_j)`, ``x`` (n, d) the layer input, ``b_O`` (d,) the output bias, ``ln1`` the
     first LayerNorm. Entry (i, j) is :math:`\lVert T_i(x_j)\rVert_2` (see
-    :func:`reference_n_res_ln`). Tested on synthetic parts with peaked attention and on layer 1
+    ``reference_n_res_ln``). Tested on synthetic parts with peaked attention and on layer 1
     of a tiny random BERT.
     """
     res = CheckResult("check_n_res_ln")

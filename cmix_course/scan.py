@@ -1,4 +1,4 @@
-"""What a submission's code does, read without running it (Python's :mod:`ast`).
+"""What a submission's code does, read without running it (Python's ``ast``).
 
 The grader runs the instructor's tests on the function a student wrote; these checks catch the
 answers that pass those tests without being the student's work, and attempts to change the
@@ -16,7 +16,7 @@ grading itself:
   output of the notebook, it only lists them in the feedback).
 
 IPython magics and shell lines (``%...``, ``!...``) are dropped before parsing; a cell that
-still does not parse is reported by :func:`parse_cells` and skipped.
+still does not parse is reported by ``parse_cells`` and skipped.
 """
 from __future__ import annotations
 

@@ -344,7 +344,7 @@ class DecoderFamily:
     """Where one pre-LN decoder family keeps its parts (attribute paths, dotted).
 
     ``layers``: the layer list, from the base model (``model.base_model``); ``layer``: the parts
-    of one layer (keys :data:`DECODER_PART_NAMES`: the two norms, the attention module, whose
+    of one layer (keys ``DECODER_PART_NAMES``: the two norms, the attention module, whose
     forward returns ``(output, weights)``, the module whose output holds the values, the output
     projection and the MLP module); ``final_norm``: from the base model; ``unembed``: the LM head
     on the ``*ForCausalLM`` model; ``norm``: ``"rmsnorm"`` (x / rms(x) * gamma) or

@@ -357,7 +357,7 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
 
 def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: str, task: str,
             target: torch.device, is_fallback: bool = False) -> ModelBundle:
-    """The :class:`ModelBundle` of a ``(model, tokenizer, loading info)`` of :func:`_from_pretrained`:
+    """The :class:`ModelBundle` of a ``(model, tokenizer, loading info)`` of ``_from_pretrained``:
     eval mode on ``target``, the head's provenance, the BOS id of a causal LM."""
     model, tok, info = loaded
     model.eval()

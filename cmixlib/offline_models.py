@@ -511,7 +511,7 @@ def load(spec: OfflineModel, requested: str, task: str, *, dtype: torch.dtype, k
     """What :func:`cmixlib.load_model` does for the names of :data:`ALIASES`: the Hub name from
     the Hub's cache or the Hub (when reachable), then the packaged copy; the short name from the
     packaged copy, then the Hub's cache or the Hub. Returns ``(loaded, source, name, variant)``
-    (``loaded`` as :func:`cmixlib.models._from_pretrained` returns it) or, when nothing loaded,
+    (``loaded`` as ``cmixlib.models._from_pretrained`` returns it) or, when nothing loaded,
     the list of what was tried and why it failed."""
     from .models import _from_pretrained, _hub_reachable
 

@@ -12,7 +12,7 @@ CONTROLS = ("random", "nearness")
 
 def control_seed(seed: int, index: int) -> int:
     """The random control's seed of example ``index`` of a run with ``seed`` (as
-    :func:`cmixlib.experiments.common.batched_rows`): ``seed * 100003 + index``."""
+    ``cmixlib.experiments.common.batched_rows``): ``seed * 100003 + index``."""
     return int(seed) * 100003 + int(index)
 
 

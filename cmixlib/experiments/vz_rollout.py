@@ -23,7 +23,7 @@ DEPTH_BASES = ["attention", "attn_norm", "attn_norm_res", "attn_norm_res_ln", "g
 #: Blank-out replacement tokens tried (the paper's: [UNK]; [MASK], the token the MLM was trained
 #: to read as "unknown word here").
 DEPTH_REPLACEMENTS = ["unk", "mask"]
-#: Which positions are correlated (:func:`cmixlib.experiments.common.exclude_positions`).
+#: Which positions are correlated (``cmixlib.experiments.common.exclude_positions``).
 DEPTH_EXCLUDES = ["special+target", "target"]
 
 
