@@ -35,9 +35,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fake_hub_dir(tmp_path_factory):
-    """The fake Hugging Face cache, built once per test session (about 15 s, 750 MB)."""
+    """The fake Hugging Face cache, built once for this module (about 15 s, 750 MB; removed at
+    its end, so that later tests do not run beside it on a small CI disk)."""
     import cmixlib
 
     if cmixlib.packaged_model_path() is None:
@@ -56,7 +57,7 @@ def fake_hub_dir(tmp_path_factory):
     shutil.rmtree(folder, ignore_errors=True)            # 750 MB of random weights
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def colab_result_cache(tmp_path_factory):
     """One result cache for every test here (the chapters share runs, as in the book)."""
     import shutil
@@ -171,7 +172,7 @@ def _schedule(paths: list[Path]) -> list[list[list[Path]]]:
     return phases
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def executed_chapters(fake_hub_dir, colab_result_cache, tmp_path_factory) -> Path:
     """Every chapter executed in quick mode against the fake Hub (``CMIX_MODEL`` unset), in
     two processes at a time (:func:`_schedule`), each torch op on one thread; the executed
