@@ -219,8 +219,9 @@ def _run_group(calls: list[tuple[str, str | None]], threads: int) -> list[tuple[
         for step in BOOK_RUNS[name].warms:
             t0 = time.perf_counter()
             WARM_STEPS[step](condition)
-            print(f"prewarm: {step} of {label}: {time.perf_counter() - t0:.0f} s", flush=True)
-            done.append((f"{step} of {label}", time.perf_counter() - t0))
+            seconds = time.perf_counter() - t0
+            print(f"prewarm: {step} of {label}: {seconds:.0f} s", flush=True)
+            done.append((f"{step} of {label}", seconds))
     return done
 
 

@@ -334,8 +334,8 @@ def test_load_model_and_the_book_follow_cmix_device(monkeypatch, packaged_bundle
 def compare_methods(arch: str, device: str) -> None:
     """Every method of cmixlib.METHODS (one sentence and a padded batch), HTA, and every method
     of cmixlib.gradients.METHODS (MLM target, both levels) on ``device`` in float32 (DeepLift in
-    float64, see below) against the CPU in float64, by rule 2 (tests/tolerances.py): the error may be at most 4x that of the same
-    float32 computation on the CPU (plus a floor). (Run with ``device="cpu"`` it checks the
+    float64, see below) against the CPU in float64, by rule 2 (tests/tolerances.py): the error
+    may be at most 4x that of the same float32 computation on the CPU (plus a floor). (Run with ``device="cpu"`` it checks the
     comparison itself: the float32 run is then its own baseline.)"""
     cpu = cmixlib.random_model(arch, task="mlm", seed=1, dtype=torch.float64)
     cpu32 = cmixlib.random_model(arch, task="mlm", seed=1, dtype=torch.float32)

@@ -354,8 +354,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                         desc="decoder maps"):
         batch = [examples[i] for i in idx]
         res, _, _, column = _forward(model, [e["input_ids"] for e in batch], pad,
-                             positions=[int(e["target_index"]) for e in batch],
-                             output_hidden_states=True)
+                                     positions=[int(e["target_index"]) for e in batch],
+                                     output_hidden_states=True)
         for b, (i, ex) in enumerate(zip(idx, batch)):
             n, p = len(ex["input_ids"]), int(ex["target_index"])
             hs = torch.stack(res.hidden_states[:-1])[:, b, :n].double()      # (L, n, d) inputs
