@@ -85,7 +85,8 @@ def row_spread(maps) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndarray:
+def rollout(maps, add_identity: bool = False, normalize: bool = True, *,
+            rows=None) -> np.ndarray:
     r"""Rollout of layer maps: the product of the prepared maps up to each layer,
     ``out[l] = M~^l @ M~^(l-1) @ … @ M~^0``.
 
@@ -106,14 +107,22 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndar
         row-normalised (``normalize`` or ``add_identity``).
     add_identity, normalize:
         True or False.
+    rows:
+        None (every row), or only these rows of the last layer's rollout, :math:`\hat{C}^{L}_{i}
+        = \tilde{C}^{L}_{i}\,\hat{C}^{L-1}` for :math:`i` in ``rows`` (integer positions
+        ``0..n-1``): the last map then needs only those rows (its other rows may be NaN, as
+        :func:`cmixlib.context_mixing` leaves them with ``final_rows``), and the other rows of
+        the last layer's rollout are NaN. The rows are the same numbers as without ``rows``
+        (each row of a product needs only that row of the left factor).
 
     Raises
     ------
     TypeError
         ``maps`` is not numeric; ``add_identity`` / ``normalize`` not a bool.
     InputError
-        Wrong number of dimensions, last two dimensions unequal, NaN or inf, negative entries
-        where rows are normalised.
+        Wrong number of dimensions, last two dimensions unequal, NaN or inf (with ``rows``: NaN
+        outside the last map's other rows), negative entries where rows are normalised, bad
+        ``rows``.
 
     Returns
     -------
@@ -133,16 +142,33 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True) -> np.ndar
     """
     add_identity, normalize = check_bool(add_identity, "add_identity"), check_bool(normalize, "normalize")
     need = "rollout with row normalisation" if normalize or add_identity else None
-    arr = _as_numpy(maps, nonnegative=need)
+    if rows is None:
+        arr = _as_numpy(maps, nonnegative=need)
+    else:
+        arr = check_maps(maps, "maps", ndim=3, square=True, allow_nan=True, nonnegative=need)
+        rows = check_rows(rows, arr.shape[-1])
+        if np.isnan(arr[:-1]).any() or np.isnan(arr[-1, rows]).any():
+            raise InputError("maps contains NaN outside the last layer's other rows: with rows=..., "
+                             "every layer but the last is needed whole, and the last at rows.")
     arr = arr.astype(np.float64 if arr.dtype == np.float64 else np.float32)
+    last = None if rows is None else arr[-1, rows]
+    if rows is not None:
+        arr = arr[:-1]
     if add_identity:
-        arr = arr + np.eye(arr.shape[-1], dtype=arr.dtype)
+        eye = np.eye(arr.shape[-1], dtype=arr.dtype)
+        arr = arr + eye
+        last = None if last is None else last + eye[rows]
     if normalize or add_identity:
-        arr = normalize_rows(arr)
-    out = np.empty_like(arr)
-    out[0] = arr[0]
-    for layer in range(1, arr.shape[0]):
+        arr = normalize_rows(arr) if len(arr) else arr
+        last = None if last is None else normalize_rows(last)
+    out = np.empty_like(arr) if rows is None else np.full((arr.shape[0] + 1, *arr.shape[1:]),
+                                                          np.nan, dtype=arr.dtype)
+    if len(arr):
+        out[0] = arr[0]
+    for layer in range(1, len(arr)):
         out[layer] = arr[layer] @ out[layer - 1]
+    if last is not None:
+        out[-1, rows] = last @ out[-2] if len(out) > 1 else last
     return out
 
 

@@ -191,17 +191,39 @@ def _check_standardize(value, d: int):
     return value
 
 
-def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, np.ndarray]:
+def _final_rows_maps(full_states, name: str, options: dict, final: np.ndarray, capture, mods,
+                     b, keep) -> np.ndarray:
+    """Maps of every layer but the last over all rows, of the last over rows ``final`` (NaN in
+    its other rows): the last layer's state restricted to those rows computes only them."""
+    n = len(keep)
+    last_state = layer_states(capture, mods, b, keep,
+                              rows=torch.as_tensor(final, device=keep.device))[-1]
+    last = _layer_maps([last_state], name, options).cpu().numpy()
+    below = _layer_maps(full_states[:-1], name, options).cpu().numpy() if len(mods) > 1 else None
+    out = np.full((len(mods), n, n), np.nan, dtype=last.dtype)
+    if below is not None:
+        out[:-1] = below
+    out[-1, final] = last[0]
+    return out
+
+
+def _one_sentence(mods, capture, b, keep, methods, rows, options,
+                  final=None) -> dict[str, np.ndarray]:
     n = len(keep)
     row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
     full_states = layer_states(capture, mods, b, keep)
     row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
     specs = [METHODS[m] for m in methods]
     need_full = {s.base for s in specs if s.kind == "aggregated"}
+    if final is not None and rows is None:   # every layer method is read at most at rows final
+        need_full |= {s.name for s in specs if s.kind == "layer"}
     raw: dict[str, np.ndarray] = {}          # un-normalised maps over the selected rows
     full: dict[str, np.ndarray] = {}         # un-normalised maps over all rows
     for name in need_full:
-        full[name] = _layer_maps(full_states, name, options).cpu().numpy()
+        # attention is captured whole (and attention flow needs every row)
+        full[name] = (_layer_maps(full_states, name, options).cpu().numpy()
+                      if final is None or name == "attention" else
+                      _final_rows_maps(full_states, name, options, final, capture, mods, b, keep))
     for s in specs:
         if s.kind != "layer":
             continue
@@ -214,14 +236,18 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, n
         if s.kind == "layer":
             maps = normalize_rows(raw[s.name]) if options["normalize"] else raw[s.name]
             result[s.name] = _place_rows(maps, rows, n)
+            if final is not None and s.name == "attention":   # computed whole, read at final
+                result[s.name] = result[s.name].copy()
+                result[s.name][-1, np.setdiff1d(np.arange(n), final)] = np.nan
         elif s.name == "attention_rollout":
-            result[s.name] = rollout(full["attention"], add_identity=True)
+            result[s.name] = rollout(full["attention"], add_identity=True, rows=final)
         elif s.name == "attention_flow":
             flow = attention_flow(full["attention"], add_identity=True, rows=rows)
             result[s.name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
                 _place_rows(normalize_rows(flow[:, rows]), rows, n)
         else:
-            result[s.name] = rollout(full[s.base], add_identity=False, normalize=options["rollout_normalize"])
+            result[s.name] = rollout(full[s.base], add_identity=False,
+                                     normalize=options["rollout_normalize"], rows=final)
             if not options["rollout_normalize"]:
                 result[s.name] = normalize_rows(result[s.name])
     return result
@@ -230,7 +256,7 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options) -> dict[str, n
 def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
                    normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
                    rollout_normalize: bool = True, logit_target=None, logit_foil=None,
-                   ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+                   final_rows=None) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -270,6 +296,13 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
         maps get NaN in the other rows; aggregated maps still need (and compute) every row of
         their layer maps. For a batch, the same rows for every sentence, or a list of one entry
         per sentence (``[[3], [5], None]``) gives each sentence its own rows.
+    final_rows:
+        None, or (like ``rows``) the rows a caller reads in the **last** layer only (e.g. the
+        [CLS] row of the final maps and rollouts): every map's last layer, and the last layer of
+        every rollout, is computed at these rows and NaN in the others; the layers below stay
+        whole (rollouts need them). Attention flow stays whole. The rows computed are the same
+        numbers as without it; methods that cost :math:`n^2` rows per layer (Value Zeroing, ALTI)
+        save a layer's worth of work. Encoders only: a decoder LM computes every row.
     vz_distance, vz_standardize:
         Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
         standardisation of representations (None/False, True, or a (mean, std) pair of arrays of
@@ -335,15 +368,18 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     per_rows = _per_sentence_rows(rows, len(lengths))
     per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, n) in enumerate(zip(per_rows, lengths))]
+    per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
+                 for b, (r, n) in enumerate(zip(_per_sentence_rows(final_rows, len(lengths),
+                                                                   "final_rows"), lengths))]
     capture = run_and_capture(model, ids, mask)
     sentences = iter_sentences(capture)
     with torch.no_grad():
-        results = [_one_sentence(mods, capture, b, keep, methods, r, options)
-                   for (b, keep), r in zip(enumerate(sentences), per_rows)]
+        results = [_one_sentence(mods, capture, b, keep, methods, r, options, f)
+                   for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final)]
     return results if is_batch else results[0]
 
 
-def _per_sentence_rows(rows, batch: int) -> list:
+def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
     """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
     entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``)."""
     nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
@@ -351,7 +387,7 @@ def _per_sentence_rows(rows, batch: int) -> list:
     if not nested:
         return [rows] * batch
     if len(rows) != batch:
-        raise InputError(f"rows has {len(rows)} per-sentence entries for a batch of {batch} sentences: "
+        raise InputError(f"{name} has {len(rows)} per-sentence entries for a batch of {batch} sentences: "
                          "give one entry (a list of positions or None) per sentence.")
     return list(rows)
 

@@ -301,6 +301,59 @@ def test_rows_only_matches_full():
             assert np.isnan(part[name][:, 0]).all()
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra", "distilbert"])
+def test_final_rows_match_full_maps(family):
+    # final_rows: the last layer at those rows only (NaN elsewhere), the layers below whole;
+    # a padded batch with each sentence's own rows, every method, float64
+    model, _ = make(family, torch.float64, n=7)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 90, (3, 7), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    inp = {"input_ids": ids, "attention_mask": mask}
+    final = [[0], [1, 4], [2, 6]]
+    full = cmixlib.context_mixing(model, None, inp)
+    part = cmixlib.context_mixing(model, None, inp, final_rows=final)
+    also = cmixlib.context_mixing(model, None, inp, rows=[[3], [0], [5]], final_rows=final)
+    for b, rows in enumerate(final):
+        n = full[b]["attention"].shape[-1]
+        other = np.setdiff1d(np.arange(n), rows)
+        for name, maps in full[b].items():
+            got = part[b][name]
+            if name == "attention_flow":
+                np.testing.assert_array_equal(got, maps)
+                continue
+            np.testing.assert_allclose(got[:-1], maps[:-1], rtol=1e-12, atol=1e-15, err_msg=name)
+            np.testing.assert_allclose(got[-1, rows], maps[-1, rows], rtol=1e-9, atol=1e-12,
+                                       err_msg=name)
+            assert np.isnan(got[-1, other]).all(), name
+        for name in ("alti", "value_zeroing_rollout"):   # rows for layer maps, final for the last
+            np.testing.assert_allclose(also[b][name][-1, rows], full[b][name][-1, rows], rtol=1e-9, atol=1e-12)
+
+
+def test_rollout_rows_of_the_last_layer():
+    rng = np.random.default_rng(3)
+    for L in (1, 2, 4):
+        maps = rng.random((L, 6, 6))
+        for add_identity, normalize in ((False, False), (False, True), (True, True)):
+            full = cmixlib.rollout(maps, add_identity=add_identity, normalize=normalize)
+            last_only = maps.copy()
+            last_only[-1, [0, 2, 3, 4]] = np.nan               # rows the caller does not read
+            got = cmixlib.rollout(last_only, add_identity=add_identity, normalize=normalize,
+                                  rows=[5, 1])
+            np.testing.assert_allclose(got[-1, [1, 5]], full[-1, [1, 5]], rtol=1e-12)
+            np.testing.assert_array_equal(got[:-1], full[:-1])
+            assert np.isnan(got[-1, [0, 2, 3, 4]]).all()
+    bad = rng.random((3, 4, 4))
+    bad[1, 0, 0] = np.nan                                      # a lower layer is needed whole
+    with pytest.raises(cmixlib.InputError, match="NaN outside"):
+        cmixlib.rollout(bad, rows=[0])
+    bad = rng.random((3, 4, 4))
+    bad[-1, 2, 1] = np.nan                                     # so is a requested row
+    with pytest.raises(cmixlib.InputError, match="NaN outside"):
+        cmixlib.rollout(bad, rows=[2])
+
+
 def test_rollout_against_explicit_products():
     rng = np.random.default_rng(0)
     maps = rng.random((4, 5, 5))

@@ -10,8 +10,10 @@ import pandas as pd
 from .. import evaluation as ev
 from .. import paper_numbers as pn
 from ..arch import num_layers
-from .common import (GRADIENT_METHODS, batched, cls_rows_batch, comparison_table, describe,
-                     ids_tensor, mean_ci, padded_batch, predicted_class, target_rows_batch)
+from ..batching import length_batches
+from .common import (GRADIENT_METHODS, batched, blank_out_rows, cls_rows_batch, comparison_table,
+                     describe, mean_ci, padded_batch, predicted_classes_batch,
+                     target_rows_batch)
 from .controls import CONTROLS, control_scores, control_seed
 from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, ModelByCondition
@@ -66,15 +68,8 @@ def _grad_reference(bundle, batch, methods, settings):
 
 def _blankout_reference(bundle, batch, methods, settings):
     """SVA: blank-out at [MASK] (probability of the correct verb over both), beside the [MASK] rows."""
-    from ..gradients import MLMTarget, blank_out
-
     rows = target_rows_batch(bundle, batch, methods, {}, level="input", seeds=[0] * len(batch))
-    refs = [blank_out(bundle.model, ids_tensor(ex),
-                      MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"])),
-                      replacement=settings["blankout_replacement"], tokenizer=bundle.tokenizer,
-                      skip_special=False)
-            for ex in batch]
-    return list(zip(refs, rows))
+    return list(zip(blank_out_rows(bundle, batch, settings["blankout_replacement"]), rows))
 
 
 #: Table 2's tasks: label, model and examples, and the reference each method is correlated with.
@@ -144,34 +139,49 @@ TABLE2 = Experiment(
 FIG7_METHODS = ["alti", "grad_l2", "grad_x_input_abs", "integrated_gradients"]
 
 
-def _fig7_vectors(bundle, ids, cls: int, methods: list[str], s) -> dict[str, np.ndarray]:
-    """Final-layer [CLS] rows of context-mixing methods and input-level gradient attributions of
-    the predicted-class probability (ALTI's convention) for one sentence."""
+#: Sentences per padded batch in Figure 7 (IG expands each to ``ig_steps`` rows, so the batch
+#: stays small); the vectors equal one-sentence runs up to float rounding (padding is masked).
+FIG7_BATCH = 8
+
+
+def _fig7_vectors(bundle, batch: list[dict], classes: list[int], methods: list[str],
+                  s) -> list[dict[str, np.ndarray]]:
+    """For each sentence of a padded batch, final-layer [CLS] rows of context-mixing methods and
+    input-level gradient attributions of the probability of its class in ``classes`` (ALTI's
+    convention: the predicted class)."""
     from .. import core
     from ..gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget, batch_attribute
 
-    out: dict[str, np.ndarray] = {}
+    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    lengths = [len(ex["input_ids"]) for ex in batch]
+    out: list[dict[str, np.ndarray]] = [{} for _ in batch]
     cm = [m for m in methods if m in core.METHODS]
     if cm:
-        maps = core.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": ids}, methods=cm)
-        for m in cm:
-            out[m] = maps[m][-1, 0]
+        maps = core.context_mixing(bundle.model, bundle.tokenizer,
+                                   {"input_ids": ids, "attention_mask": mask}, methods=cm,
+                                   final_rows=0)
+        maps = maps if isinstance(maps, list) else [maps]
+        for b in range(len(batch)):
+            out[b].update({m: maps[b][m][-1, 0] for m in cm})
     grads = [m for m in methods if m in ATTRIBUTION_METHODS]
     if grads:
         # one call: the plain-gradient methods share a pass; "abs" applies to IG / DeepLift only
-        res = batch_attribute(bundle.model, ids, [ClassTarget(cls, score="prob")], grads, "input",
-                              aggregate="abs", baseline="mask", tokenizer=bundle.tokenizer, n_steps=int(s["ig_steps"]))
-        out.update({m: res[m][0] for m in grads})
+        res = batch_attribute(bundle.model, ids, [ClassTarget(int(c), score="prob") for c in classes],
+                              grads, "input", attention_mask=mask, aggregate="abs",
+                              baseline="mask", tokenizer=bundle.tokenizer,
+                              n_steps=int(s["ig_steps"]))
+        for b, n in enumerate(lengths):
+            out[b].update({m: res[m][b][:n] for m in grads})
     return out
 
 
-def _ig_step_check(bundle_a, bundle_b, ids, cls: int, xa: dict, xb: dict, s,
+def _ig_step_check(bundle_a, bundle_b, ex: dict, cls: int, xa: dict, xb: dict, s,
                    excl) -> dict[str, float]:
     """IG of both models once more with ``ig_check_steps`` steps on one sentence: the Spearman
     between each model's two IG vectors, and the consistency rho(A, B) with either step count."""
     ref = dict(s, ig_steps=int(s["ig_check_steps"]))
-    ra = _fig7_vectors(bundle_a, ids, cls, ["integrated_gradients"], ref)["integrated_gradients"]
-    rb = _fig7_vectors(bundle_b, ids, cls, ["integrated_gradients"], ref)["integrated_gradients"]
+    ra, rb = (_fig7_vectors(b, [ex], [cls], ["integrated_gradients"], ref)[0]["integrated_gradients"]
+              for b in (bundle_a, bundle_b))
     ig = "integrated_gradients"
     rho = lambda u, v: ev.per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
     return {"A": rho(xa[ig], ra), "B": rho(xb[ig], rb),
@@ -236,21 +246,30 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.info["model_description"] = f"A: {describe(bundle_a, info_a)} | B: {describe(bundle_b, info_b)}"
     ctx.note(f"model B: {how}")
     per: dict[str, list[float]] = {m: [] for m in methods}
-    per_rows, correct, agree, check_rows = [], {"A": 0, "B": 0}, 0, []
+    per_rows, check_rows = [], []
     excl = None if s["include_special"] else [0, -1]
-    for k, ex in enumerate(ctx.tqdm(examples, desc="ALTI Figure 7")):
-        ids = ids_tensor(ex)
-        ca, cb = predicted_class(bundle_a.model, ids), predicted_class(bundle_b.model, ids)
-        if ex.get("label") is not None:        # the test split is unlabelled
-            correct["A"] += int(ca == int(ex["label"]))
-            correct["B"] += int(cb == int(ex["label"]))
-        if ca != cb:
-            continue
-        agree += 1
-        xa = _fig7_vectors(bundle_a, ids, ca, methods, s)
-        xb = _fig7_vectors(bundle_b, ids, cb, methods, s)
-        if agree <= int(s["ig_check"]) and "integrated_gradients" in methods:
-            check_rows.append(_ig_step_check(bundle_a, bundle_b, ids, ca, xa, xb, s, excl))
+    pred = {role: batched(ctx, examples, lambda batch, b=b: predicted_classes_batch(b, batch),
+                          desc=f"predictions of model {role}")
+            for role, b in (("A", bundle_a), ("B", bundle_b))}
+    correct = {role: sum(int(p[k] == int(ex["label"])) for k, ex in enumerate(examples)
+                         if ex.get("label") is not None)      # the test split is unlabelled
+               for role, p in pred.items()}
+    same = [k for k in range(len(examples)) if pred["A"][k] == pred["B"][k]]
+    agree = len(same)
+    vectors: dict[int, tuple[dict, dict]] = {}
+    with ctx.tqdm(None, total=agree, desc="ALTI Figure 7") as bar:
+        for idx in length_batches([len(examples[k]["input_ids"]) for k in same], FIG7_BATCH):
+            ks = [same[i] for i in idx]
+            batch, classes = [examples[k] for k in ks], [int(pred["A"][k]) for k in ks]
+            va = _fig7_vectors(bundle_a, batch, classes, methods, s)
+            vb = _fig7_vectors(bundle_b, batch, classes, methods, s)
+            vectors.update(zip(ks, zip(va, vb)))
+            bar.update(len(ks))
+    for j, k in enumerate(same):                  # the sentences in their order
+        ex, ca = examples[k], int(pred["A"][k])
+        xa, xb = vectors[k]
+        if j < int(s["ig_check"]) and "integrated_gradients" in methods:
+            check_rows.append(_ig_step_check(bundle_a, bundle_b, ex, ca, xa, xb, s, excl))
         for m in methods:
             rho = ev.per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
             per[m].append(rho)

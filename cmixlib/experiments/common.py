@@ -16,7 +16,7 @@ from .spec import RunView
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
            "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
-           "describe", "ids_tensor", "predicted_class", "batched"]
+           "describe", "ids_tensor", "predicted_class", "predicted_classes_batch", "blank_out_rows", "batched"]
 
 #: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
 #: one pass through the layers above l for every step and layer, the largest share of
@@ -28,6 +28,12 @@ IG_STEPS = 4
 #: VZ Figure 1-2 / Table 2 methods -> how to compute them (and ALTI Appendix B's ``|gradient · input|``).
 GRADIENT_METHODS = {"grad_x_input": "grad_x_input_l2", "integrated_gradients": "integrated_gradients",
                     "deeplift": "deeplift", "grad_l2": "grad_l2", "grad_x_input_abs": "grad_x_input_abs"}
+
+#: tokens per forward of :func:`blank_out_rows` (sequences x padded length). benchmarks/
+#: bench_blank_out.py, 32 examples, 1 thread: 30-token SVA sentences 0.98-1.02x the time of one
+#: sentence at a time at 1-4 k tokens, 0.74x in one forward of the whole batch; 8-token BLiMP
+#: sentences 1.4-1.7x at any size
+BLANK_OUT_TOKENS = 2048
 
 #: examples per batch in the experiments (sorted by length first, so padding stays small); results
 #: do not depend on it beyond float rounding (padded batches are tested against single runs)
@@ -53,6 +59,40 @@ def predicted_class(model, ids) -> int:
     from ..gradients import ClassTarget, resolve_target
 
     return resolve_target(model, ids, ClassTarget()).class_index
+
+
+def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarray]:
+    r"""Blank-out scores :math:`p(t \mid x) - p(t \mid x_{j \leftarrow r})` at the [MASK] of each
+    MLM example of a padded batch (probability of the target over target and foil; every position
+    erased, special ones too), ``(n,)`` each: one :func:`cmixlib.gradients.blank_out_batch` call,
+    equal to :func:`cmixlib.gradients.blank_out` of each example alone up to float rounding. The
+    sequences (each example and its erased copies) run about :data:`BLANK_OUT_TOKENS` tokens per
+    forward."""
+    from ..gradients import MLMTarget
+    from ..gradients.erasure import blank_out_batch
+
+    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
+               for ex in batch]
+    bo = blank_out_batch(bundle.model, ids, targets, attention_mask=mask, replacement=replacement,
+                         tokenizer=bundle.tokenizer, skip_special=False,
+                         batch_size=max(1, BLANK_OUT_TOKENS // ids.shape[1]))
+    return [row[:len(ex["input_ids"])] for row, ex in zip(bo, batch)]
+
+
+def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
+    r"""The class a sequence classifier predicts for each example of a padded batch,
+    :math:`\arg\max_c z_c` (one forward; padding is masked, so it equals
+    :func:`predicted_class` of each example alone up to float rounding)."""
+    import torch
+
+    from ..models import model_device
+
+    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    dev = model_device(bundle.model)
+    with torch.no_grad():
+        logits = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
+    return logits.argmax(-1).tolist()
 
 
 def mlm_target(ex, settings: Mapping):
@@ -97,7 +137,9 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     need = sorted(set(cm_methods) | set(roll_bases))
     if need:
         rows = [[t] for t in pos] if not roll_bases and level == "layers" else None
+        # the last layer is read at the target rows only (lower layers whole, for rollouts)
         maps = core.context_mixing(model, tok, {"input_ids": ids, "attention_mask": mask}, methods=need, rows=rows,
+                                   final_rows=[[t] for t in pos],
                                    vz_distance=settings.get("vz_distance", "cosine"),
                                    vz_standardize=settings.get("vz_standardize"))
         maps = maps if isinstance(maps, list) else [maps]
@@ -105,7 +147,7 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
             for m in cm_methods:
                 out[b][m] = maps[b][m][:, t, :] if level == "layers" else maps[b][m][-1, t, :]
             for base in roll_bases:
-                r = rollout(maps[b][base], add_identity=False, normalize=True)
+                r = rollout(maps[b][base], add_identity=False, normalize=True, rows=[t])
                 out[b][f"rollout:{base}"] = r[:, t, :] if level == "layers" else r[-1, t, :]
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:

@@ -90,7 +90,7 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
                           attention_mask=mask)["grad_x_input_l2"]
     maps = core.context_mixing(bundle.model, bundle.tokenizer,
                                {"input_ids": ids, "attention_mask": mask}, methods=methods,
-                               normalize=False)
+                               normalize=False, final_rows=0)   # the last layer: [CLS] row only
     maps = maps if isinstance(maps, list) else [maps]
     out = []
     for b, ex in enumerate(batch):
@@ -100,9 +100,10 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
         # every method's [CLS] rows (single layers, both rollouts): one rank correlation call
         rows = {(m, "individual"): maps[b][m][:, 0] for m in methods}
         for m in methods:
-            rows[(m, "raw")] = rollout(maps[b][m], add_identity=False, normalize=False)[:, 0]
+            rows[(m, "raw")] = rollout(maps[b][m], add_identity=False, normalize=False,
+                                       rows=[0])[:, 0]
             rows[(m, "row-normalised")] = rollout(normalize_rows(maps[b][m]), add_identity=False,
-                                                  normalize=True)[:, 0]
+                                                  normalize=True, rows=[0])[:, 0]
         L = maps[b][methods[0]].shape[0]
         rhos = ev.spearman_rows(np.concatenate(list(rows.values())), ref)
         got = {key: rhos[k * L:(k + 1) * L] for k, key in enumerate(rows)}

@@ -9,7 +9,8 @@ import pandas as pd
 
 from .. import plausibility as pl
 from ..registry import ROLLOUT_PREFIX
-from .common import GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch
+from .common import (GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch,
+                     predicted_classes_batch)
 from .runner import Context, Experiment
 from .sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
 
@@ -51,26 +52,21 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     embeddings (one :func:`cmixlib.gradients.batch_attribute` call; IG with ``ig_steps``
     Gauss-Legendre steps, IG and DeepLift aggregated by ``grad_aggregate``), and uniform random
     scores seeded per post."""
-    import torch
-
     from .. import core
     from ..attention import attention_flow, normalize_rows, rollout
-    from ..models import model_device
     from ..gradients import ClassTarget, batch_attribute, random_scores
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     lengths = [len(ex["input_ids"]) for ex in batch]
-    dev = model_device(bundle.model)
-    with torch.no_grad():
-        logits = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-    predicted = logits.argmax(-1).tolist()
+    predicted = predicted_classes_batch(bundle, batch)
     out: list[dict[str, np.ndarray]] = [{} for _ in batch]
     rolled = [m for m in methods if m.startswith(ROLLOUT_PREFIX)]
     full = sorted({m for m in methods if m in core.METHODS and m != "attention_flow"}
                   | {m.removeprefix(ROLLOUT_PREFIX) for m in rolled})
     inputs = {"input_ids": ids, "attention_mask": mask}
     if full:
-        maps = core.context_mixing(bundle.model, bundle.tokenizer, inputs, methods=full)
+        maps = core.context_mixing(bundle.model, bundle.tokenizer, inputs, methods=full,
+                                   final_rows=0)       # the [CLS] row of the last layer is read
         maps = maps if isinstance(maps, list) else [maps]
         for b, n in enumerate(lengths):
             for m in methods:
@@ -78,7 +74,7 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
                     out[b][m] = np.asarray(maps[b][m][-1, 0, :n], dtype=float)
                 elif m.removeprefix(ROLLOUT_PREFIX) in full:
                     r = rollout(maps[b][m.removeprefix(ROLLOUT_PREFIX)], add_identity=False,
-                                normalize=True)
+                                normalize=True, rows=[0])
                     out[b][m] = np.asarray(r[-1, 0, :n], dtype=float)
     if "attention_flow" in methods:
         # only the [CLS] row of the last layer is used: solve that layer's max-flows alone, on

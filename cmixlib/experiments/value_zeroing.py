@@ -11,8 +11,8 @@ from .. import evaluation as ev
 from .. import paper_numbers as pn
 from ..batching import length_batches
 from ..value_zeroing import value_zeroing_variant_maps
-from .common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, comparison_table,
-                     exclude_positions, padded_batch)
+from .common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
+                     comparison_table, exclude_positions, padded_batch)
 from .runner import Context, Experiment, run_experiment
 from .sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
 
@@ -242,24 +242,10 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
     also correlated over the positions left by each mode in ``also_exclude`` (frame
     ``exclusion``: columns exclude, method, mean, std, n), so a sensitivity check needs no
     second run."""
-    from ..gradients import MLMTarget
-    from ..gradients.erasure import blank_out_batch
-
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
-    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
-
-    def blank_out_rows(batch: list[dict]) -> list[np.ndarray]:
-        # every example of a length batch and all its erased copies in one padded forward
-        ids, mask = padded_batch(batch, pad)
-        targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
-                   for ex in batch]
-        bo = blank_out_batch(bundle.model, ids, targets, attention_mask=mask,
-                             replacement=s["replacement"], tokenizer=bundle.tokenizer,
-                             skip_special=False)
-        return [row[:len(ex["input_ids"])] for row, ex in zip(bo, batch)]
-
-    blanked = batched(ctx, examples, blank_out_rows, desc=f"blank-out ({s['condition']})")
+    blanked = batched(ctx, examples, lambda batch: blank_out_rows(bundle, batch, s["replacement"]),
+                      desc=f"blank-out ({s['condition']})")
     modes = [s["exclude"], *[m for m in s["also_exclude"] if m != s["exclude"]]]
     rho: dict[str, dict[int, dict[str, float]]] = {mode: {} for mode in modes}
     for i, ex, sc in batched_rows(ctx, bundle, examples, level="input", desc=f"faithfulness ({s['condition']})"):

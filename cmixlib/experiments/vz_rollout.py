@@ -10,7 +10,7 @@ from .. import evaluation as ev
 from ..arch import num_layers
 from ..batching import length_batches
 from ..rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
-from .common import BATCH_SIZE, exclude_positions, ids_tensor, padded_batch
+from .common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
 from .runner import Context, Experiment
 from .sources import FINETUNED_MLM_SETTINGS
 from .value_zeroing import MLM_ON_BLIMP
@@ -63,7 +63,6 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     ``excludes`` mode. Frame "row_profile": the mean score of each of those rows at offset
     k = j - t from the [MASK] (|k| <= ``max_offset``; [CLS] and [SEP] left out)."""
     from .. import core
-    from ..gradients import MLMTarget, blank_out
 
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
@@ -85,13 +84,12 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
             ids, mask = padded_batch(batch, getattr(tok, "pad_token_id", None) or 0)
             maps = core.context_mixing(bundle.model, tok, {"input_ids": ids, "attention_mask": mask},
                                        methods=bases, normalize=False)
-            for i, ex, raw in zip(idx, batch, maps if isinstance(maps, list) else [maps]):
+            blanked = [blank_out_rows(bundle, batch, rep) for rep in s["replacements"]]
+            for k, (i, ex, raw) in enumerate(zip(idx, batch,
+                                                 maps if isinstance(maps, list) else [maps])):
                 t, n = int(ex["target_index"]), len(ex["input_ids"])
                 keys, mat = _score_matrix(ex, raw, bases, int(s["seed"]) * 100003 + i)
-                bos = [blank_out(bundle.model, ids_tensor(ex),
-                                 MLMTarget(t, int(ex["target_id"]), int(ex["foil_id"])),
-                                 replacement=rep, tokenizer=tok, skip_special=False)
-                       for rep in s["replacements"]]
+                bos = [rows[k] for rows in blanked]
                 for rep, bo in zip(s["replacements"], bos):
                     for mode in s["excludes"]:
                         keep = np.setdiff1d(np.arange(n), exclude_positions(ex, mode) or [])

@@ -60,8 +60,9 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     for each row b with its own target: ``(B, n)``, 0 at padded (and, with ``skip_special``,
     special and target) positions.
 
-    All B (n + 1) sequences (each original and its n erased copies) run as one padded forward
-    (``batch_size``: at most that many sequences per forward); an MLM is scored only at each
+    The originals and one erased copy per real token (padded positions are not erased) run
+    shortest first in padded forwards (``batch_size``: at most that many sequences per forward;
+    with right padding, each forward is cut to its longest sequence); an MLM is scored only at each
     row's target position, on the target and foil logits (:class:`ScoreModule`), and the last
     block's FFN runs at the scored row only (:func:`.target_rows._first_row_head`). Each score
     equals :func:`blank_out` of that row alone up to float rounding (the same computation in
@@ -81,16 +82,24 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     score = ScoreModule(model, targets, score="prob",
                         target_rows_only=_first_row_head(model, ids, mask, targets))
     tg = target_tensors(targets, ids.device)                 # (B,) each
-    # per sequence b: row 0 the original, row 1 + j the copy with token j replaced
-    batch = ids[:, None, :].repeat(1, n + 1, 1)              # (B, n + 1, n)
-    batch[:, 1 + torch.arange(n), torch.arange(n)] = rid
-    batch = batch.reshape(B * (n + 1), n)
-    masks = mask.repeat_interleave(n + 1, dim=0)
-    args = [t.repeat_interleave(n + 1) for t in tg]
-    step = batch_size or B * (n + 1)
-    probs = torch.cat([score(batch[i:i + step], masks[i:i + step], *(a[i:i + step] for a in args))
-                       for i in range(0, B * (n + 1), step)]).view(B, n + 1)
-    scores = probs[:, :1] - probs[:, 1:]                       # (B, n)
+    # the B originals, then one copy per real token (b, j) with token j replaced
+    bj = (mask != 0).nonzero()                               # (C, 2), by b then j
+    src = torch.cat([torch.arange(B, device=ids.device), bj[:, 0]])
+    seqs = ids[src]
+    seqs[B + torch.arange(len(bj), device=ids.device), bj[:, 1]] = rid
+    lengths = mask.sum(dim=1)
+    right = torch.equal(mask != 0, torch.arange(n, device=ids.device)[None] < lengths[:, None])
+    order = torch.argsort(lengths[src], stable=True)          # shortest first: little padding
+    step = batch_size or len(src)
+    probs = None
+    for i in range(0, len(src), step):
+        rows = order[i:i + step]
+        width = int(lengths[src[rows]].max()) if right else n
+        p = score(seqs[rows, :width], mask[src[rows], :width], *(a[src[rows]] for a in tg))
+        probs = p.new_empty(len(src)) if probs is None else probs
+        probs[rows] = p
+    scores = probs.new_zeros(B, n)
+    scores[bj[:, 0], bj[:, 1]] = probs[bj[:, 0]] - probs[B:]   # (B, n), 0 where padded
     skip = mask == 0
     if skip_special:
         special = np.stack([special_positions(ids[b], mask[b], tokenizer) for b in range(B)])
