@@ -14,9 +14,9 @@ from .attention import attention_flow, normalize_rows, rollout
 from .arch import is_decoder_lm
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
                       run_and_capture)
-from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_maps, check_model,
+from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_model,
                          check_names, check_rows, check_text, check_tokenizer, describe)
-from .value_zeroing import DISTANCES, value_zeroing_layer
+from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
 
 
 #: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
@@ -170,39 +170,15 @@ def _check_rows(rows, n: int, name: str = "rows") -> np.ndarray | None:
     return check_rows(rows, n, name, negative=True)
 
 
-def _check_standardize(value, d: int):
-    """``vz_standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return value
-    what = f"None, True/False or a (mean, std) pair of arrays of shape ({d},)"
-    try:
-        if isinstance(value, (str, bytes, Mapping)):
-            raise TypeError
-        mean, std = value
-    except (TypeError, ValueError):
-        raise TypeError(f"vz_standardize must be {what}; got {describe(value)}.") from None
-    for label, arr in (("mean", mean), ("std", std)):
-        arr = check_maps(arr, f"vz_standardize's {label}", ndim=None, square=False)
-        if arr.shape != (d,):
-            raise InputError(f"vz_standardize's {label} has shape {arr.shape}, but the model's hidden size "
-                             f"is {d}: it must be ({d},).")
-        if label == "std" and (arr <= 0).any():
-            raise InputError("vz_standardize's std must be > 0 in every dimension (it divides).")
-    return value
-
-
-def _final_rows_maps(full_states, name: str, options: dict, final: np.ndarray, capture, mods,
-                     b, keep) -> np.ndarray:
+def _final_rows_maps(full_states, last_state, name: str, options: dict,
+                     final: np.ndarray) -> np.ndarray:
     """Maps of every layer but the last over all rows, of the last over rows ``final`` (NaN in
-    its other rows): the last layer's state restricted to those rows computes only them."""
-    n = len(keep)
-    last_state = layer_states(capture, mods, b, keep,
-                              rows=torch.as_tensor(final, device=keep.device))[-1]
+    its other rows) from ``last_state``, the last layer's state restricted to those rows."""
+    n = full_states[0].x.shape[0]
     last = _layer_maps([last_state], name, options).cpu().numpy()
-    below = _layer_maps(full_states[:-1], name, options).cpu().numpy() if len(mods) > 1 else None
-    out = np.full((len(mods), n, n), np.nan, dtype=last.dtype)
-    if below is not None:
-        out[:-1] = below
+    out = np.full((len(full_states), n, n), np.nan, dtype=last.dtype)
+    if len(full_states) > 1:
+        out[:-1] = _layer_maps(full_states[:-1], name, options).cpu().numpy()
     out[-1, final] = last[0]
     return out
 
@@ -215,15 +191,19 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options,
     row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
     specs = [METHODS[m] for m in methods]
     need_full = {s.base for s in specs if s.kind == "aggregated"}
-    if final is not None and rows is None:   # every layer method is read at most at rows final
-        need_full |= {s.name for s in specs if s.kind == "layer"}
+    last_state = None
+    if final is not None:                    # the last layer, at rows final only (one state:
+        if rows is None:                     # its shared work is done once for every method)
+            need_full |= {s.name for s in specs if s.kind == "layer"}
+        last_state = layer_states(capture, mods, b, keep,
+                                  rows=torch.as_tensor(final, device=keep.device))[-1]
     raw: dict[str, np.ndarray] = {}          # un-normalised maps over the selected rows
     full: dict[str, np.ndarray] = {}         # un-normalised maps over all rows
     for name in need_full:
         # attention is captured whole (and attention flow needs every row)
         full[name] = (_layer_maps(full_states, name, options).cpu().numpy()
-                      if final is None or name == "attention" else
-                      _final_rows_maps(full_states, name, options, final, capture, mods, b, keep))
+                      if last_state is None or name == "attention" else
+                      _final_rows_maps(full_states, last_state, name, options, final))
     for s in specs:
         if s.kind != "layer":
             continue
@@ -362,7 +342,7 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
     mods = _encoder_layers(model)
-    options["vz_standardize"] = _check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
+    options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
     ids, mask, is_batch = encode(model, tokenizer, text)
     lengths = mask.sum(dim=1).tolist()
     per_rows = _per_sentence_rows(rows, len(lengths))

@@ -400,7 +400,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     >>> maps["alti"].shape, bool(np.all(np.triu(maps["value_zeroing"], 1) == 0))
     ((3, 6, 6), True)
     """
-    from .core import _check_standardize, _per_sentence_rows
+    from .core import _per_sentence_rows
+    from .value_zeroing import check_standardize
     from .validation import check_bool, check_choice, check_rows
 
     if model.training:
@@ -412,7 +413,7 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
                    vz_distance=check_choice(vz_distance, ("cosine", "euclidean", "spearman"),
                                             "vz_distance", what="Value Zeroing distance"),
-                   vz_standardize=_check_standardize(vz_standardize,
+                   vz_standardize=check_standardize(vz_standardize,
                                                      model.get_input_embeddings().embedding_dim),
                    vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
                    logit_target=logit_target, logit_foil=logit_foil)

@@ -60,10 +60,14 @@ batch, one forward) apply any number of (distance, standardisation) pairs to one
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
 import torch
 
 from .encoder import LayerState, iter_sentences, layer_states, run_and_capture
+from .validation import InputError, check_maps, describe
 
 DISTANCES = ("cosine", "euclidean", "spearman")
 
@@ -72,6 +76,27 @@ DISTANCES = ("cosine", "euclidean", "spearman")
 # this tensor, which are faster while a chunk stays in the CPU's caches (measured in benchmarks/)
 CHUNK_ELEMENTS = 2 ** 25
 FACTORED_CHUNK_ELEMENTS = {"cpu": 2 ** 21}
+
+
+def check_standardize(value: Any, d: int) -> Any:
+    """``vz_standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return value
+    what = f"None, True/False or a (mean, std) pair of arrays of shape ({d},)"
+    try:
+        if isinstance(value, (str, bytes, Mapping)):
+            raise TypeError
+        mean, std = value
+    except (TypeError, ValueError):
+        raise TypeError(f"vz_standardize must be {what}; got {describe(value)}.") from None
+    for label, arr in (("mean", mean), ("std", std)):
+        arr = check_maps(arr, f"vz_standardize's {label}", ndim=None, square=False)
+        if arr.shape != (d,):
+            raise InputError(f"vz_standardize's {label} has shape {arr.shape}, but the model's hidden size "
+                             f"is {d}: it must be ({d},).")
+        if label == "std" and (arr <= 0).any():
+            raise InputError("vz_standardize's std must be > 0 in every dimension (it divides).")
+    return value
 
 
 def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
