@@ -28,8 +28,10 @@ How captum is used (on the model's own, unmodified modules):
 
 * grad-L2 and the G×I variants share one forward and backward pass (``LayerGradientXActivation``)
   that gives the gradient at every hooked layer;
-* input-level IG / DeepLift: ``LayerIntegratedGradients`` / ``LayerDeepLift`` on the word
-  embeddings;
+* input-level IG: ``IntegratedGradients`` of the score as a function of the looked-up word
+  embeddings (``layers._WordEmbeddingScore``), which gives ``LayerIntegratedGradients``' numbers
+  on the word-embedding module (tested) without the two forwards that class runs only to read
+  the embeddings; input-level DeepLift: ``LayerDeepLift`` on the word embeddings;
 * **layer-wise IG** integrates, for each layer :math:`\ell`, :math:`f(h_\ell)` alone
   (``IntegratedGradients``; for an MLM only blocks :math:`\ell..L-1` and the head at the target
   run at each step), which gives ``LayerIntegratedGradients``' numbers (tested);
@@ -55,7 +57,7 @@ from torch import nn
 
 from ..encoder import layer_output
 from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls, _LayerCalls,
-                     _Substituted, _Tail, attribution_layers)
+                     _Substituted, _Tail, _WordEmbeddingScore, attribution_layers)
 from .rescale import deeplift_rescale
 from .target_rows import _first_row_head
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
@@ -175,7 +177,7 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     ``(B,)`` for each attributed layer (see the module docstring for which captum class runs).
     ``states``: :func:`_layer_states` of the batch (``level="layers"``), computed here if None;
     ``rows_only``: :func:`_first_row_head`'s answer (input level)."""
-    from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift, LayerIntegratedGradients
+    from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift
 
     tg = target_tensors(targets, ids.device)
     B, n = ids.shape
@@ -197,10 +199,15 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         return res if with_delta else (res, None)
 
     if level == "input":
-        cls = LayerIntegratedGradients if which == "ig" else LayerDeepLift
-        explainer = cls(ScoreModule(model, targets, target_rows_only=rows_only),
-                        model.get_input_embeddings(), multiply_by_inputs=True)
-        attr, delta = run(explainer, ids, base_ids, (mask, *tg))
+        score, emb = ScoreModule(model, targets, target_rows_only=rows_only), model.get_input_embeddings()
+        if which == "ig":       # the embeddings looked up, not read from two extra forwards
+            with torch.no_grad():
+                x, x_base = emb(ids), emb(base_ids)
+            explainer = IntegratedGradients(_WordEmbeddingScore(model, score), multiply_by_inputs=True)
+            attr, delta = run(explainer, x, x_base, (ids, mask, *tg))
+        else:
+            attr, delta = run(LayerDeepLift(score, emb, multiply_by_inputs=True), ids, base_ids,
+                              (mask, *tg))
         return [attr], [None if delta is None else delta.reshape(B)]
     mlm = isinstance(targets[0], MLMTarget)
     h_in, h_base, calls = states or _layer_states(model, ids, mask, targets, base_ids)

@@ -87,6 +87,21 @@ def substitute_word_embeddings(model: nn.Module, word_embeds: torch.Tensor) -> I
         handle.remove()
 
 
+class _WordEmbeddingScore(nn.Module):
+    """``score(input_ids, attention_mask, *targets)`` as a function of the word embeddings
+    (:func:`substitute_word_embeddings`): what captum's ``LayerIntegratedGradients`` on the
+    word-embedding module integrates, for plain ``IntegratedGradients`` given the embeddings,
+    without the two forwards that the layer version runs only to read them."""
+
+    def __init__(self, model: nn.Module, score: nn.Module):
+        super().__init__()
+        self.model, self.score = model, score
+
+    def forward(self, word_embeds, input_ids, attention_mask, *targets):
+        with substitute_word_embeddings(self.model, word_embeds):
+            return self.score(input_ids, attention_mask, *targets)
+
+
 # --------------------------------------------------------------------------------------------
 # Layer-wise functions f(h_l): the rest of the network from hidden_states[l]
 # --------------------------------------------------------------------------------------------
