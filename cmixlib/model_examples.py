@@ -100,10 +100,10 @@ def example_layer_rows(bundle, text: str, *, use_cache: bool = True) -> dict[str
     t = explained_position(bundle, ids)
     plain = [m for m in methods if ":" not in m]
     with torch.no_grad():
-        maps = context_mixing(bundle, None, shown, methods=plain)
+        maps = context_mixing(bundle, None, shown, methods=plain, final_rows=[t])
     rows = {}
     for m in methods:
-        full = (rollout(maps[m.split(":", 1)[1]], add_identity=False, normalize=True)
+        full = (rollout(maps[m.split(":", 1)[1]], add_identity=False, normalize=True, rows=[t])
                 if m.startswith("rollout:") else maps[m])
         rows[m] = np.asarray(full[:, t, :], dtype=np.float64)
     out = {"model": bundle.describe(), "family": "decoder" if is_decoder_lm(bundle.model) else "encoder",
