@@ -371,7 +371,7 @@ def value_zeroing_variant_maps(model, input_ids, attention_mask=None, rows=None,
     mods = core._encoder_layers(model)
     d = mods[0].ln2.normalized_shape[-1]
     variants = [(check_choice(dist, DISTANCES, "variants' distance", what="Value Zeroing distance"),
-                 core._check_standardize(std, d)) for dist, std in variants]
+                 check_standardize(std, d)) for dist, std in variants]
     ids, mask, _ = core.encode(model, None,
                                {"input_ids": input_ids, "attention_mask": attention_mask})
     lengths = mask.sum(dim=1).tolist()
