@@ -16,7 +16,7 @@ from .spec import RunView
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
            "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
-           "describe", "ids_tensor", "predicted_class", "predicted_classes_batch", "blank_out_rows", "batched"]
+           "describe", "ids_tensor", "predicted_classes_batch", "blank_out_rows", "batched"]
 
 #: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
 #: one pass through the layers above l for every step and layer, the largest share of
@@ -55,12 +55,6 @@ def ids_tensor(ex) -> "Any":
     return torch.as_tensor([list(ex["input_ids"])], dtype=torch.long)
 
 
-def predicted_class(model, ids) -> int:
-    from ..gradients import ClassTarget, resolve_target
-
-    return resolve_target(model, ids, ClassTarget()).class_index
-
-
 def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarray]:
     r"""Blank-out scores :math:`p(t \mid x) - p(t \mid x_{j \leftarrow r})` at the [MASK] of each
     MLM example of a padded batch (probability of the target over target and foil; every position
@@ -82,8 +76,8 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
 
 def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
     r"""The class a sequence classifier predicts for each example of a padded batch,
-    :math:`\arg\max_c z_c` (one forward; padding is masked, so it equals
-    :func:`predicted_class` of each example alone up to float rounding)."""
+    :math:`\arg\max_c z_c` (one forward; padding is masked, so it equals the prediction for each
+    example alone up to float rounding)."""
     import torch
 
     from ..models import model_device
