@@ -16,8 +16,10 @@ logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`re
   Zeroing normalisation), or the full-vocabulary softmax :math:`P_t` without a foil. ``"auto"``
   (default) = ``"logit_diff"`` with a foil, else ``"logit"``. ``grad_l2`` and the G×I variants
   of ``"prob"`` and ``"logit_diff"`` differ only by the positive factor :math:`P(1-P)` (the
-  sigmoid's derivative at the point), so their *normalised* maps agree; so do DeepLift's (one
-  secant multiplier for the sigmoid), not integrated gradients' (a path integral).
+  sigmoid's derivative at the point), so their *normalised* maps agree; so do DeepLift's (the
+  sigmoid contributes one multiplier shared by all positions: its local slope :math:`P(1-P)`,
+  because ``torch.sigmoid`` is a functional call that captum back-propagates with its ordinary
+  gradient, not the rescale rule's secant), not integrated gradients' (a path integral).
 * :class:`ClassTarget` (``*ForSequenceClassification``): ``"logit"`` (default):
   :math:`\phi = \lambda_c`; ``"prob"``: :math:`\phi = P_c = \mathrm{softmax}(\lambda)_c` (ALTI's
   convention). ``class_index=None`` means the class the model predicts for the input.
