@@ -191,6 +191,41 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
             "torch": torch.__version__, "started": time.time()}
 
 
+#: Model descriptions this page (kernel) has printed in full (:func:`model_line`).
+_described: list[str] = []
+_FALLBACK_TAIL = " -- offline fallback for "
+
+
+def short_model(description: str) -> str:
+    """The model's name: a :meth:`cmixlib.models.ModelBundle.describe` line up to its first
+    " (" (``"all-MiniLM-L6-v2 + MLM adaptation (bert, ...)"`` -> ``"all-MiniLM-L6-v2 + MLM
+    adaptation"``)."""
+    return description.split(" (", 1)[0].split(_FALLBACK_TAIL, 1)[0].strip()
+
+
+def model_line(description: str) -> str:
+    """``description`` the first time a page prints it, a short reference after that.
+
+    A model description runs to some 300 characters (name, family, sizes, what was trained on
+    what, the offline fallback); a chapter prints it once. Later: ``"NAME (described above)"``
+    for the same description, and ``"NAME as above; EXTRA"`` for one that extends a printed one
+    (the fine-tuned model of a printed pre-trained one), ``EXTRA`` being only what is new. Each
+    kernel is one page, so the memory is per kernel."""
+    if description in _described:
+        return f"{short_model(description)} (described above)"
+    body, _, tail = description.partition(_FALLBACK_TAIL)
+    for seen in _described:
+        seen_body = seen.partition(_FALLBACK_TAIL)[0]
+        if body.startswith(seen_body) and len(body) > len(seen_body):
+            extra = body[len(seen_body):].lstrip(";:, ")
+            tail_extra = tail.split(";", 1)[1].strip() if ";" in tail else ""
+            _described.append(description)
+            return "; ".join(x for x in (f"{short_model(description)} as above", extra,
+                                         tail_extra) if x)
+    _described.append(description)
+    return description
+
+
 def hardware() -> str:
     """The machine in words: CPU model, logical cores, torch threads, and the GPU if one is used
     (read from ``/proc/cpuinfo`` where it exists, else ``platform.processor()``)."""

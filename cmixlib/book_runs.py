@@ -264,11 +264,14 @@ def prewarm(jobs: int = 2) -> list[tuple[str, float]]:
 
 def describe_run(res, *, settings: bool = False) -> None:
     """Print what produced a result, from its metadata: experiment, model, data size, wall time
-    (and the settings with ``settings=True``)."""
+    (and the settings with ``settings=True``). The model's description is printed in full the
+    first time a page shows it and by name after that (:func:`cmixlib.book.model_line`)."""
+    from .book import model_line
+
     m = res.meta
     cached = "  (loaded from the result cache)" if res.from_cache else ""
     print(f"experiment : {m['experiment']}  ->  {m['paper']}")
-    print(f"model      : {m['model']}")
+    print(f"model      : {model_line(m['model'])}")   # in full once per page
     print(f"data size  : {m['data_size']}  (limit={m['limit']})")
     if settings:
         print(f"settings   : {m['settings']}")

@@ -6,8 +6,10 @@ Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`m
 * :mod:`cmixlib.plotting.maps` -- figures of computed results: context-mixing maps as heatmaps
   (:func:`plot_map`, :func:`plot_layer_maps`), rows of maps (:func:`plot_layer_rows`,
   :func:`plot_row`), shaded sentences (:func:`colour_tokens_html`), tables of scores
-  (:func:`plot_alignment_heatmap`, :func:`plot_method_lines`, :func:`plot_consistency_bars`,
+  (:func:`plot_alignment_heatmap`, :func:`plot_method_lines`,
   :func:`plot_layer_correlations`);
+* :mod:`cmixlib.plotting.bars` -- one bar per method: :func:`plot_consistency_bars`, the paper
+  beside ours (:func:`plot_paper_vs_ours`), confidence intervals of means (:func:`mean_interval`);
 * :mod:`cmixlib.plotting.diagrams` -- explanatory diagrams drawn from no data: where each method
   reads in a post-LN encoder layer (:func:`draw_encoder_layer`), rollout across layers
   (:func:`draw_rollout`) and Value Zeroing's perturbation (:func:`draw_value_zeroing`).
@@ -17,13 +19,15 @@ All functions return matplotlib objects and never call ``plt.show()``.
 from __future__ import annotations
 
 from .diagrams import LAYER_READS, draw_encoder_layer, draw_rollout, draw_value_zeroing
+from .bars import mean_interval, plot_consistency_bars, plot_paper_vs_ours
 from .maps import (DIV_CMAP, METHOD_COLORS, METHOD_LABELS, SEQ_CMAP, colour_tokens_html,
-                   method_color, method_label, plot_alignment_heatmap, plot_consistency_bars,
+                   method_color, method_label, plot_alignment_heatmap,
                    plot_layer_correlations, plot_layer_maps, plot_layer_rows, plot_map,
                    plot_method_lines, plot_row, saliency_table_html)
 
 __all__ = ["DIV_CMAP", "METHOD_COLORS", "METHOD_LABELS", "SEQ_CMAP", "colour_tokens_html",
-           "method_color", "method_label", "plot_alignment_heatmap", "plot_consistency_bars",
+           "mean_interval", "method_color", "method_label", "plot_alignment_heatmap",
+           "plot_consistency_bars", "plot_paper_vs_ours",
            "plot_layer_correlations", "plot_layer_maps", "plot_layer_rows", "plot_map",
            "plot_method_lines", "plot_row", "saliency_table_html",
            "LAYER_READS", "draw_encoder_layer", "draw_rollout", "draw_value_zeroing"]

@@ -12,7 +12,6 @@ Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`m
 * :func:`colour_tokens_html` -- a sentence with each token shaded by its score (ALTI-style
   saliency tables), as HTML for notebooks;
 * :func:`plot_alignment_heatmap` -- a layer x method table of scores (e.g. Spearman correlations);
-* :func:`plot_consistency_bars` -- one bar per method with error bars (ALTI Figure 7);
 * :func:`plot_layer_correlations` -- one line per method across layers with a shaded
   confidence band (GlobEnc Figures 3-4).
 
@@ -335,37 +334,6 @@ def plot_method_lines(df, ax=None, *, title: str | None = None, ylabel: str = "s
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8, frameon=False, loc="best")
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def _ci_or_std(df):
-    """(lower, upper) error-bar lengths: from ``ci_low``/``ci_high`` if present, else ± ``std``."""
-    mean = df["mean"].to_numpy(dtype=float)
-    if {"ci_low", "ci_high"} <= set(df.columns):
-        return np.vstack([mean - df["ci_low"].to_numpy(dtype=float), df["ci_high"].to_numpy(dtype=float) - mean])
-    if "std" in df.columns:
-        s = df["std"].to_numpy(dtype=float)
-        return np.vstack([s, s])
-    return None
-
-
-def plot_consistency_bars(df, ax=None, *, title: str | None = None,
-                          ylabel: str = "mean Spearman ρ between the two models"):
-    """One bar per method (``df`` rows with ``method`` and ``mean``) in the method's colour, with
-    the confidence interval (``ci_low``/``ci_high``) or ± ``std`` as error bars (ALTI Figure 7)."""
-    plt = _plt()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(1.1 * len(df) + 2.0, 3.4))
-    x = np.arange(len(df))
-    err = _ci_or_std(df)
-    ax.bar(x, df["mean"].to_numpy(dtype=float), color=[method_color(str(m)) for m in df["method"]],
-           yerr=np.nan_to_num(err) if err is not None else None, capsize=3)
-    ax.set_xticks(x)
-    ax.set_xticklabels([method_label(str(m)) for m in df["method"]], rotation=30, ha="right")
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     return ax
