@@ -146,3 +146,50 @@ def test_method_label_resolves_aliases_and_rollouts():
     assert plotting.method_label("rollout:attn_norm") == "N rollout"
     assert plotting.method_color("rollout:attn_norm") == plotting.METHOD_COLORS["attn_norm"]
     assert plotting.method_color("grad_x_input") == plotting.METHOD_COLORS["grad_x_input_l2"]
+
+
+@pytest.mark.parametrize("n", [2, 5, 40])
+def test_mean_interval_is_scipys_t_interval_of_the_raw_values(n):
+    from scipy import stats
+
+    rng = np.random.default_rng(n)
+    x = rng.normal(0.3, 0.2, size=n)
+    low, high = plotting.mean_interval([x.mean()], [x.std()], [n])   # population std, ddof=0
+    ref = stats.t.interval(0.95, n - 1, loc=x.mean(), scale=stats.sem(x))
+    # both sides are a few float operations on values of size 1
+    assert low[0] == pytest.approx(ref[0], abs=1e-12)
+    assert high[0] == pytest.approx(ref[1], abs=1e-12)
+    low1, _ = plotting.mean_interval([0.5], [0.1], [1])
+    assert np.isnan(low1[0])                                         # no interval from one value
+
+
+def test_paper_bars_never_look_like_ours():
+    fig, ax = plt.subplots()
+    methods = ["random", "attention", "alti"]
+    plotting.plot_paper_vs_ours(ax, methods, [0.1, 0.2, 0.3], [0.0, 0.25, 0.4],
+                                ours_err=np.full((2, 3), 0.05))
+    from matplotlib.container import BarContainer
+
+    paper, ours = [c for c in ax.containers if isinstance(c, BarContainer)]
+    paper_faces = {matplotlib.colors.to_hex(p.get_facecolor()) for p in paper.patches}
+    ours_faces = [matplotlib.colors.to_hex(p.get_facecolor()) for p in ours.patches]
+    assert paper_faces == {"#ffffff"} and all(p.get_hatch() for p in paper.patches)
+    assert ours_faces == [matplotlib.colors.to_hex(plotting.method_color(m)) for m in methods]
+    assert "#ffffff" not in ours_faces
+    assert [t.get_text() for t in ax.get_xticklabels()] == [plotting.method_label(m)
+                                                             for m in methods]
+
+
+def test_consistency_bars_fit_title_and_label_inside_the_figure():
+    df = pd.DataFrame({"method": ["alti", "grad_l2", "integrated_gradients", "random"],
+                       "mean": [0.6, 0.5, 0.4, 0.0], "ci_low": [0.5, 0.4, 0.3, -0.1],
+                       "ci_high": [0.7, 0.6, 0.5, 0.1]})
+    ax = plotting.plot_consistency_bars(
+        df, title="Spearman ρ between model A's and model B's vectors (95% t interval)")
+    fig = ax.figure
+    fig.canvas.draw()
+    box = fig.bbox
+    for text in (ax.title, ax.yaxis.label):
+        ext = text.get_window_extent()
+        assert ext.x0 >= box.x0 - 1 and ext.x1 <= box.x1 + 1, text.get_text()
+        assert ext.y0 >= box.y0 - 1 and ext.y1 <= box.y1 + 1, text.get_text()
