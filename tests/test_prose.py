@@ -37,8 +37,6 @@ CONSTANTS = {
     "0.4": "an MDL block fraction (0.4 %)",
     "1.6": "an MDL block fraction (1.6 %)", "6.25": "an MDL block fraction (6.25 %)",
     "12.5": "an MDL block fraction (12.5 %)",
-    "0.007": "12/(L(L^2-1)) for L = 12, a property of Spearman's rho",
-    "0.057": "12/(L(L^2-1)) for L = 6, a property of Spearman's rho",
     "10%": "warm-up share of prompt fine-tuning", "15%": "BERT's masking rate",
     "50%": "an MDL block fraction", "100%": "an MDL block fraction",
     "95%": "confidence level of an interval", "99%": "confidence level of an interval",
