@@ -210,7 +210,12 @@ def model_line(description: str) -> str:
     what, the offline fallback); a chapter prints it once. Later: ``"NAME (described above)"``
     for the same description, and ``"NAME as above; EXTRA"`` for one that extends a printed one
     (the fine-tuned model of a printed pre-trained one), ``EXTRA`` being only what is new. Each
-    kernel is one page, so the memory is per kernel."""
+    kernel is one page, so the memory is per kernel. A run over several tasks describes its
+    models as ``"task: description | task: description"``; each part is treated on its own."""
+    parts = description.split(" | ")
+    if len(parts) > 1 and all(": " in p for p in parts):
+        return " | ".join(f"{task}: {model_line(desc)}"
+                          for task, desc in (p.split(": ", 1) for p in parts))
     if description in _described:
         return f"{short_model(description)} (described above)"
     body, _, tail = description.partition(_FALLBACK_TAIL)

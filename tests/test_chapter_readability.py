@@ -38,6 +38,10 @@ def test_model_line_prints_a_description_once_then_by_name():
                                       "accuracy 0.9")
     assert book.model_line(tuned) == "tiny-encoder (described above)"
     assert book.short_model(base) == "tiny-encoder"
+    clf = "tiny-encoder (bert, 2 layers, hidden 32); accuracy 0.8"
+    many = f"sst2: {clf} | mnli: {clf.replace('0.8', '0.7')}"
+    assert book.model_line(many) == many
+    assert book.model_line(clf) == "tiny-encoder (described above)"
     book._described.clear()
 
 
