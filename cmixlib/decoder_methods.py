@@ -44,7 +44,8 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from .arch import decoder_final_norm, decoder_unembed, norm_params
+from .arch import (decoder_final_norm, decoder_logits_divisor, decoder_norm_params,
+                   decoder_unembed)
 from .decoder import DecoderCapture, DecoderLayerState
 from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
 from .validation import InputError
@@ -243,10 +244,14 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
         u = u - head.weight[foil.to(dev)]
         if head.bias is not None:
             bias = bias - head.bias[foil.to(dev)]
+    divisor = decoder_logits_divisor(model)
+    if divisor != 1.0:                                  # Granite: logits / logits_scaling
+        u, bias = u / divisor, bias / divisor
     norm = decoder_final_norm(model)
-    gamma, beta, eps = norm_params(norm)
+    fam = capture.layers[0].parts.family
+    gamma, beta, eps = decoder_norm_params(fam, norm, head.weight[0])
     fin = capture.final_norm_in
-    layer_norm = capture.layers[0].parts.family.norm == "layernorm"
+    layer_norm = fam.norm == "layernorm"
     if layer_norm:
         scale = torch.sqrt(fin.var(dim=-1, unbiased=False, keepdim=True) + eps)
         ut = gamma * u
@@ -260,9 +265,10 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
         g = torch.einsum("hkd,id->hik", st.head_out, ut)                   # u~_i . f^h(x_k)
         s = (st.attn_weights * g).sum(dim=0)
         sources.append(s * causal_mask(n, s))
-        b_o = st.parts.b_o
+        b_o = st.b_o                                                        # r b_O
         attn_bias.append(ut @ b_o if b_o is not None else ut.new_zeros(n))
-        mlp.append((ut * st.mlp_out).sum(-1))
+        r = st.parts.residual_multiplier
+        mlp.append((ut * st.mlp_out).sum(-1) * r if r != 1.0 else (ut * st.mlp_out).sum(-1))
     src = torch.stack(sources).double().cpu().numpy()
     roll = alti_rollout(capture) if rollout is None else np.asarray(rollout, dtype=np.float64)
     tracked = src.copy()
@@ -404,6 +410,9 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     from .value_zeroing import check_standardize
     from .validation import check_bool, check_choice, check_rows
 
+    from .decoder import check_decoder_model
+
+    check_decoder_model(model)               # unlisted family or dtype: refused before a forward
     if model.training:
         raise InputError("model is in training mode (dropout is active, so the maps would be "
                          "random): call model.eval() first.")
