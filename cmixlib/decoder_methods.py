@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ import torch
 from .arch import (decoder_final_norm, decoder_logits_divisor, decoder_norm_params,
                    decoder_unembed)
 from .decoder import DecoderCapture, DecoderLayerState
+from .decoder_inputs import TokenIds, decoder_sentences, resolve_targets
 from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
 from .validation import InputError
 
@@ -191,20 +192,12 @@ class AltiLogit:
                 + self.final_bias)
 
 
-#: A token id, one id per position, or None.
-TokenIds = Union[int, Sequence[int], torch.Tensor, None]
+def _per_row_ids(value: Any, n: int, name: str, default: torch.Tensor | None,
+                 vocab: int) -> torch.Tensor | None:
+    """(n,) ids from None (``default``), an id or one id per row, each in 0..vocab-1."""
+    from .decoder_inputs import _per_rows
 
-
-def _per_row_ids(value: TokenIds, n: int, name: str,
-                 default: torch.Tensor | None) -> torch.Tensor | None:
-    if value is None:
-        return default
-    t = torch.as_tensor(value, dtype=torch.long).reshape(-1)
-    if t.numel() == 1:
-        t = t.expand(n)
-    if t.numel() != n:
-        raise InputError(f"{name} must be one token id or one per position ({n}); got {t.numel()}.")
-    return t
+    return default if value is None else _per_rows(value, n, name, None, vocab)
 
 
 @torch.no_grad()
@@ -233,9 +226,9 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
     if capture.logits is None:
         decoder_unembed(model)                     # raises the "no LM head" error
     top = capture.logits.argmax(dim=-1).cpu()
-    target = _per_row_ids(target, n, "logit_target", top)
-    foil = _per_row_ids(foil, n, "logit_foil", None)
     head = decoder_unembed(model)
+    target = _per_row_ids(target, n, "logit_target", top, head.weight.shape[0])
+    foil = _per_row_ids(foil, n, "logit_foil", None, head.weight.shape[0])
     dev = capture.final_norm_in.device
     u = head.weight[target.to(dev)]                                        # (n, d)
     bias = head.bias[target.to(dev)] if head.bias is not None else \
@@ -286,34 +279,6 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
 
 
 # --------------------------------------------------------------------------- entry point
-def _sentences(model: torch.nn.Module, tokenizer, text) -> tuple[list[torch.Tensor], bool]:
-    """Unpadded id sequences of ``text`` (each sentence alone: exact whatever the padding side)."""
-    from collections.abc import Mapping
-
-    from .validation import check_ids_and_mask, check_text, check_tokenizer
-
-    emb = model.get_input_embeddings()
-    vocab = getattr(emb, "num_embeddings", None)
-    if isinstance(text, Mapping):
-        if "input_ids" not in text:
-            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or "
-                             "(B, n)).")
-        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
-                                       vocab_size=vocab)
-        seqs, is_batch = [row[m.bool()] for row, m in zip(ids, mask)], ids.shape[0] > 1
-    else:
-        texts, is_batch = check_text(text)
-        if check_tokenizer(tokenizer) is None:
-            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
-        seqs = [check_ids_and_mask(tokenizer(t, return_tensors="pt")["input_ids"],
-                                   vocab_size=vocab)[0][0] for t in texts]
-    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    if limit and max(len(s) for s in seqs) > limit:
-        raise InputError(f"Input has {max(len(s) for s in seqs)} tokens but the model accepts at "
-                         f"most {limit}.")
-    return seqs, is_batch
-
-
 def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
     """Validate names for a decoder: None = every supported method (``alti_logit`` only with an
     LM head); :data:`UNSUPPORTED` names raise :class:`UnsupportedMethodError` with the reason."""
@@ -329,7 +294,8 @@ def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
 
 
 @torch.no_grad()
-def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
+def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
+                  ) -> dict[str, np.ndarray]:
     from .attention import attention_flow, normalize_rows, rollout
     from .decoder import run_decoder
 
@@ -370,7 +336,7 @@ def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
                 place(normalize_rows(np.nan_to_num(flow)))
         elif name == "alti_logit":
             roll = rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
-            res = alti_logit(cap, model, options["logit_target"], options["logit_foil"], roll)
+            res = alti_logit(cap, model, targets[0], targets[1], roll)
             out[name] = place(res.tracked)
         else:
             norm = options["rollout_normalize"]
@@ -424,11 +390,17 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                                             "vz_distance", what="Value Zeroing distance"),
                    vz_standardize=check_standardize(vz_standardize,
                                                      model.get_input_embeddings().embedding_dim),
-                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
-                   logit_target=logit_target, logit_foil=logit_foil)
-    seqs, is_batch = _sentences(model, tokenizer, text)
+                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"))
+    seqs, is_batch = decoder_sentences(model, tokenizer, text)
+    lengths = [len(s) for s in seqs]
+    vocab = decoder_unembed(model).weight.shape[0] if has_head else 0
+    if not has_head and (logit_target is not None or logit_foil is not None):
+        decoder_unembed(model)                     # raises the "no LM head" error
+    targets = [resolve_targets(v, name, tokenizer, lengths, is_batch, vocab)
+               for v, name in ((logit_target, "logit_target"), (logit_foil, "logit_foil"))]
     per_rows = _per_sentence_rows(rows, len(seqs))
     per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, s) in enumerate(zip(per_rows, seqs))]
-    results = [_one_sentence(model, s, methods, r, options) for s, r in zip(seqs, per_rows)]
+    results = [_one_sentence(model, s, methods, r, options, (t, f))
+               for s, r, t, f in zip(seqs, per_rows, *targets)]
     return results if is_batch else results[0]
