@@ -18,7 +18,8 @@ exactly 0 (multiplied by the causal mask, so rounding can never leak above the d
   head of a GQA group sees it zeroed), alpha unchanged; only layer l is recomputed:
   m_i^(not j) = m_i - F_ij, x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij =
   distance(x'_i^(not j), x'_i) for every pair j <= i at once (:func:`value_zeroing_layer`).
-- ``alti_logit`` (Ferrando et al. 2023): :func:`alti_logit`.
+- ``alti_logit`` (Ferrando et al. 2023): :mod:`cmixlib.decoder_logit` (the explanation with the
+  embedding term, per-head terms and the unattributed remainder: :func:`explain_logit`).
 
 N-ResLN, GlobEnc (N-Enc) and W-Res have no pre-LN counterpart (:data:`UNSUPPORTED`) and raise
 :class:`UnsupportedMethodError`.
@@ -38,22 +39,21 @@ computed stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``) and layers are roll
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .arch import (decoder_final_norm, decoder_logits_divisor, decoder_norm_params,
-                   decoder_unembed)
+from .arch import decoder_unembed
 from .decoder import DecoderCapture, DecoderLayerState
 from .decoder_inputs import TokenIds, decoder_sentences, resolve_targets
+from .decoder_logit import AltiLogit, alti_logit, explain_logit  # noqa: F401 (API)
 from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
 from .validation import InputError
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
            "attention_mean", "attn_norm", "attn_norm_res", "alti_layer", "AltiLogit",
-           "alti_logit", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
+           "alti_logit", "explain_logit", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
            "decoder_context_mixing"]
 
 #: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
@@ -154,130 +154,6 @@ def alti_rollout(capture: DecoderCapture) -> np.ndarray:
     return rollout(maps, add_identity=False, normalize=True)
 
 
-@dataclass
-class AltiLogit:
-    """ALTI-Logit of one sentence; every term in logit units, rows i = positions predicting.
-
-    ``target`` / ``foil`` (n,) token ids per row (foil None: the target's logit alone);
-    ``logit`` (n,) the model's logit (difference) at each row; ``sources`` (L, n, n): layer l's
-    attention block contribution from its input token k, sum_h alpha^h_ik u~_i . f^h(x_k);
-    ``tracked`` (L, n, n): ``sources[l] @ R^(l-1)`` mapped to the input tokens through the ALTI
-    rollout of the layers below (R^(-1) = I); ``attn_bias`` (L, n) u~_i . b_O; ``mlp`` (L, n)
-    u~_i . MLP output; ``embedding`` (n,) u~_i . x^0_i; ``final_bias`` (n,) u_i . beta_f plus the
-    LM head's bias. u_i = U_target - U_foil, u~_i = P(gamma_f * u_i) / s_i the final norm
-    linearised at the real final residual of row i (P centres for LayerNorm, identity for
-    RMSNorm; s_i its real scale).
-    """
-
-    target: np.ndarray
-    foil: np.ndarray | None
-    logit: np.ndarray
-    sources: np.ndarray
-    tracked: np.ndarray
-    attn_bias: np.ndarray
-    mlp: np.ndarray
-    embedding: np.ndarray
-    final_bias: np.ndarray
-
-    @property
-    def explanation(self) -> np.ndarray:
-        """Contribution of each input token j to the logit (difference) at row i through the
-        attention blocks of all layers, sum_l tracked[l], (n, n) (the paper's ALTI-Logit)."""
-        return self.tracked.sum(axis=0)
-
-    def reconstruction(self) -> np.ndarray:
-        """embedding + sum_l (sum_k sources + attn_bias + mlp) + final_bias, (n,): equals
-        ``logit`` up to rounding (the decomposition is exact under the linearisation)."""
-        return (self.embedding + (self.sources.sum(-1) + self.attn_bias + self.mlp).sum(0)
-                + self.final_bias)
-
-
-def _per_row_ids(value: Any, n: int, name: str, default: torch.Tensor | None,
-                 vocab: int) -> torch.Tensor | None:
-    """(n,) ids from None (``default``), an id or one id per row, each in 0..vocab-1."""
-    from .decoder_inputs import _per_rows
-
-    return default if value is None else _per_rows(value, n, name, None, vocab)
-
-
-@torch.no_grad()
-def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds = None,
-               foil: TokenIds = None, rollout: np.ndarray | None = None) -> AltiLogit:
-    r"""ALTI-Logit (Ferrando et al. 2023) at every position i.
-
-    The logit of ``target`` (or its difference with ``foil``) at row i is split exactly, with the
-    final norm linearised at the row's real final residual (its scale a constant, as the paper):
-
-    .. math:: \mathrm{logit}_i = \tilde u_i\cdot x^0_i + \sum_\ell \Big(\sum_{k\le i}
-              \sum_h \alpha^{\ell,h}_{ik}\,\tilde u_i\cdot f^{\ell,h}(x_k)
-              + \tilde u_i\cdot b^\ell_O
-              + \tilde u_i\cdot g^\ell_i\Big) + u_i\cdot\beta_f + b_{\mathrm{lm}},
-
-    and layer l's attention term from token k is carried to the input tokens by the ALTI
-    rollout of layers 0..l-1: ``tracked[l] = sources[l] @ R^(l-1)``.
-
-    ``target``: None (the model's top prediction at each row), a token id, or one id per row;
-    ``foil``: None, an id or one per row. ``rollout``: the ALTI rollout (L, n, n) if already
-    computed. Deliberate differences from the authors' code: every row, not only the last;
-    the RMSNorm linearisation (no centring) for Llama-style models; the MLP and bias terms are
-    returned beside the tracked attention terms, never tracked to tokens (as the paper).
-    """
-    n = capture.input_ids.shape[0]
-    if capture.logits is None:
-        decoder_unembed(model)                     # raises the "no LM head" error
-    top = capture.logits.argmax(dim=-1).cpu()
-    head = decoder_unembed(model)
-    target = _per_row_ids(target, n, "logit_target", top, head.weight.shape[0])
-    foil = _per_row_ids(foil, n, "logit_foil", None, head.weight.shape[0])
-    dev = capture.final_norm_in.device
-    u = head.weight[target.to(dev)]                                        # (n, d)
-    bias = head.bias[target.to(dev)] if head.bias is not None else \
-        torch.zeros(n, dtype=u.dtype, device=dev)
-    if foil is not None:
-        u = u - head.weight[foil.to(dev)]
-        if head.bias is not None:
-            bias = bias - head.bias[foil.to(dev)]
-    divisor = decoder_logits_divisor(model)
-    if divisor != 1.0:                                  # Granite: logits / logits_scaling
-        u, bias = u / divisor, bias / divisor
-    norm = decoder_final_norm(model)
-    fam = capture.layers[0].parts.family
-    gamma, beta, eps = decoder_norm_params(fam, norm, head.weight[0])
-    fin = capture.final_norm_in
-    layer_norm = fam.norm == "layernorm"
-    if layer_norm:
-        scale = torch.sqrt(fin.var(dim=-1, unbiased=False, keepdim=True) + eps)
-        ut = gamma * u
-        ut = (ut - ut.mean(dim=-1, keepdim=True)) / scale
-    else:
-        scale = torch.sqrt(fin.pow(2).mean(dim=-1, keepdim=True) + eps)
-        ut = gamma * u / scale                                             # (n, d)
-    final_bias = bias.to(u.dtype) + ((u @ beta) if beta is not None else 0.0)
-    sources, attn_bias, mlp = [], [], []
-    for st in capture.layers:
-        g = torch.einsum("hkd,id->hik", st.head_out, ut)                   # u~_i . f^h(x_k)
-        s = (st.attn_weights * g).sum(dim=0)
-        sources.append(s * causal_mask(n, s))
-        b_o = st.b_o                                                        # r b_O
-        attn_bias.append(ut @ b_o if b_o is not None else ut.new_zeros(n))
-        r = st.parts.residual_multiplier
-        mlp.append((ut * st.mlp_out).sum(-1) * r if r != 1.0 else (ut * st.mlp_out).sum(-1))
-    src = torch.stack(sources).double().cpu().numpy()
-    roll = alti_rollout(capture) if rollout is None else np.asarray(rollout, dtype=np.float64)
-    tracked = src.copy()
-    tracked[1:] = np.einsum("lik,lkj->lij", src[1:], roll[:-1])
-    logits = capture.logits.double().cpu()
-    logit = logits[torch.arange(n), target]
-    if foil is not None:
-        logit = logit - logits[torch.arange(n), foil]
-    as_np = lambda t: torch.as_tensor(t).double().cpu().numpy()   # noqa: E731
-    return AltiLogit(target=target.numpy(), foil=None if foil is None else foil.numpy(),
-                     logit=logit.numpy(), sources=src, tracked=tracked,
-                     attn_bias=as_np(torch.stack(attn_bias)), mlp=as_np(torch.stack(mlp)),
-                     embedding=as_np((ut * capture.embeddings).sum(-1)),
-                     final_bias=as_np(final_bias).reshape(-1) * np.ones(n))
-
-
 # --------------------------------------------------------------------------- entry point
 def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
     """Validate names for a decoder: None = every supported method (``alti_logit`` only with an
@@ -359,8 +235,13 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
     normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
     logit of ``logit_target`` (minus ``logit_foil``'s) at row i, carried to input token j by
-    the ALTI rollout of the layers below; summed over l it is the paper's explanation.
-    Each sentence is run alone (no padding enters the forward pass).
+    the ALTI rollout of the layers below. Summed over l it is the attention part of the
+    explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
+    and bias terms go to no token; :func:`explain_logit` returns all of them (the explanation,
+    the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
+    (:mod:`cmixlib.decoder_inputs`). Text follows the BOS rule of
+    :mod:`cmixlib.decoder_inputs`. Each sentence is run alone (no padding enters the forward
+    pass). Memory: the layers are streamed (:func:`_one_sentence`).
 
     Examples
     --------

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cmixlib import InputError, context_mixing
+from cmixlib import decoder_methods as dm
 from cmixlib.decoder import random_decoder, run_decoder
 from cmixlib.evaluation import alignment_rows, spearman
 from cmixlib.experiments import decoder as D
@@ -233,7 +234,12 @@ def quick_run(tmp_path_factory):
 
 def test_quick_run_frames(quick_run):
     f = quick_run.frames
-    assert set(f) == {"result", "accuracy", "faithfulness", "sink_norm", "sink_share", "drops"}
+    assert set(f) == {"result", "accuracy", "faithfulness", "sink_norm", "sink_share", "drops",
+                      "logit_parts"}
+    parts = f["logit_parts"]
+    assert len(parts) == 4 and set(parts.uid) == {"darn", "rpsv", "ana"}
+    np.testing.assert_allclose(parts.tokens + parts.remainder, parts.logit, rtol=1e-5,
+                               atol=1e-6)
     assert quick_run.meta["data_size"] == {"pairs": 5, "causal": 4}
     drops = f["drops"].set_index(["uid", "reason"])["pairs"].to_dict()
     assert drops == {("darn", "kept"): 1, ("rpsv", "kept"): 2, ("ana", "kept"): 1,
@@ -254,7 +260,7 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
     tok = bundle.tokenizer
     exs = [D.causal_example(p, tok, BOS)[0] for p in PAIRS[:4]]
     # the run sorts examples into length batches but keeps their indices: ids are by position
-    rows, rho, share, ratio = [], {"alti": [], "nearness": []}, [], []
+    rows, rho, share, ratio = [], {"alti": [], "nearness": [], "alti_logit": []}, [], []
     for ex in exs:
         cap = run_decoder(bundle.model, torch.tensor(ex["input_ids"]))
         x = cap.layers[1].resid_in.double().norm(dim=-1)
@@ -269,6 +275,10 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
         bo = np.array([clean - _delta(bundle.model, ids[:j] + ids[j + 1:], ex["target_id"],
                                       ex["foil_id"]) for j in range(len(ids))])
         rho["alti"].append(spearman(maps["alti"][-1, p, 1:], bo[1:]))
+        # ALTI-Logit's global row: summed over layers, the embedding term added at p itself
+        expl = maps["alti_logit"][:, p].sum(0)
+        expl[p] += dm.alti_logit(cap, bundle.model, ex["target_id"], ex["foil_id"]).embedding[p]
+        rho["alti_logit"].append(spearman(expl[1:], bo[1:]))
         near = -np.abs(np.arange(len(ids)) - p)
         rho["nearness"].append(spearman(near[1:], bo[1:]))
         share.append(maps["attention"][0, 1:, 0].mean())

@@ -8,7 +8,11 @@ words *before* the target, read after the BOS token: ``input_ids = [BOS] + ids(p
 prediction position is the last token of the prefix, p = n - 1 (the token before the verb,
 determiner or reflexive); its logits choose between the target and the foil, whose ids are the
 **first tokens** of the target and foil words in context (``ids(prefix + " " + word)`` after
-the prefix's ids). ALTI-Logit explains lambda_t - lambda_f at p. A pair is dropped, with its
+the prefix's ids). ALTI-Logit explains lambda_t - lambda_f at p: its layer-wise rows are each
+layer's tracked attention terms, its global row the authors' explanation (summed over layers,
+with the embedding term at p, :attr:`cmixlib.decoder_logit.AltiLogit.explanation`); the part
+of the logit difference that no token receives (MLPs, biases) is reported beside it per example
+(``logit_parts``: :meth:`~cmixlib.decoder_logit.AltiLogit.summary`). A pair is dropped, with its
 reason, when a cue word does not precede the target (``cue_after_target``: in ``dna``/``dnaa``
 the noun follows the determiner, so a causal model cannot see it), when the prefix's tokens
 change once the next word is appended (``tokens_cross_words``), or when target and foil share
@@ -57,7 +61,7 @@ SINK_METHODS = ["attention", "attn_norm", "attn_norm_res", "alti_layer", "value_
 EXCLUDE_MODES = ("none", "bos")
 BLANK_MODES = ("delete", "unk")
 _MIXING = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
-           "value_zeroing", "value_zeroing_rollout", "alti_logit"]
+           "value_zeroing", "value_zeroing_rollout"]       # ALTI-Logit: explain_logit
 _BATCH = 16
 
 
@@ -267,9 +271,10 @@ def exclude_for(mode: str) -> list[int] | None:
     return None if mode == "none" else [0]
 
 
-def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int
-            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists."""
+def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int,
+            explanation: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists;
+    ``explanation``: ALTI-Logit's explanation row at p (with the embedding term)."""
     from ..attention import rollout
     from ..gradients import random_scores
 
@@ -280,7 +285,7 @@ def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int
     glob = {m: maps[m][-1, p, :] for m in ("attention_rollout", "alti", "value_zeroing_rollout")}
     for base in ("attn_norm", "attn_norm_res"):
         glob[f"rollout:{base}"] = rollout(maps[base], add_identity=False, normalize=True)[-1, p]
-    glob["alti_logit"] = maps["alti_logit"][:, p, :].sum(0)
+    glob["alti_logit"] = np.asarray(explanation, dtype=np.float64)
     glob["random"] = random_scores(n, seed=seed)
     glob["nearness"] = near
     return layer, glob
@@ -305,6 +310,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     import torch
 
     from ..core import context_mixing
+    from ..decoder_logit import explain_logit
 
     s = ctx.settings
     if s["blank"] not in BLANK_MODES:
@@ -347,7 +353,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                           pad_id=pad)
     timing["blank_out_s"] = time.perf_counter() - t0
 
-    align, rho, share, norms, right = [], {m: {} for m in modes}, [], [], []
+    align, rho, share, norms, right, parts = [], {m: {} for m in modes}, [], [], [], []
     t0 = time.perf_counter()
     L = None
     for idx in ctx.tqdm(length_batches([len(e["input_ids"]) for e in examples], _BATCH),
@@ -365,13 +371,16 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                       for l in range(L)]
             lg = res.logits[b, column[p]]
             right.append({"uid": ex["uid"], "win": bool(lg[ex["target_id"]] > lg[ex["foil_id"]])})
-            maps = context_mixing(model, None, {"input_ids": torch.tensor(ex["input_ids"])},
-                                  methods=_MIXING, logit_target=ex["target_id"],
-                                  logit_foil=ex["foil_id"])
+            ids = {"input_ids": torch.tensor(ex["input_ids"])}
+            maps = context_mixing(model, None, ids, methods=_MIXING)
+            lg = explain_logit(model, None, ids, ex["target_id"], ex["foil_id"])
+            maps["alti_logit"] = lg.tracked
+            parts.append({"example": i, "uid": ex["uid"], **lg.summary(p)})
             share += [{"example": i, "method": m, "layer": l,
                        "share": float(maps[m][l, 1:, 0].mean())}
                       for m in SINK_METHODS for l in range(L)]
-            layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i)
+            layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i,
+                                  lg.explanation[p])
             for mode in modes:
                 align += [dict(r, exclude=mode) for r in ev.alignment_rows(
                     layer, ex["cue_indices"], example_id=i, exclude=exclude_for(mode),
@@ -394,7 +403,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     sink_share = (pd.DataFrame(share, columns=["example", "method", "layer", "share"])
                   .groupby(["method", "layer"], sort=False)["share"].mean().reset_index())
     return {"result": agg, "accuracy": acc, "faithfulness": faith, "sink_norm": sink_norm,
-            "sink_share": sink_share, "drops": drops}
+            "sink_share": sink_share, "drops": drops, "logit_parts": pd.DataFrame(parts)}
 
 
 def _summary(frames) -> str:
@@ -402,7 +411,10 @@ def _summary(frames) -> str:
     res = frames["result"]
     dot = res[(res.metric == "dot")].groupby(["exclude", "method"], sort=False)["mean"].mean()
     faith = frames["faithfulness"].set_index(["exclude", "method"])["mean"]
-    return (f"accuracy per paradigm:\n{acc.to_string()}\n\nmean dot over layers:\n"
+    parts = frames.get("logit_parts", pd.DataFrame({"remainder_share": []}))
+    share = float(parts["remainder_share"].mean()) if len(parts) else float("nan")
+    return (f"ALTI-Logit: mean share of the logit difference left to MLPs and biases: "
+            f"{share:.3f}\n\naccuracy per paradigm:\n{acc.to_string()}\n\nmean dot over layers:\n"
             f"{dot.unstack('exclude').to_string(float_format=lambda v: f'{v:.3f}')}\n\n"
             f"faithfulness (mean Spearman):\n"
             f"{faith.unstack('exclude').to_string(float_format=lambda v: f'{v:.3f}')}")
