@@ -12,7 +12,7 @@ from .verdicts import below_sanity_baselines
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
-           "short_name"]
+           "short_name", "describe_logit_parts"]
 
 #: A layer input "has a sink" when the BOS token's norm is at least this many times the mean
 #: norm of the other tokens (averaged over examples).
@@ -133,6 +133,24 @@ def describe_decoder_faithfulness(means: Mapping[str, float], model: str) -> str
     else:
         out += "; every method is above both sanity baselines (random, nearness)."
     return out
+
+
+def describe_logit_parts(parts: pd.DataFrame, model: str) -> str:
+    """ALTI-Logit's remainder in words. Rule, over the rows of ``logit_parts`` (one per example:
+    the logit difference, the part the explanation gives to tokens, the remainder left to MLPs
+    and biases): the mean of |remainder| / (|tokens| + |remainder|), its range, and the share
+    of examples where the remainder is larger in magnitude than the tokens' part."""
+    if not len(parts):
+        return f"In {model}, no example was explained."
+    share = parts["remainder_share"].astype(float)
+    larger = float((parts["remainder"].abs() > parts["tokens"].abs()).mean())
+    return (f"In {model}, the logit difference splits into the part ALTI-Logit gives to the "
+            f"tokens (attention terms carried to the tokens, plus the embedding term at the "
+            f"prediction position) and a remainder it gives to no token (MLPs and biases); "
+            f"the remainder's share |remainder| / (|tokens| + |remainder|) is on average "
+            f"{share.mean():.0%} (from {share.min():.0%} to {share.max():.0%} over "
+            f"{len(parts)} examples), and the remainder is the larger part in {larger:.0%} "
+            f"of the examples.")
 
 
 def short_name(description: str) -> str:
