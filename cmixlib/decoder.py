@@ -129,6 +129,13 @@ class DecoderLayerState:
         """F_ij for every row, (n, n, d)."""
         return self.attn_vectors_for(torch.arange(self.n, device=self.resid_in.device))
 
+    def release(self) -> None:
+        """Drop the derived tensors cached on this state (``values``, ``head_out``,
+        ``attn_vectors``; recomputed on the next access): the methods call it after each layer,
+        so that one layer's derived tensors are held at a time."""
+        for name in ("values", "head_out", "attn_vectors"):
+            self.__dict__.pop(name, None)
+
     def recomputed_attn_out(self) -> torch.Tensor:
         """r a_i = sum_j F_ij + r b_O from the decomposition (r = 1: the captured ``attn_out``;
         tests compare them)."""
@@ -260,6 +267,7 @@ def check_capture(cap: "DecoderCapture", model: torch.nn.Module) -> None:
         _check((rec - ra).abs(), gam(st.n + p.num_heads * p.head_dim + 2) * (abs(r) * mag
                                                                             + ra.abs()),
                f"sum_j F_ij + r b_O = r a_i (values from u_j alone) at layer {k}", model)
+        st.release()
     fam = cap.layers[0].parts.family
     norm = decoder_final_norm(model)
     fin, fout = cap.final_norm_in, cap.final_norm_out

@@ -196,6 +196,7 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
         if check:
             mag += hs.abs().sum(dim=(0, 2)).double().cpu() + \
                 (ut.abs() * (st.mlp_out.abs() * abs(r))).sum(-1).double().cpu()
+        st.release()
     src = torch.stack(sources).double().cpu().numpy()
     roll = alti_rollout(capture) if rollout is None else np.asarray(rollout, dtype=np.float64)
     tracked = src.copy()

@@ -53,7 +53,7 @@ from .validation import InputError
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
            "attention_mean", "attn_norm", "attn_norm_res", "alti_layer", "AltiLogit",
-           "alti_logit", "explain_logit", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
+           "alti_logit", "explain_logit", "vector_maps", "VECTOR_METHODS", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
            "decoder_context_mixing"]
 
 #: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
@@ -100,33 +100,67 @@ def attention_mean(st: DecoderLayerState) -> torch.Tensor:
     return a * causal_mask(st.n, a)
 
 
+#: Methods read from the per-source vectors F_ij (computed in row blocks, never all at once).
+VECTOR_METHODS = ("attn_norm", "attn_norm_res", "alti_layer")
+#: Elements (rows x sources x d) of one block of per-source vectors held at once: peak memory
+#: of the vector methods is one block, not the layer's n x n x d (nor L of them).
+VECTOR_CHUNK_ELEMENTS = 2 ** 22
+
+
+def _add_residual(z: torch.Tensor, st: DecoderLayerState, rows: torch.Tensor) -> torch.Tensor:
+    """z_ij = F_ij + delta_ij x_i for a block of rows, in place: z (r, s, d), ``rows`` (r,)."""
+    z[torch.arange(len(rows), device=z.device), rows] += st.resid_in[rows]
+    return z
+
+
+def vector_maps(st: DecoderLayerState, names: Sequence[str] = VECTOR_METHODS
+                ) -> dict[str, torch.Tensor]:
+    """N, N-Res and ALTI of one layer (any of :data:`VECTOR_METHODS`), (n, n) each, 0 above the
+    diagonal, from the per-source vectors F_ij = sum_h alpha^h_ij f^h(x_j) of a block of rows
+    at a time (at most :data:`VECTOR_CHUNK_ELEMENTS` elements; sources j <= the block's last
+    row only):
+
+    - N: ||F_ij||_2;  N-Res: ||z_ij||_2, z_ij = F_ij + delta_ij x_i;
+    - ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (r b_O included)."""
+    n, d = st.n, st.resid_in.shape[-1]
+    like = st.resid_in
+    out = {m: torch.zeros(n, n, dtype=like.dtype, device=like.device) for m in names}
+    step = max(1, VECTOR_CHUNK_ELEMENTS // (n * d))
+    hv = st.head_out.transpose(0, 1)                                          # (n, H, d)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        rows = torch.arange(r0, r1, device=like.device)
+        a = st.attn_weights[:, r0:r1, :r1].permute(2, 1, 0).contiguous()     # (s, r, H)
+        z = torch.bmm(a, hv[:r1].contiguous()).transpose(0, 1)               # (r, s, d)
+        if "attn_norm" in out:
+            out["attn_norm"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "attn_norm_res" in out or "alti_layer" in out:
+            z = _add_residual(z, st, rows)
+        if "attn_norm_res" in out:
+            out["attn_norm_res"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "alti_layer" in out:
+            y = st.resid_mid[r0:r1]
+            dist = torch.linalg.vector_norm(y[:, None, :] - z, ord=1, dim=-1)
+            out["alti_layer"][r0:r1, :r1] = torch.clamp(
+                torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+    mask = causal_mask(n, like)
+    return {m: v * mask for m, v in out.items()}
+
+
 def attn_norm(st: DecoderLayerState) -> torch.Tensor:
     """N: ||F_ij||_2 = ||sum_h alpha^h_ij f^h(x_j)||_2, f^h from u_j = LN1(x_j), (n, n)."""
-    out = torch.linalg.vector_norm(st.attn_vectors, dim=-1)
-    return out * causal_mask(st.n, out)
-
-
-def _res_vectors(st: DecoderLayerState) -> torch.Tensor:
-    """z_ij = F_ij + delta_ij x_i, (n, n, d)."""
-    z = st.attn_vectors.clone()
-    idx = torch.arange(st.n, device=z.device)
-    z[idx, idx] += st.resid_in
-    return z
+    return vector_maps(st, ("attn_norm",))["attn_norm"]
 
 
 def attn_norm_res(st: DecoderLayerState) -> torch.Tensor:
     """N-Res: ||F_ij + delta_ij x_i||_2 (the un-normalised residual x_i on the diagonal)."""
-    out = torch.linalg.vector_norm(_res_vectors(st), dim=-1)
-    return out * causal_mask(st.n, out)
+    return vector_maps(st, ("attn_norm_res",))["attn_norm_res"]
 
 
 def alti_layer(st: DecoderLayerState) -> torch.Tensor:
     """ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (b_O included),
     z_ij = F_ij + delta_ij x_i; (n, n), un-normalised (rows are normalised by the caller)."""
-    y = st.resid_mid
-    dist = torch.linalg.vector_norm(y[:, None, :] - _res_vectors(st), ord=1, dim=-1)
-    out = torch.clamp(torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
-    return out * causal_mask(st.n, out)
+    return vector_maps(st, ("alti_layer",))["alti_layer"]
 
 
 def _fixed_residual(mat: torch.Tensor) -> torch.Tensor:
@@ -150,8 +184,11 @@ def alti_rollout(capture: DecoderCapture) -> np.ndarray:
     """R^l = C~^l C~^(l-1) ... C~^0 with C~ the row-normalised ALTI maps, (L, n, n) float64."""
     from .attention import rollout
 
-    maps = torch.stack([alti_layer(st) for st in capture.layers]).double().cpu().numpy()
-    return rollout(maps, add_identity=False, normalize=True)
+    maps = []
+    for st in capture.layers:
+        maps.append(alti_layer(st))
+        st.release()
+    return rollout(torch.stack(maps).double().cpu().numpy(), add_identity=False, normalize=True)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -184,14 +221,24 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
     need = {m for m in methods if m in layer_names} | {base[m] for m in methods if m in base}
     if "alti_logit" in methods:
         need.add("alti_layer")
-    raw = {}
-    for name in need:
-        if name == "value_zeroing":
-            maps = [value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
-                                        options["vz_method"]) for st in cap.layers]
-        else:
-            maps = [LAYER_FUNCTIONS[name](st) for st in cap.layers]
-        raw[name] = torch.stack(maps).cpu().numpy()
+    if "n_fixedres" in need:
+        need.add("attn_norm")
+    vec = [m for m in VECTOR_METHODS if m in need]
+    raw: dict[str, list] = {name: [] for name in need}
+    for st in cap.layers:                  # streamed: one layer's derived tensors at a time
+        for name, m in vector_maps(st, vec).items() if vec else ():
+            raw[name].append(m)
+        for name in need:
+            if name == "value_zeroing":
+                raw[name].append(value_zeroing_layer(st, options["vz_distance"],
+                                                     options["vz_standardize"],
+                                                     options["vz_method"]))
+            elif name == "n_fixedres":
+                raw[name].append(_fixed_residual(raw["attn_norm"][-1]))
+            elif name not in VECTOR_METHODS:
+                raw[name].append(LAYER_FUNCTIONS[name](st))
+        st.release()
+    raw = {name: torch.stack(maps).cpu().numpy() for name, maps in raw.items()}
 
     def place(maps):
         if rows is None:
