@@ -247,7 +247,7 @@ def check_capture(cap: "DecoderCapture", model: torch.nn.Module) -> None:
         d = st.resid_in.shape[-1]
         for name, inp, out in (("LN1", st.resid_in, st.ln1_out), ("LN2", st.resid_mid, st.ln2_out)):
             want = apply_decoder_norm(p.family, getattr(p, name.lower()), inp, p.w_o)
-            _check((want - out).abs(), gam(d + 8) * out.abs().amax() * torch.ones(()),
+            _check((want - out).abs(), gam(d + 8) * out.abs().amax(),
                    f"{name}(h) = the {p.family.norm} declared for {p.family.name} "
                    f"(gain {p.family.norm_gain}) at layer {k}", model)
         for what, total, a, b in (("m = x + r a", st.resid_mid, st.resid_in, st.attn_out),
@@ -273,7 +273,7 @@ def check_capture(cap: "DecoderCapture", model: torch.nn.Module) -> None:
     fin, fout = cap.final_norm_in, cap.final_norm_out
     want = apply_decoder_norm(fam, norm, fin, cap.layers[0].parts.w_o)
     d = fin.shape[-1]
-    _check((want - fout).abs(), gam(d + 8) * fout.abs().amax() * torch.ones(()),
+    _check((want - fout).abs(), gam(d + 8) * fout.abs().amax(),
            f"final_norm(h) = the declared {fam.norm} (gain {fam.norm_gain})", model)
     if cap.logits is not None:
         from .arch import decoder_unembed

@@ -31,10 +31,24 @@ carried with alpha to source j; the linear-only ``simp`` variant is not offered)
 sum), layer l tracked by the ALTI rollout of layers 0..l-1, the MLP and bias terms kept apart.
 Deliberate differences: every row i (their code explains the last position only); the L1
 distance is exact (``F.pairwise_distance`` adds 1e-6 to the difference); RMSNorm final norms
-are linearised without centring (their code knows LayerNorm models only). Value Zeroing matches
-inseq's decoder implementation (all key-value heads of token j zeroed, every layer zeroed
-independently from clean inputs, cosine distance, rows normalised), except that the distance is
-computed stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``) and layers are rolled out, not averaged.
+are linearised without centring (their code knows LayerNorm models only). Value Zeroing follows
+inseq's decoder implementation (0.7.1, read under transformers 4.53: all key-value heads of
+token j zeroed, every layer zeroed independently from clean inputs, cosine distance, rows
+normalised) with these differences, which no option removes yet: the distance is computed
+stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``); at the last layer cmixlib compares the
+block outputs before the final norm, inseq after it; inseq sets scores below 1e-5 to 0 and
+leaves an all-zero row at zero, cmixlib keeps every score and normalises every row (so the BOS
+row, whose only entry is its own, becomes [1]); layers are rolled out, not averaged.
+
+Memory (streamed). The forward pass keeps, per layer, the captured (n, d) tensors and the
+attention weights (H, n, n); the methods then visit the layers one at a time: the per-source
+vectors F_ij (n x n x d per layer: 18 GB in float32 for SmolLM2 at n = 512 if all layers were
+kept, as before) exist only as blocks of rows of :data:`VECTOR_CHUNK_ELEMENTS` elements, and a
+layer's derived tensors are released before the next (:meth:`DecoderLayerState.release`). Peak
+memory beyond the model is therefore about L H n^2 attention weights plus the L n^2 maps of each
+method plus one block (and Value Zeroing's chunk, :data:`cmixlib.decoder_vz.CHUNK_ELEMENTS`);
+time grows as n^2 per layer for the vector methods and as n^2 d d_ff for Value Zeroing. Measured
+on SmolLM2 in ``benchmarks/bench_decoder_memory.py`` (results in ``benchmarks/README.md``).
 """
 from __future__ import annotations
 
