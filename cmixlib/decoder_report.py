@@ -12,7 +12,7 @@ from .verdicts import below_sanity_baselines
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
-           "short_name", "describe_logit_parts"]
+           "short_name", "describe_logit_parts", "describe_alignment_by_paradigm"]
 
 #: A layer input "has a sink" when the BOS token's norm is at least this many times the mean
 #: norm of the other tokens (averaged over examples).
@@ -132,6 +132,33 @@ def describe_decoder_faithfulness(means: Mapping[str, float], model: str) -> str
                 f"{_list(flagged)}.")
     else:
         out += "; every method is above both sanity baselines (random, nearness)."
+    return out
+
+
+def describe_alignment_by_paradigm(by_paradigm: pd.DataFrame, drops: pd.DataFrame, model: str,
+                                   exclude: str = "bos") -> str:
+    """Cue alignment per paradigm in words. Rule: per paradigm (``uid``, in the frame's order),
+    the mean dot product over layers of each method (``exclude`` mode), the best method (ties
+    within 0.005 named together, the random baseline excluded) and how many methods are above
+    the random baseline; then, per paradigm, the pairs left out of the cue alignment with their
+    reason (``alignment_drops``, reasons other than "kept")."""
+    parts = []
+    for uid in dict.fromkeys(by_paradigm["uid"]):
+        v = mean_over_layers(by_paradigm, exclude=exclude, uid=uid)
+        methods = v.drop("random", errors="ignore")
+        best = _list(methods[methods >= methods.max() - 0.005].index)
+        above = int((methods > v.get("random", float("-inf"))).sum())
+        n = int(by_paradigm[(by_paradigm.uid == uid) & (by_paradigm.metric == "dot")]["n"].max())
+        parts.append(f"in {uid} ({n} pairs) the best-aligned method is {best} "
+                     f"({methods.max():.3f}), and {above} of {len(methods)} methods are above "
+                     f"the random baseline ({v.get('random', float('nan')):.3f})")
+    out = (f"Mean dot product over layers per paradigm in {model} ({exclude} mode): "
+           + "; ".join(parts) + "." if parts else
+           f"In {model}, no pair has a cue other than the prediction position.")
+    left = drops[drops["reason"] != "kept"]
+    for (uid, reason), g in left.groupby(["uid", "reason"], sort=False):
+        out += (f" {int(g['pairs'].sum())} pair(s) of {uid} are left out of the cue alignment "
+                f"({reason.replace('_', ' ')}).")
     return out
 
 

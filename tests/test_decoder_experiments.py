@@ -235,7 +235,14 @@ def quick_run(tmp_path_factory):
 def test_quick_run_frames(quick_run):
     f = quick_run.frames
     assert set(f) == {"result", "accuracy", "faithfulness", "sink_norm", "sink_share", "drops",
-                      "logit_parts"}
+                      "logit_parts", "result_by_paradigm", "alignment_drops"}
+    # "The boys were": the cue (boys) is the prediction position: out of the cue alignment
+    cue = f["alignment_drops"].set_index(["uid", "reason"])["pairs"].to_dict()
+    assert cue == {("darn", "kept"): 1, ("rpsv", "cue_is_prediction_position"): 1,
+                   ("rpsv", "kept"): 1, ("ana", "kept"): 1}
+    byp = f["result_by_paradigm"]
+    assert set(byp.uid) == {"darn", "rpsv", "ana"}
+    assert set(byp[byp.metric == "dot"].n) == {1}
     parts = f["logit_parts"]
     assert len(parts) == 4 and set(parts.uid) == {"darn", "rpsv", "ana"}
     np.testing.assert_allclose(parts.tokens + parts.remainder, parts.logit, rtol=1e-5,
@@ -269,8 +276,10 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
         maps = context_mixing(bundle.model, None, {"input_ids": torch.tensor(ids)},
                               ["value_zeroing", "alti", "alti_logit", "attention"],
                               logit_target=ex["target_id"], logit_foil=ex["foil_id"])
-        rows += alignment_rows({"value_zeroing": maps["value_zeroing"][:, p]},
-                               ex["cue_indices"], exclude=[0])
+        cues = [c for c in ex["cue_indices"] if c != p]       # the prediction position left out
+        if cues:
+            rows += alignment_rows({"value_zeroing": maps["value_zeroing"][:, p]}, cues,
+                                   exclude=[0])
         clean = _delta(bundle.model, ids, ex["target_id"], ex["foil_id"])
         bo = np.array([clean - _delta(bundle.model, ids[:j] + ids[j + 1:], ex["target_id"],
                                       ex["foil_id"]) for j in range(len(ids))])
@@ -295,6 +304,12 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
     assert got_share == pytest.approx(np.mean(share), rel=1e-5)
     norm = quick_run.frames["sink_norm"].set_index("layer")
     assert norm.loc[1, "ratio"] == pytest.approx(np.mean(ratio), rel=1e-5)
+
+
+def test_alignment_cues_leave_the_prediction_position_out():
+    ex = {"target_index": 3, "cue_indices": [2, 3]}
+    assert D.alignment_cues(ex) == [2]
+    assert D.alignment_cues({"target_index": 2, "cue_indices": [2]}) == []
 
 
 def test_quick_run_refuses_unknown_settings():

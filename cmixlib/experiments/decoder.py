@@ -19,7 +19,12 @@ change once the next word is appended (``tokens_cross_words``), or when target a
 their first token (``same_first_token``, e.g. *dislike* / *dislike·s*).
 
 Scores, per kept pair and method: the row p of each layer's map (cue alignment per layer:
-dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`) and the row p of the last
+dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`, against the cue tokens other
+than p itself, :func:`alignment_cues`: a map's share on p is its self share, not evidence of
+finding the cue; a pair whose every cue token is p, as in ``rpsv`` where the subject noun is the
+token before the verb, is left out of the cue alignment with the reason
+``cue_is_prediction_position``, and kept in the other evaluations; the alignment is reported
+per paradigm and pooled over the paradigms left) and the row p of the last
 layer's aggregated map (faithfulness: Spearman with blank-out). Blank-out for a decoder:
 s^BO_j = Delta(w) - Delta(w without token j), Delta = lambda_t - lambda_f at the last
 position, the token **deleted** (``blank="delete"``; a causal model has no [UNK] convention,
@@ -43,7 +48,7 @@ from .sources import Sources, blimp_sample
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",
            "BLANK_MODES", "DecoderSources", "causal_example", "causal_examples",
-           "sample_per_paradigm", "sentence_logprobs", "blank_out_scores", "exclude_for",
+           "sample_per_paradigm", "alignment_cues", "sentence_logprobs", "blank_out_scores", "exclude_for",
            "DECODER_BLIMP"]
 
 #: Layer-wise methods of the cue alignment (``alti_logit``: layer l's tracked contribution).
@@ -153,6 +158,13 @@ def causal_example(pair: Mapping, tokenizer, bos_id: int) -> tuple[dict | None, 
     ex.update(input_ids=input_ids, target_index=len(input_ids) - 1, target_id=int(first[0]),
               foil_id=int(first[1]), cue_indices=cue_idx, tokens=list(tokens))
     return ex, None
+
+
+def alignment_cues(example: Mapping) -> list[int]:
+    """The cue positions the cue alignment scores: ``cue_indices`` without the prediction
+    position p (module docstring); empty when every cue token is p."""
+    p = int(example["target_index"])
+    return [int(c) for c in example["cue_indices"] if int(c) != p]
 
 
 def causal_examples(pairs: Sequence[Mapping], tokenizer,
@@ -299,7 +311,9 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     paradigm: the share of pairs whose good sentence has the higher sum of log-probabilities
     after BOS, all five paradigms; and, on the pairs kept for the causal evaluation, the share
     with lambda_t > lambda_f at p); ``result`` (cue alignment per exclude mode, method, layer,
-    metric: mean, std, n); ``faithfulness`` (Spearman of each method's global row at p with
+    metric: mean, std, n, pooled over the paradigms whose pairs have a cue other than p);
+    ``result_by_paradigm`` (the same per ``uid``); ``alignment_drops`` (per paradigm, the
+    pairs left out of the cue alignment and why, :func:`alignment_cues`); ``faithfulness`` (Spearman of each method's global row at p with
     blank-out per example, mean/std/n per exclude mode); ``sink_norm`` (per layer input l:
     mean over examples of ||x_0|| at the BOS and of the mean ||x_j||, j >= 1, and of their
     ratio); ``sink_share`` (per method of :data:`SINK_METHODS` and layer: the mean share of a
@@ -354,6 +368,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     timing["blank_out_s"] = time.perf_counter() - t0
 
     align, rho, share, norms, right, parts = [], {m: {} for m in modes}, [], [], [], []
+    cue_kept: list[tuple[str, str]] = []
     t0 = time.perf_counter()
     L = None
     for idx in ctx.tqdm(length_batches([len(e["input_ids"]) for e in examples], _BATCH),
@@ -381,10 +396,12 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                       for m in SINK_METHODS for l in range(L)]
             layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i,
                                   lg.explanation[p])
+            cues = alignment_cues(ex)
+            cue_kept.append((ex["uid"], "kept" if cues else "cue_is_prediction_position"))
             for mode in modes:
-                align += [dict(r, exclude=mode) for r in ev.alignment_rows(
-                    layer, ex["cue_indices"], example_id=i, exclude=exclude_for(mode),
-                    ties=s["ties"])]
+                if cues:
+                    align += [dict(r, exclude=mode, uid=ex["uid"]) for r in ev.alignment_rows(
+                        layer, cues, example_id=i, exclude=exclude_for(mode), ties=s["ties"])]
                 rho[mode][i] = ev.spearman_to(bo[i], glob, exclude=exclude_for(mode))
     timing["maps_s"] = time.perf_counter() - t0
     timing["cpu_s"] = time.process_time() - cpu0       # this process's CPU time (wall: shared)
@@ -393,7 +410,12 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     acc = wins.groupby("uid", sort=False)["win"].agg(sentence_accuracy="mean", pairs="count")
     cue = pd.DataFrame(right, columns=["uid", "win"]).groupby("uid", sort=False)["win"]
     acc = acc.join(cue.agg(prediction_accuracy="mean", causal_pairs="count")).reset_index()
-    agg = ev.aggregate_alignment(pd.DataFrame(align), by=("exclude", "method", "layer"))
+    cols = ["example", "method", "layer", *ev.ALIGNMENT_METRICS, "exclude", "uid"]
+    align_df = pd.DataFrame(align, columns=cols)
+    agg = ev.aggregate_alignment(align_df, by=("exclude", "method", "layer"))
+    by_paradigm = ev.aggregate_alignment(align_df, by=("exclude", "uid", "method", "layer"))
+    alignment_drops = (pd.DataFrame(cue_kept, columns=["uid", "reason"]).value_counts(sort=False)
+                       .rename("pairs").reset_index())
     faith = pd.concat([ev.correlation_table({m: [r[i][m] for i in sorted(r)]
                                              for m in DECODER_GLOBAL_METHODS}, exclude=mode)
                        for mode, r in rho.items()], ignore_index=True)
@@ -403,7 +425,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     sink_share = (pd.DataFrame(share, columns=["example", "method", "layer", "share"])
                   .groupby(["method", "layer"], sort=False)["share"].mean().reset_index())
     return {"result": agg, "accuracy": acc, "faithfulness": faith, "sink_norm": sink_norm,
-            "sink_share": sink_share, "drops": drops, "logit_parts": pd.DataFrame(parts)}
+            "sink_share": sink_share, "drops": drops, "logit_parts": pd.DataFrame(parts),
+            "result_by_paradigm": by_paradigm, "alignment_drops": alignment_drops}
 
 
 def _summary(frames) -> str:
