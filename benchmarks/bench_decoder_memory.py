@@ -4,9 +4,11 @@ Each (code, n, methods) configuration runs in a fresh subprocess (peak RSS is pe
 load SmolLM2 offline (``cmixlib.load_model("smollm2")``, float32, eager attention), build a
 sequence of n tokens (the BOS, then a fixed English text repeated), run one capture as a warm-up,
 record the resident set size, then call ``cmixlib.context_mixing`` once with the methods and
-record wall time, CPU time and the peak resident set size (``resource.getrusage``'s
-``ru_maxrss``; tracemalloc does not see torch's allocations). "extra peak" = peak RSS minus the
-RSS before the call: the memory the methods needed beyond the loaded model.
+record wall time, CPU time and the peak resident set size of the call (glibc's ``malloc_trim``
+first, so that freed heap from loading is not reused unseen; then the kernel's peak, ``VmHWM``,
+reset through ``/proc/self/clear_refs`` and read after the call; tracemalloc does not see
+torch's allocations). "extra peak" = peak RSS minus the RSS before the call: the memory the
+methods needed beyond the loaded model.
 
 ``--baseline PATH`` also runs the same configurations with the cmixlib of another checkout (the
 code before streaming), where it fits in memory (``--baseline-lengths``).
@@ -25,7 +27,7 @@ TEXT = ("The keys to the old cabinet are on the table, and the children who foun
         "were happy because the door had been locked for years. ")
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import torch
 torch.set_num_threads(1)
 import cmixlib
@@ -39,15 +41,19 @@ ids = torch.tensor(ids[:n])
 kw = {"logit_target": int(tok(" the", add_special_tokens=False)["input_ids"][0])} \
     if "alti_logit" in methods else {}
 cmixlib.context_mixing(b.model, None, {"input_ids": ids[:8]}, methods, **kw)   # warm-up
-def rss_kb():
+def status_kb(key):
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
-before = rss_kb()
+        return next(int(l.split()[1]) for l in f if l.startswith(key))
+import ctypes
+ctypes.CDLL("libc.so.6").malloc_trim(0)       # freed heap back to the system: a tight "before"
+with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current RSS
+    f.write("5")
+before = status_kb("VmRSS")
 t0, c0 = time.perf_counter(), time.process_time()
 with torch.no_grad():
     maps = cmixlib.context_mixing(b.model, None, {"input_ids": ids}, methods, **kw)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status_kb("VmHWM")
 maps_mb = sum(v.nbytes for v in maps.values()) / 2 ** 20
 print(json.dumps({"n": n, "methods": methods, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                   "rss_before_mb": round(before / 1024), "peak_rss_mb": round(peak / 1024),

@@ -149,16 +149,19 @@ def describe_alignment_by_paradigm(by_paradigm: pd.DataFrame, drops: pd.DataFram
         best = _list(methods[methods >= methods.max() - 0.005].index)
         above = int((methods > v.get("random", float("-inf"))).sum())
         n = int(by_paradigm[(by_paradigm.uid == uid) & (by_paradigm.metric == "dot")]["n"].max())
-        parts.append(f"in {uid} ({n} pairs) the best-aligned method is {best} "
+        parts.append(f"in {uid} ({n} pair{'' if n == 1 else 's'}) the best-aligned method is "
+                     f"{best} "
                      f"({methods.max():.3f}), and {above} of {len(methods)} methods are above "
                      f"the random baseline ({v.get('random', float('nan')):.3f})")
-    out = (f"Mean dot product over layers per paradigm in {model} ({exclude} mode): "
+    mode = {"bos": "BOS left out", "none": "BOS kept"}.get(exclude, f"exclude={exclude}")
+    out = (f"Mean dot product over layers per paradigm in {model} ({mode}): "
            + "; ".join(parts) + "." if parts else
            f"In {model}, no pair has a cue other than the prediction position.")
     left = drops[drops["reason"] != "kept"]
     for (uid, reason), g in left.groupby(["uid", "reason"], sort=False):
-        out += (f" {int(g['pairs'].sum())} pair(s) of {uid} are left out of the cue alignment "
-                f"({reason.replace('_', ' ')}).")
+        k = int(g["pairs"].sum())
+        out += (f" Left out of the cue alignment ({reason.replace('_', ' ')}): {k} {uid} "
+                f"pair{'' if k == 1 else 's'}.")
     return out
 
 

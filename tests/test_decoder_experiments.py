@@ -238,7 +238,7 @@ def test_quick_run_frames(quick_run):
                       "logit_parts", "result_by_paradigm", "alignment_drops"}
     # "The boys were": the cue (boys) is the prediction position: out of the cue alignment
     cue = f["alignment_drops"].set_index(["uid", "reason"])["pairs"].to_dict()
-    assert cue == {("darn", "kept"): 1, ("rpsv", "cue_is_prediction_position"): 1,
+    assert cue == {("darn", "kept"): 1, ("rpsv", "cue_is_prediction_word"): 1,
                    ("rpsv", "kept"): 1, ("ana", "kept"): 1}
     byp = f["result_by_paradigm"]
     assert set(byp.uid) == {"darn", "rpsv", "ana"}
@@ -276,7 +276,8 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
         maps = context_mixing(bundle.model, None, {"input_ids": torch.tensor(ids)},
                               ["value_zeroing", "alti", "alti_logit", "attention"],
                               logit_target=ex["target_id"], logit_foil=ex["foil_id"])
-        cues = [c for c in ex["cue_indices"] if c != p]       # the prediction position left out
+        cues = [c for c in ex["cue_indices"]                  # the word at p left out
+                if c not in ex["prediction_word_indices"]]
         if cues:
             rows += alignment_rows({"value_zeroing": maps["value_zeroing"][:, p]}, cues,
                                    exclude=[0])
@@ -306,10 +307,16 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
     assert norm.loc[1, "ratio"] == pytest.approx(np.mean(ratio), rel=1e-5)
 
 
-def test_alignment_cues_leave_the_prediction_position_out():
-    ex = {"target_index": 3, "cue_indices": [2, 3]}
-    assert D.alignment_cues(ex) == [2]
+def test_alignment_cues_leave_the_word_at_the_prediction_position_out():
+    assert D.alignment_cues({"target_index": 3, "cue_indices": [2, 3]}) == [2]
     assert D.alignment_cues({"target_index": 2, "cue_indices": [2]}) == []
+    # a cue noun of two tokens ending at p: both are the word at p, none is left
+    ex = {"target_index": 4, "cue_indices": [1, 3, 4], "prediction_word_indices": [3, 4]}
+    assert D.alignment_cues(ex) == [1]
+    tok = ToyTokenizer()
+    real, _ = D.causal_example(PAIRS[1], tok, BOS)         # "The boys | were"
+    assert real["prediction_word_indices"] == [real["target_index"]]
+    assert D.alignment_cues(real) == []
 
 
 def test_quick_run_refuses_unknown_settings():

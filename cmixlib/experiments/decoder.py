@@ -20,10 +20,10 @@ their first token (``same_first_token``, e.g. *dislike* / *dislike·s*).
 
 Scores, per kept pair and method: the row p of each layer's map (cue alignment per layer:
 dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`, against the cue tokens other
-than p itself, :func:`alignment_cues`: a map's share on p is its self share, not evidence of
-finding the cue; a pair whose every cue token is p, as in ``rpsv`` where the subject noun is the
-token before the verb, is left out of the cue alignment with the reason
-``cue_is_prediction_position``, and kept in the other evaluations; the alignment is reported
+than those of the word at p, :func:`alignment_cues`: a map's share on p is its self share, not
+evidence of finding the cue; a pair whose only cue word is the word at p, as in ``rpsv`` where
+the subject noun is the word before the verb, is left out of the cue alignment with the reason
+``cue_is_prediction_word``, and kept in the other evaluations; the alignment is reported
 per paradigm and pooled over the paradigms left) and the row p of the last
 layer's aggregated map (faithfulness: Spearman with blank-out). Blank-out for a decoder:
 s^BO_j = Delta(w) - Delta(w without token j), Delta = lambda_t - lambda_f at the last
@@ -124,7 +124,8 @@ def causal_example(pair: Mapping, tokenizer, bos_id: int) -> tuple[dict | None, 
 
     The example has ``input_ids`` ([BOS] + the prefix's ids), ``target_index`` = p = n - 1 (the
     prediction position), ``target_id`` / ``foil_id`` (first tokens of the words in context),
-    ``cue_indices`` (every token of every cue word, shifted by the BOS), ``tokens`` and the
+    ``cue_indices`` (every token of every cue word, shifted by the BOS),
+    ``prediction_word_indices`` (the tokens of the word that ends at p), ``tokens`` and the
     pair's ``uid``, ``pair_id``, ``label``, ``words``, ``target_word``, ``foil_word``."""
     words, spaces = list(pair["words"]), list(pair["spaces"])
     ti = int(pair["target_word_index"])
@@ -156,15 +157,19 @@ def causal_example(pair: Mapping, tokenizer, bos_id: int) -> tuple[dict | None, 
     ex = {k: pair[k] for k in ("uid", "pair_id", "label", "words", "target_word", "foil_word")
           if k in pair}
     ex.update(input_ids=input_ids, target_index=len(input_ids) - 1, target_id=int(first[0]),
-              foil_id=int(first[1]), cue_indices=cue_idx, tokens=list(tokens))
+              foil_id=int(first[1]), cue_indices=cue_idx, tokens=list(tokens),
+              prediction_word_indices=[1 + k for k in range(bounds[ti - 1], bounds[ti])])
     return ex, None
 
 
 def alignment_cues(example: Mapping) -> list[int]:
-    """The cue positions the cue alignment scores: ``cue_indices`` without the prediction
-    position p (module docstring); empty when every cue token is p."""
+    """The cue positions the cue alignment scores: ``cue_indices`` without the word at the
+    prediction position p (``prediction_word_indices``; p alone when absent), module
+    docstring; empty when the only cue word is the word at p (its other tokens are p's own
+    word, not a cue found elsewhere)."""
     p = int(example["target_index"])
-    return [int(c) for c in example["cue_indices"] if int(c) != p]
+    own = {int(k) for k in example.get("prediction_word_indices", [p])} | {p}
+    return [int(c) for c in example["cue_indices"] if int(c) not in own]
 
 
 def causal_examples(pairs: Sequence[Mapping], tokenizer,
@@ -397,7 +402,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
             layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i,
                                   lg.explanation[p])
             cues = alignment_cues(ex)
-            cue_kept.append((ex["uid"], "kept" if cues else "cue_is_prediction_position"))
+            cue_kept.append((ex["uid"], "kept" if cues else "cue_is_prediction_word"))
             for mode in modes:
                 if cues:
                     align += [dict(r, exclude=mode, uid=ex["uid"]) for r in ev.alignment_rows(
