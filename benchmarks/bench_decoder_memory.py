@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 TEXT = ("The keys to the old cabinet are on the table, and the children who found them "
         "were happy because the door had been locked for years. ")
@@ -58,14 +59,15 @@ maps_mb = sum(v.nbytes for v in maps.values()) / 2 ** 20
 print(json.dumps({"n": n, "methods": methods, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                   "rss_before_mb": round(before / 1024), "peak_rss_mb": round(peak / 1024),
                   "extra_peak_mb": round((peak - before) / 1024), "maps_mb": round(maps_mb, 1),
-                  "torch": torch.__version__}))
+                  "cmixlib": cmixlib.__file__}))
 """
 
 
 def run(code: str, n: int, methods: list[str], timeout: int) -> dict:
     env = dict(os.environ, PYTHONPATH=code, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(n), ",".join(methods), TEXT],
-                         env=env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as cwd:      # not the checkout: "-c" puts cwd first
+        out = subprocess.run([sys.executable, "-c", CHILD, str(n), ",".join(methods), TEXT],
+                             env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     if out.returncode:
         return {"n": n, "methods": methods, "error": out.stderr.strip().splitlines()[-1:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -79,13 +81,15 @@ def main() -> None:
                     help="lengths at which value_zeroing is timed on its own")
     ap.add_argument("--baseline", default=None, help="another checkout's root (before)")
     ap.add_argument("--baseline-lengths", type=int, nargs="*", default=[128])
+    ap.add_argument("--only-baseline", action="store_true")
     ap.add_argument("--timeout", type=int, default=3600)
     args = ap.parse_args()
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     methods = args.methods.split(",")
     rows = []
-    jobs = [("streamed", here, n, methods) for n in args.lengths]
-    jobs += [("streamed", here, n, ["value_zeroing"]) for n in args.vz_lengths]
+    jobs = [] if args.only_baseline else [("streamed", here, n, methods) for n in args.lengths]
+    jobs += [] if args.only_baseline else [("streamed", here, n, ["value_zeroing"])
+                                            for n in args.vz_lengths]
     if args.baseline:
         jobs += [("before", args.baseline, n, methods) for n in args.baseline_lengths]
     for label, code, n, ms in jobs:
