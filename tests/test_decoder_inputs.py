@@ -151,3 +151,25 @@ def test_half_precision_models_are_refused_before_a_forward(dtype):
         cmixlib.context_mixing(model, None, {"input_ids": torch.arange(4)}, ["alti"])
     with pytest.raises(cmixlib.UnsupportedModelError, match=name):
         cmixlib.capture(model, {"input_ids": torch.arange(4)})
+
+
+# ------------------------------------------------------------------ the real model
+@needs_smollm2
+def test_smollm2_passes_the_identity_checks_and_alti_logit_adds_up(smollm2):
+    """SmolLM2 (llama family, float32): the capture's identity checks hold, and ALTI-Logit's
+    explanation plus its remainder is the model's logit difference (alti_logit asserts the
+    bound derived from its computation; here a looser 1e-3 of the terms' magnitude)."""
+    from cmixlib.decoder import run_decoder
+    from cmixlib.decoder_logit import explain_logit
+
+    ids = smollm2.encode_for_decoder(TEXTS[0])["input_ids"][0]
+    cap = run_decoder(smollm2.model, ids)                     # raises if an identity fails
+    assert len(cap.layers) == smollm2.model.config.num_hidden_layers
+    res = explain_logit(smollm2, None, TEXTS[0], " are", " is", heads=True)
+    assert res.explanation.shape == (len(ids), len(ids))
+    total = res.explanation.sum(-1) + res.remainder
+    scale = np.abs(res.explanation).sum(-1) + np.abs(res.remainder) + np.abs(res.logit)
+    assert np.all(np.abs(total - res.logit) <= 1e-3 * scale)
+    np.testing.assert_allclose(res.head_sources.sum(1), res.sources, rtol=1e-5, atol=1e-6)
+    s = res.summary()
+    assert s["logit"] == pytest.approx(float(res.logit[-1]))
