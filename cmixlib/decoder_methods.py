@@ -50,8 +50,8 @@ method plus one block (and Value Zeroing's chunk, :data:`cmixlib.decoder_vz.CHUN
 time grows as n^2 per layer for the vector methods and as n^2 d d_ff for Value Zeroing. Measured
 on SmolLM2 (``benchmarks/bench_decoder_memory.py``, results in ``benchmarks/README.md``): N,
 N-Res, ALTI and ALTI-Logit together need about 0.25 GB beyond the model at n = 128 (1.4 GB
-before streaming), 1.5 GB at n = 512 and 4.3 GB at n = 1,024, and 2.3 s, 18 s and 80 s of one
-CPU core.
+before streaming), 0.56 GB at n = 256 (5.1 GB before), 1.5 GB at n = 512 and 4.3 GB at
+n = 1,024, and 2.3 s, 5.2 s, 18 s and 80 s of one CPU core.
 """
 from __future__ import annotations
 
