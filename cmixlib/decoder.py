@@ -3,8 +3,8 @@ and the per-source decomposition of each layer's attention block.
 
 Notation for one layer of a pre-LN decoder (a family of :data:`cmixlib.arch.DECODER_FAMILIES`),
 token i receiving from token j <= i, H query heads sharing KV key-value heads (query head h reads
-key-value head g(h) = h // (H / KV)), r the residual multiplier (1 except Granite). Each name in the first column is a
-**capture point**: ``state[name]`` on a :class:`DecoderLayerState` (``capture.layers[l][name]``),
+key-value head g(h) = h // (H / KV)), r the residual multiplier (1 except Granite). Each name in
+the first column is a **capture point**: ``state[name]`` on a :class:`DecoderLayerState` (``capture.layers[l][name]``),
 the model's own tensor from one ordinary forward pass, or derived from those where marked::
 
     resid_in      x_i                         layer input (the residual stream)       (n, d)
@@ -27,9 +27,10 @@ Because LN1 normalises each token before the value projection, v^h_j and f^h(x_j
 of x_j alone: the decomposition m_i = x_i + sum_{j<=i} F_ij + r b_O is exact (no post-residual
 norm to linearise, unlike post-LN encoders). :func:`run_decoder` checks this identity, the
 declared norms, the residual adds and the logits on every captured pass
-(:func:`check_capture`) and raises :class:`DecompositionError`, naming the model, when one fails. The model is never forked: every tensor above comes
-from hooks on the model's own modules during one forward pass with eager attention (SDPA and
-flash attention return no weights; :func:`run_decoder` then raises with what to do).
+(:func:`check_capture`) and raises :class:`DecompositionError`, naming the model, when one
+fails. The model is never forked: every tensor above comes from hooks on the model's own
+modules during one forward pass with eager attention (SDPA and flash attention return no
+weights; :func:`run_decoder` then raises with what to do).
 """
 from __future__ import annotations
 
