@@ -5,10 +5,14 @@ Every other module reaches an encoder's parts through the functions here
 :func:`embedding_output_module`, :func:`num_layers`, ...). Supporting a new post-LN family means
 adding one :class:`Family` entry to :data:`FAMILIES`.
 
-Pre-LN decoder LMs (Llama-style with RMSNorm, RoPE, grouped-query attention and SwiGLU; GPT-2
-with Conv1D and learned positions) have their own table, :data:`DECODER_FAMILIES` of
-:class:`DecoderFamily` entries, read through :func:`decoder_family_of`, :func:`decoder_parts`,
-:func:`decoder_final_norm` and :func:`decoder_unembed` (see the section below).
+Pre-LN decoder LMs have their own table, :data:`DECODER_FAMILIES` of :class:`DecoderFamily`
+entries keyed by ``config.model_type`` (llama, mistral, qwen2, qwen3, gemma, granite, stablelm,
+starcoder2, olmo, gpt2), each declaring its norm (RMSNorm with gain w or 1 + w, LayerNorm with
+or without parameters), residual and logit multipliers, value clipping and parts; what has no
+exact decomposition is refused with the reason (:data:`DECODER_REFUSED`: post-norms, parallel
+residuals, ...). Read through :func:`decoder_family_of`, :func:`require_decoder`,
+:func:`decoder_parts`, :func:`decoder_final_norm`, :func:`decoder_unembed` (see the section
+below).
 
 One encoder layer, in the notation of :mod:`cmixlib.encoder`, and the parts named here::
 
@@ -27,6 +31,8 @@ __all__ = ["Family", "FAMILIES", "SUPPORTED_FAMILIES", "UnsupportedModelError", 
            "DecoderFamily", "DECODER_FAMILIES", "DecoderParts", "decoder_family_of",
            "is_decoder_lm", "norm_params", "linear_weights",
            "decoder_parts", "decoder_final_norm", "decoder_unembed", "random_decoder_config",
+           "DECODER_REFUSED", "decoder_norm_params", "apply_decoder_norm", "require_decoder",
+           "decoder_logits_divisor",
            "family_of", "layer_holder", "layer_list", "layer_parts", "parts_of_layer", "num_layers", "num_heads",
            "embedding_output_module", "mlm_head", "position_offset", "random_config"]
 
@@ -299,16 +305,24 @@ def random_config(arch: str, *, hidden: int, layers: int, heads: int, intermedia
 #
 # Pre-LN decoder LMs are described by a second table, DECODER_FAMILIES, read by
 # cmixlib.decoder (the captured forward pass) and cmixlib.decoder_methods. One pre-LN decoder
-# layer, in the notation of cmixlib.decoder, and the parts named here:
+# layer, in the notation of cmixlib.decoder, and the parts named here (r the residual
+# multiplier, 1 except Granite):
 #
-#     x --ln1--> u --value (W_V, b_V)--> v --alpha (causal), out (W_O, b_O)--> a;  m = x + a
-#     m --ln2--> w --mlp--> g;  x' = m + g (the layer output);   logits = unembed(final_norm(x'))
+#     x --ln1--> u --value (W_V, b_V)--> v --alpha (causal), out (W_O, b_O)--> a;  m = x + r a
+#     m --ln2--> w --mlp--> g;  x' = m + r g (the layer output);
+#     logits = unembed(final_norm(x')) / logits_divisor
 #
-# The encoder helpers above (family_of, layer_parts, ...) keep refusing decoders: a decoder is
-# found by decoder_family_of, and cmixlib.core routes it to cmixlib.decoder_methods.
+# A family is accepted by its config.model_type only (never by its module names): a model
+# whose model_type is not in DECODER_FAMILIES is refused before any forward pass, with the
+# reason when DECODER_REFUSED knows it. The encoder helpers above (family_of, layer_parts, ...)
+# keep refusing decoders.
 
 #: Parts of one decoder layer (attribute paths inside the layer module).
 DECODER_PART_NAMES = ("ln1", "attn", "value", "out", "ln2", "mlp")
+#: Norm kinds: RMSNorm h / rms(h) * gain, LayerNorm (h - mean) / std * gain + beta.
+DECODER_NORMS = ("rmsnorm", "layernorm")
+#: How a norm's gain is read: its weight w, 1 + w (Gemma), or none (OLMo: gain 1, no beta).
+NORM_GAINS = ("w", "1+w", "none")
 
 
 def _linear_weights(path: str) -> Callable[[torch.nn.Module], tuple[torch.Tensor, Any]]:
@@ -341,23 +355,34 @@ def _value_slice_of_fused(out: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class DecoderFamily:
-    """Where one pre-LN decoder family keeps its parts (attribute paths, dotted).
+    """What one pre-LN decoder family is, declared (attribute paths dotted).
 
+    ``model_types``: the ``config.model_type`` values accepted (the only way in);
     ``layers``: the layer list, from the base model (``model.base_model``); ``layer``: the parts
     of one layer (keys ``DECODER_PART_NAMES``: the two norms, the attention module, whose
     forward returns ``(output, weights)``, the module whose output holds the values, the output
     projection and the MLP module); ``final_norm``: from the base model; ``unembed``: the LM head
-    on the ``*ForCausalLM`` model; ``norm``: ``"rmsnorm"`` (x / rms(x) * gamma) or
-    ``"layernorm"``; ``value_weights`` / ``out_weights``: functions of a layer module giving
+    on the ``*ForCausalLM`` model; ``norm``: ``"rmsnorm"`` (h / rms(h) * gain) or
+    ``"layernorm"`` (centred, h / std(h) * gain + beta); ``norm_gain``: ``"w"`` (gain = weight),
+    ``"1+w"`` (Gemma: gain = 1 + weight) or ``"none"`` (OLMo: no parameters, gain 1);
+    ``norm_eps``: the epsilon when the module holds none (OLMo's 1e-5, fixed in its forward);
+    ``residual_multiplier_key`` (Granite): config name of r in m = x + r a, x' = m + r g;
+    ``logits_divisor_key`` (Granite's ``logits_scaling``): logits = unembed(.) / s;
+    ``value_clip_key`` (OLMo's ``clip_qkv``): values clamped to [-c, c] after the projection;
+    ``value_weights`` / ``out_weights``: functions of a layer module giving
     ``(W_V (KV d_head, d), b_V or None)`` and ``(W_O (d, H d_head), b_O or None)`` in the
     ``nn.Linear`` convention (y = x W^T + b) whatever the module type; ``value_output``: the
-    values in the value module's output (all of it, or GPT-2's last third); ``mlp_in``,
-    ``mlp_down``, ``mlp_act``: the MLP's input projections, output projection and activation
-    inside the layer: MLP(w) = down(act(in_0 w) * in_1 w) with two input projections (SwiGLU's
-    gate and up), down(act(in_0 w)) with one (GPT-2); ``heads_key`` /
-    ``kv_heads_key``: config names of the query and key-value head counts (None: no grouped-query
-    attention); ``config``: the ``transformers`` config class and how its names spell size,
-    depth, heads, key-value heads, FFN width and vocabulary; ``config_extra``: further values.
+    values in the value module's output (all of it, or the last third of a fused q | k | v);
+    ``mlp_in``, ``mlp_down``, ``mlp_act``: the MLP's input projections, output projection and
+    activation: MLP(w) = down(act(in_0 w) * in_1 w) with two input projections (SwiGLU's gate
+    and up), down(act(in_0 w)) with one; ``heads_key`` / ``kv_heads_key``: config names of the
+    query and key-value head counts (None: no grouped-query attention); ``refuse_when``:
+    ``(config key, value, reason)`` triples of settings that break the decomposition;
+    ``in_forward``: what the family does that needs no declaration because the capture reads it
+    from the model's own tensors (embedding scaling in x^0, query/key norms and attention
+    multipliers in alpha); ``config``: the ``transformers`` config class and how its names spell
+    size, depth, heads, key-value heads, FFN width and vocabulary; ``config_extra``: further
+    values for tiny random models.
     """
 
     name: str
@@ -375,24 +400,67 @@ class DecoderFamily:
     mlp_act: str = "mlp.act_fn"
     heads_key: str = "num_attention_heads"
     kv_heads_key: str | None = "num_key_value_heads"
+    norm_gain: str = "w"
+    norm_eps: float | None = None
+    residual_multiplier_key: str | None = None
+    logits_divisor_key: str | None = None
+    value_clip_key: str | None = None
+    refuse_when: tuple[tuple[str, Any, str], ...] = ()
+    in_forward: str = "RoPE and the attention scale in alpha"
     config: tuple[str, dict[str, str]] = ("LlamaConfig", {})
     config_extra: dict[str, Any] = field(default_factory=dict)
 
 
-#: The supported pre-LN decoder families (grouped-query attention, RoPE or learned positions).
+_LLAMA_LAYER = {"ln1": "input_layernorm", "attn": "self_attn", "value": "self_attn.v_proj",
+                "out": "self_attn.o_proj", "ln2": "post_attention_layernorm", "mlp": "mlp"}
+_LLAMA_NAMES = {"hidden": "hidden_size", "layers": "num_hidden_layers",
+                "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
+                "intermediate": "intermediate_size", "vocab": "vocab_size"}
+_RANDOM = {"max_position_embeddings": 256, "initializer_range": 0.1}
+
+
+def _llama_like(name: str, config_cls: str, *, model_types: tuple[str, ...] | None = None,
+                extra: dict[str, Any] | None = None, **declared: Any) -> DecoderFamily:
+    """A family laid out as Llama (q/k/v/o projections, two norms, gated MLP)."""
+    return DecoderFamily(
+        name, model_types or (name,), "layers", dict(_LLAMA_LAYER), final_norm="norm",
+        unembed="lm_head", value_weights=_linear_weights("self_attn.v_proj"),
+        out_weights=_linear_weights("self_attn.o_proj"), config=(config_cls, _LLAMA_NAMES),
+        config_extra={**_RANDOM, **(extra or {})}, **{"norm": "rmsnorm", **declared})
+
+
+_PARALLEL = ("the attention and the MLP read the same normalised input and are added to the "
+             "residual together (x' = x + a + g), so there is no m_i = x_i + a_i for Value "
+             "Zeroing's MLP to read; load a checkpoint with use_parallel_residual=False")
+
+#: The supported pre-LN decoder families, by ``config.model_type``.
 DECODER_FAMILIES: dict[str, DecoderFamily] = {f.name: f for f in (
+    _llama_like("llama", "LlamaConfig", extra={"attention_bias": True, "mlp_bias": True}),
+    _llama_like("mistral", "MistralConfig"),
+    _llama_like("qwen2", "Qwen2Config"),
+    _llama_like("qwen3", "Qwen3Config", extra={"attention_bias": True},
+                in_forward="RoPE, the per-head query/key RMSNorms and the scale in alpha"),
+    _llama_like("gemma", "GemmaConfig", norm_gain="1+w", extra={"attention_bias": True},
+                in_forward="the sqrt(d) embedding scale in x^0; RoPE and the scale in alpha"),
+    _llama_like("granite", "GraniteConfig", residual_multiplier_key="residual_multiplier",
+                logits_divisor_key="logits_scaling",
+                extra={"attention_bias": True, "mlp_bias": True, "embedding_multiplier": 3.0,
+                       "residual_multiplier": 0.7, "attention_multiplier": 0.2,
+                       "logits_scaling": 2.5},
+                in_forward="embedding_multiplier in x^0; attention_multiplier and RoPE in alpha"),
+    _llama_like("stablelm", "StableLmConfig", norm="layernorm",
+                refuse_when=(("use_parallel_residual", True, _PARALLEL),),
+                extra={"use_qkv_bias": True, "qk_layernorm": True},
+                in_forward="partial RoPE and the optional per-head query/key LayerNorms in alpha"),
+    _llama_like("olmo", "OlmoConfig", norm="layernorm", norm_gain="none", norm_eps=1e-5,
+                value_clip_key="clip_qkv", extra={"attention_bias": True, "clip_qkv": 0.4},
+                in_forward="RoPE and the query/key clipping in alpha"),
     DecoderFamily(
-        "llama", ("llama", "mistral", "qwen2"), "layers",
-        {"ln1": "input_layernorm", "attn": "self_attn", "value": "self_attn.v_proj",
-         "out": "self_attn.o_proj", "ln2": "post_attention_layernorm", "mlp": "mlp"},
-        final_norm="norm", unembed="lm_head", norm="rmsnorm",
-        value_weights=_linear_weights("self_attn.v_proj"),
-        out_weights=_linear_weights("self_attn.o_proj"),
-        config=("LlamaConfig", {"hidden": "hidden_size", "layers": "num_hidden_layers",
-                                "heads": "num_attention_heads", "kv_heads": "num_key_value_heads",
-                                "intermediate": "intermediate_size", "vocab": "vocab_size"}),
-        config_extra={"max_position_embeddings": 256, "attention_bias": True,
-                      "mlp_bias": True, "initializer_range": 0.1}),
+        "starcoder2", ("starcoder2",), "layers", dict(_LLAMA_LAYER), final_norm="norm",
+        unembed="lm_head", norm="layernorm", value_weights=_linear_weights("self_attn.v_proj"),
+        out_weights=_linear_weights("self_attn.o_proj"), mlp_in=("mlp.c_fc",),
+        mlp_down="mlp.c_proj", mlp_act="mlp.act",
+        config=("Starcoder2Config", _LLAMA_NAMES), config_extra={**_RANDOM, "use_bias": True}),
     DecoderFamily(
         "gpt2", ("gpt2",), "h",
         {"ln1": "ln_1", "attn": "attn", "value": "attn.c_attn", "out": "attn.c_proj",
@@ -401,44 +469,67 @@ DECODER_FAMILIES: dict[str, DecoderFamily] = {f.name: f for f in (
         value_weights=_conv1d_value, out_weights=_conv1d_out,
         value_output=_value_slice_of_fused, mlp_in=("mlp.c_fc",), mlp_down="mlp.c_proj",
         mlp_act="mlp.act", heads_key="n_head", kv_heads_key=None,
+        in_forward="learned positions in x^0; the fused q | k | v (value third read)",
         config=("GPT2Config", {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head",
                                "intermediate": "n_inner", "vocab": "vocab_size"}),
         config_extra={"n_positions": 256, "initializer_range": 0.1, "bos_token_id": 0,
                       "eos_token_id": 0}),
 )}
 
-SUPPORTED_DECODERS = "Llama-style (Llama, Mistral, Qwen2, SmolLM2) and GPT-2 causal LMs"
+_POST_NORMS = ("it normalises the attention output and the MLP output again before each "
+               "residual add (post_attention_layernorm / post_feedforward_layernorm), so "
+               "m_i = x_i + sum_j F_ij + b_O does not hold and no exact per-source decomposition "
+               "of the residual exists without linearising those norms")
+#: Decoder model types refused with the reason (any other unlisted model_type is refused too).
+DECODER_REFUSED: dict[str, str] = {
+    "gemma2": _POST_NORMS + "; its logits are also soft-capped (tanh), not linear",
+    "gemma3": _POST_NORMS, "gemma3_text": _POST_NORMS, "olmo2": _POST_NORMS,
+    "imagegpt": "ImageGPT has GPT-2's module names but is a pixel model with its own "
+                "(unscaled, mean-free) LayerNorm; no family declaration covers it",
+    "gpt_bigcode": "GPT-BigCode's multi-query attention and fused c_attn have no declaration "
+                   "in cmixlib.arch.DECODER_FAMILIES",
+    "gpt_neox": "GPT-NeoX uses a parallel residual by default: " + _PARALLEL,
+    "phi": "Phi uses a parallel residual: " + _PARALLEL,
+    "cohere": "Cohere uses a parallel residual: " + _PARALLEL,
+}
 
-
-def _fits_decoder(family: DecoderFamily, base: torch.nn.Module) -> bool:
-    if not _has(base, family.layers) or not _has(base, family.final_norm):
-        return False
-    layers = _get(base, family.layers)
-    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
-        return False
-    return all(_has(layers[0], p) for p in family.layer.values())
+SUPPORTED_DECODERS = ("pre-LN causal LMs whose config.model_type is one of "
+                      + ", ".join(DECODER_FAMILIES) + " (SmolLM2 is llama)")
 
 
 def decoder_family_of(model: torch.nn.Module) -> DecoderFamily | None:
-    """The :class:`DecoderFamily` of ``model`` (a ``*ForCausalLM`` or its base model), by
-    ``config.model_type`` first and then by layout; None for anything else (encoders included,
-    so :func:`family_of` still gives their error)."""
+    """The :class:`DecoderFamily` whose ``model_types`` hold ``model.config.model_type``, None
+    for every other model (encoders included, so :func:`family_of` still gives their error).
+    Module names are never consulted."""
     cfg = getattr(model, "config", None)
     if cfg is None or not isinstance(model, torch.nn.Module):
         return None
-    base = getattr(model, "base_model", model)
     model_type = getattr(cfg, "model_type", "")
-    candidates = [f for f in DECODER_FAMILIES.values() if model_type in f.model_types]
-    candidates += [f for f in DECODER_FAMILIES.values() if f not in candidates]
-    for fam in candidates:
-        if _fits_decoder(fam, base):
+    for fam in DECODER_FAMILIES.values():
+        if model_type in fam.model_types:
             return fam
     return None
 
 
+def _looks_causal(model: Any) -> bool:
+    """A causal LM that no encoder family claims: routed to the decoder path (and refused
+    there with the reason) rather than to the encoder's error."""
+    cfg = getattr(model, "config", None)
+    model_type = getattr(cfg, "model_type", "")
+    if any(model_type in f.model_types for f in FAMILIES.values()):
+        return False
+    if model_type in DECODER_REFUSED:
+        return True
+    names = [type(model).__name__, *(getattr(cfg, "architectures", None) or [])]
+    return any(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names)
+
+
 def is_decoder_lm(model: Any) -> bool:
-    """Whether ``model`` is a supported pre-LN decoder (:data:`DECODER_FAMILIES`)."""
-    return isinstance(model, torch.nn.Module) and decoder_family_of(model) is not None
+    """Whether ``model`` goes to the decoder path: a listed family (:data:`DECODER_FAMILIES`),
+    or a causal LM that no encoder family claims (refused there, before any forward pass)."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    return decoder_family_of(model) is not None or _looks_causal(model)
 
 
 @dataclass
@@ -447,7 +538,8 @@ class DecoderParts:
 
     ``w_v`` (KV d_head, d), ``b_v`` (KV d_head,) or None, ``w_o`` (d, H d_head), ``b_o`` (d,) or
     None, in the ``nn.Linear`` convention whatever the module type (GPT-2's Conv1D transposed).
-    Query head h reads key-value head ``h // (H / KV)`` (``repeat_kv``'s order)."""
+    Query head h reads key-value head ``h // (H / KV)`` (``repeat_kv``'s order).
+    ``residual_multiplier`` r (1 except Granite); ``value_clip`` c or None (OLMo)."""
 
     layer: torch.nn.Module
     ln1: torch.nn.Module
@@ -459,6 +551,8 @@ class DecoderParts:
     family: DecoderFamily
     num_heads: int
     num_kv_heads: int
+    residual_multiplier: float = 1.0
+    value_clip: float | None = None
 
     @property
     def w_v(self) -> torch.Tensor:
@@ -482,7 +576,7 @@ class DecoderParts:
 
     @property
     def mlp_in(self) -> list[tuple[torch.Tensor, Any]]:
-        """(W (d_ff, d), b or None) of each MLP input projection (gate, up; or GPT-2's c_fc)."""
+        """(W (d_ff, d), b or None) of each MLP input projection (gate, up; or a single c_fc)."""
         return [linear_weights(_get(self.layer, p)) for p in self.family.mlp_in]
 
     @property
@@ -495,14 +589,42 @@ class DecoderParts:
         return _get(self.layer, self.family.mlp_act)
 
     def norm_params(self, which: str) -> tuple[torch.Tensor, Any, float]:
-        """(gamma, beta or None, eps) of ``"ln1"``, ``"ln2"`` (RMSNorm has no beta)."""
-        return norm_params(getattr(self, which))
+        """(gain, beta or None, eps) of ``"ln1"``, ``"ln2"`` as the family declares them."""
+        return decoder_norm_params(self.family, getattr(self, which), self.w_o)
 
 
 def norm_params(module: torch.nn.Module) -> tuple[torch.Tensor, Any, float]:
-    """(gamma, beta or None, eps) of a LayerNorm or an RMSNorm (``variance_epsilon`` or ``eps``)."""
+    """(gamma, beta or None, eps) of a LayerNorm or an RMSNorm (``variance_epsilon`` or ``eps``),
+    read as stored (the decoder path uses :func:`decoder_norm_params`)."""
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
     return module.weight, getattr(module, "bias", None), float(eps)
+
+
+def decoder_norm_params(family: DecoderFamily, module: torch.nn.Module, like: torch.Tensor
+                        ) -> tuple[torch.Tensor, Any, float]:
+    """(gain, beta or None, eps) of a norm of ``family``: gain = w, 1 + w (Gemma) or ones
+    (OLMo, in ``like``'s dtype and device); beta None for RMSNorm and parameter-free norms."""
+    if family.norm_gain == "none":
+        d = like.shape[0]
+        return torch.ones(d, dtype=like.dtype, device=like.device), None, float(family.norm_eps)
+    w = module.weight
+    gain = w if family.norm_gain == "w" else 1.0 + w
+    eps = family.norm_eps if family.norm_eps is not None else \
+        getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    beta = getattr(module, "bias", None) if family.norm == "layernorm" else None
+    return gain, beta, float(eps)
+
+
+def apply_decoder_norm(family: DecoderFamily, module: torch.nn.Module, h: torch.Tensor,
+                       like: torch.Tensor | None = None) -> torch.Tensor:
+    """The declared norm of ``family`` applied to ``h`` (last axis) in ``h``'s dtype:
+    RMSNorm gain * h / sqrt(mean(h^2) + eps); LayerNorm gain * (h - mean) / sqrt(var + eps)
+    + beta. The capture compares it with the module's own output (the declaration checked)."""
+    gain, beta, eps = decoder_norm_params(family, module, h[0] if like is None else like)
+    if family.norm == "layernorm":
+        h = h - h.mean(dim=-1, keepdim=True)
+    out = gain * h * torch.rsqrt(h.square().mean(dim=-1, keepdim=True) + eps)
+    return out if beta is None else out + beta
 
 
 def linear_weights(module: torch.nn.Module) -> tuple[torch.Tensor, Any]:
@@ -512,36 +634,58 @@ def linear_weights(module: torch.nn.Module) -> tuple[torch.Tensor, Any]:
     return module.weight, module.bias
 
 
-def _require_decoder(model: torch.nn.Module) -> DecoderFamily:
+def require_decoder(model: torch.nn.Module) -> DecoderFamily:
+    """The model's :class:`DecoderFamily`, after refusing (with the reason) an unlisted
+    ``model_type`` or a setting in the family's ``refuse_when``; no forward pass is run."""
     fam = decoder_family_of(model)
+    cfg = getattr(model, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    name = f"{type(model).__name__} (model_type={model_type!r})"
     if fam is None:
+        why = DECODER_REFUSED.get(model_type, "this model_type is not declared in "
+                                  "cmixlib.arch.DECODER_FAMILIES")
         raise UnsupportedModelError(
-            f"{type(model).__name__} is not a supported pre-LN decoder; supported: "
-            f"{SUPPORTED_DECODERS} (cmixlib.arch.DECODER_FAMILIES).")
+            f"cmixlib cannot decompose {name}: {why}. Supported: {SUPPORTED_DECODERS}. A new "
+            "family is one declared DecoderFamily entry (its norm, multipliers and parts), "
+            "tested against a brute-force reference.")
+    for key, bad, why in fam.refuse_when:
+        if getattr(cfg, key, None) == bad:
+            raise UnsupportedModelError(f"cmixlib cannot decompose {name} with {key}={bad!r}: "
+                                        f"{why}.")
     return fam
 
 
 def decoder_parts(model: torch.nn.Module) -> list[DecoderParts]:
     """:class:`DecoderParts` of every layer of a supported decoder (UnsupportedModelError else)."""
-    fam = _require_decoder(model)
+    fam = require_decoder(model)
     cfg = model.config
     heads = int(getattr(cfg, fam.heads_key))
     kv = int(getattr(cfg, fam.kv_heads_key, None) or heads) if fam.kv_heads_key else heads
+    r = float(getattr(cfg, fam.residual_multiplier_key)) if fam.residual_multiplier_key else 1.0
+    clip = getattr(cfg, fam.value_clip_key, None) if fam.value_clip_key else None
     layers = _get(getattr(model, "base_model", model), fam.layers)
     return [DecoderParts(layer=layer, family=fam, num_heads=heads, num_kv_heads=kv,
+                         residual_multiplier=r, value_clip=None if clip is None else float(clip),
                          **{p: _get(layer, path) for p, path in fam.layer.items()})
             for layer in layers]
 
 
 def decoder_final_norm(model: torch.nn.Module) -> torch.nn.Module:
     """The final norm (``model.norm`` / ``transformer.ln_f``) applied before the LM head."""
-    fam = _require_decoder(model)
+    fam = require_decoder(model)
     return _get(getattr(model, "base_model", model), fam.final_norm)
+
+
+def decoder_logits_divisor(model: torch.nn.Module) -> float:
+    """s in logits = unembed(final_norm(x)) / s (Granite's ``logits_scaling``; else 1)."""
+    fam = require_decoder(model)
+    return float(getattr(model.config, fam.logits_divisor_key)) if fam.logits_divisor_key \
+        else 1.0
 
 
 def decoder_unembed(model: torch.nn.Module) -> torch.nn.Linear:
     """The LM head (logits = h_final U^T (+ b)); TypeError for a base model without one."""
-    fam = _require_decoder(model)
+    fam = require_decoder(model)
     if not _has(model, fam.unembed):
         raise TypeError(f"{type(model).__name__} has no LM head (expected {fam.unembed!r}): load "
                         "it with AutoModelForCausalLM for logit-based methods (ALTI-Logit).")
@@ -550,10 +694,10 @@ def decoder_unembed(model: torch.nn.Module) -> torch.nn.Linear:
 
 def random_decoder_config(arch: str, *, hidden: int, layers: int, heads: int,
                           kv_heads: int | None = None, intermediate: int, vocab: int) -> Any:
-    """A ``transformers`` config of decoder family ``arch`` (``"llama"``, ``"gpt2"``) with the
-    given sizes, for tiny random models (biases switched on where the family allows, so that
-    their handling is exercised). ``kv_heads`` (None: ``heads``) must divide ``heads``; GPT-2
-    has no grouped-query attention."""
+    """A ``transformers`` config of decoder family ``arch`` (a key of :data:`DECODER_FAMILIES`)
+    with the given sizes, for tiny random models (biases and multipliers switched on where the
+    family has them, so that their handling is exercised). ``kv_heads`` (None: ``heads``) must
+    divide ``heads``; GPT-2 has no grouped-query attention."""
     import transformers
 
     if arch not in DECODER_FAMILIES:
@@ -570,4 +714,6 @@ def random_decoder_config(arch: str, *, hidden: int, layers: int, heads: int,
         raise ValueError(f"{arch} has no grouped-query attention: kv_heads must equal heads.")
     kwargs = {names[k]: v for k, v in sizes.items() if k in names}
     kwargs.update(fam.config_extra)
+    if cls_name != "GPT2Config":
+        kwargs["head_dim"] = hidden // heads          # Gemma and Qwen3 default to their own
     return getattr(transformers, cls_name)(**kwargs)

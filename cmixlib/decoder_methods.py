@@ -18,7 +18,8 @@ exactly 0 (multiplied by the causal mask, so rounding can never leak above the d
   head of a GQA group sees it zeroed), alpha unchanged; only layer l is recomputed:
   m_i^(not j) = m_i - F_ij, x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij =
   distance(x'_i^(not j), x'_i) for every pair j <= i at once (:func:`value_zeroing_layer`).
-- ``alti_logit`` (Ferrando et al. 2023): :func:`alti_logit`.
+- ``alti_logit`` (Ferrando et al. 2023): :mod:`cmixlib.decoder_logit` (the explanation with the
+  embedding term, per-head terms and the unattributed remainder: :func:`explain_logit`).
 
 N-ResLN, GlobEnc (N-Enc) and W-Res have no pre-LN counterpart (:data:`UNSUPPORTED`) and raise
 :class:`UnsupportedMethodError`.
@@ -30,28 +31,46 @@ carried with alpha to source j; the linear-only ``simp`` variant is not offered)
 sum), layer l tracked by the ALTI rollout of layers 0..l-1, the MLP and bias terms kept apart.
 Deliberate differences: every row i (their code explains the last position only); the L1
 distance is exact (``F.pairwise_distance`` adds 1e-6 to the difference); RMSNorm final norms
-are linearised without centring (their code knows LayerNorm models only). Value Zeroing matches
-inseq's decoder implementation (all key-value heads of token j zeroed, every layer zeroed
-independently from clean inputs, cosine distance, rows normalised), except that the distance is
-computed stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``) and layers are rolled out, not averaged.
+are linearised without centring (their code knows LayerNorm models only). Value Zeroing follows
+inseq's decoder implementation (0.7.1, read under transformers 4.53: all key-value heads of
+token j zeroed, every layer zeroed independently from clean inputs, cosine distance, rows
+normalised) with these differences, which no option removes yet: the distance is computed
+stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``); at the last layer cmixlib compares the
+block outputs before the final norm, inseq after it; inseq sets scores below 1e-5 to 0 and
+leaves an all-zero row at zero, cmixlib keeps every score and normalises every row (so the BOS
+row, whose only entry is its own, becomes [1]); layers are rolled out, not averaged.
+
+Memory (streamed). The forward pass keeps, per layer, the captured (n, d) tensors and the
+attention weights (H, n, n); the methods then visit the layers one at a time: the per-source
+vectors F_ij (n x n x d per layer: 18 GB in float32 for SmolLM2 at n = 512 if all layers were
+kept, as before) exist only as blocks of rows of :data:`VECTOR_CHUNK_ELEMENTS` elements, and a
+layer's derived tensors are released before the next (:meth:`DecoderLayerState.release`). Peak
+memory beyond the model is therefore about L H n^2 attention weights plus the L n^2 maps of each
+method plus one block (and Value Zeroing's chunk, :data:`cmixlib.decoder_vz.CHUNK_ELEMENTS`);
+time grows as n^2 per layer for the vector methods and as n^2 d d_ff for Value Zeroing. Measured
+on SmolLM2 (``benchmarks/bench_decoder_memory.py``, results in ``benchmarks/README.md``): N,
+N-Res, ALTI and ALTI-Logit together need about 0.25 GB beyond the model at n = 128 (1.4 GB
+before streaming), 0.56 GB at n = 256 (5.1 GB before), 1.5 GB at n = 512 and 4.3 GB at
+n = 1,024, and 2.3 s, 5.2 s, 18 s and 80 s of one CPU core.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
 
-from .arch import decoder_final_norm, decoder_unembed, norm_params
+from .arch import decoder_unembed
 from .decoder import DecoderCapture, DecoderLayerState
+from .decoder_inputs import TokenIds, decoder_sentences, resolve_targets
+from .decoder_logit import AltiLogit, alti_logit, explain_logit  # noqa: F401 (API)
 from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
 from .validation import InputError
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
            "attention_mean", "attn_norm", "attn_norm_res", "alti_layer", "AltiLogit",
-           "alti_logit", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
+           "alti_logit", "explain_logit", "vector_maps", "VECTOR_METHODS", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
            "decoder_context_mixing"]
 
 #: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
@@ -98,33 +117,67 @@ def attention_mean(st: DecoderLayerState) -> torch.Tensor:
     return a * causal_mask(st.n, a)
 
 
+#: Methods read from the per-source vectors F_ij (computed in row blocks, never all at once).
+VECTOR_METHODS = ("attn_norm", "attn_norm_res", "alti_layer")
+#: Elements (rows x sources x d) of one block of per-source vectors held at once: peak memory
+#: of the vector methods is one block, not the layer's n x n x d (nor L of them).
+VECTOR_CHUNK_ELEMENTS = 2 ** 22
+
+
+def _add_residual(z: torch.Tensor, st: DecoderLayerState, rows: torch.Tensor) -> torch.Tensor:
+    """z_ij = F_ij + delta_ij x_i for a block of rows, in place: z (r, s, d), ``rows`` (r,)."""
+    z[torch.arange(len(rows), device=z.device), rows] += st.resid_in[rows]
+    return z
+
+
+def vector_maps(st: DecoderLayerState, names: Sequence[str] = VECTOR_METHODS
+                ) -> dict[str, torch.Tensor]:
+    """N, N-Res and ALTI of one layer (any of :data:`VECTOR_METHODS`), (n, n) each, 0 above the
+    diagonal, from the per-source vectors F_ij = sum_h alpha^h_ij f^h(x_j) of a block of rows
+    at a time (at most :data:`VECTOR_CHUNK_ELEMENTS` elements; sources j <= the block's last
+    row only):
+
+    - N: ||F_ij||_2;  N-Res: ||z_ij||_2, z_ij = F_ij + delta_ij x_i;
+    - ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (r b_O included)."""
+    n, d = st.n, st.resid_in.shape[-1]
+    like = st.resid_in
+    out = {m: torch.zeros(n, n, dtype=like.dtype, device=like.device) for m in names}
+    step = max(1, VECTOR_CHUNK_ELEMENTS // (n * d))
+    hv = st.head_out.transpose(0, 1)                                          # (n, H, d)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        rows = torch.arange(r0, r1, device=like.device)
+        a = st.attn_weights[:, r0:r1, :r1].permute(2, 1, 0).contiguous()     # (s, r, H)
+        z = torch.bmm(a, hv[:r1].contiguous()).transpose(0, 1)               # (r, s, d)
+        if "attn_norm" in out:
+            out["attn_norm"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "attn_norm_res" in out or "alti_layer" in out:
+            z = _add_residual(z, st, rows)
+        if "attn_norm_res" in out:
+            out["attn_norm_res"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "alti_layer" in out:
+            y = st.resid_mid[r0:r1]
+            dist = torch.linalg.vector_norm(y[:, None, :] - z, ord=1, dim=-1)
+            out["alti_layer"][r0:r1, :r1] = torch.clamp(
+                torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+    mask = causal_mask(n, like)
+    return {m: v * mask for m, v in out.items()}
+
+
 def attn_norm(st: DecoderLayerState) -> torch.Tensor:
     """N: ||F_ij||_2 = ||sum_h alpha^h_ij f^h(x_j)||_2, f^h from u_j = LN1(x_j), (n, n)."""
-    out = torch.linalg.vector_norm(st.attn_vectors, dim=-1)
-    return out * causal_mask(st.n, out)
-
-
-def _res_vectors(st: DecoderLayerState) -> torch.Tensor:
-    """z_ij = F_ij + delta_ij x_i, (n, n, d)."""
-    z = st.attn_vectors.clone()
-    idx = torch.arange(st.n, device=z.device)
-    z[idx, idx] += st.resid_in
-    return z
+    return vector_maps(st, ("attn_norm",))["attn_norm"]
 
 
 def attn_norm_res(st: DecoderLayerState) -> torch.Tensor:
     """N-Res: ||F_ij + delta_ij x_i||_2 (the un-normalised residual x_i on the diagonal)."""
-    out = torch.linalg.vector_norm(_res_vectors(st), dim=-1)
-    return out * causal_mask(st.n, out)
+    return vector_maps(st, ("attn_norm_res",))["attn_norm_res"]
 
 
 def alti_layer(st: DecoderLayerState) -> torch.Tensor:
     """ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (b_O included),
     z_ij = F_ij + delta_ij x_i; (n, n), un-normalised (rows are normalised by the caller)."""
-    y = st.resid_mid
-    dist = torch.linalg.vector_norm(y[:, None, :] - _res_vectors(st), ord=1, dim=-1)
-    out = torch.clamp(torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
-    return out * causal_mask(st.n, out)
+    return vector_maps(st, ("alti_layer",))["alti_layer"]
 
 
 def _fixed_residual(mat: torch.Tensor) -> torch.Tensor:
@@ -148,166 +201,14 @@ def alti_rollout(capture: DecoderCapture) -> np.ndarray:
     """R^l = C~^l C~^(l-1) ... C~^0 with C~ the row-normalised ALTI maps, (L, n, n) float64."""
     from .attention import rollout
 
-    maps = torch.stack([alti_layer(st) for st in capture.layers]).double().cpu().numpy()
-    return rollout(maps, add_identity=False, normalize=True)
-
-
-@dataclass
-class AltiLogit:
-    """ALTI-Logit of one sentence; every term in logit units, rows i = positions predicting.
-
-    ``target`` / ``foil`` (n,) token ids per row (foil None: the target's logit alone);
-    ``logit`` (n,) the model's logit (difference) at each row; ``sources`` (L, n, n): layer l's
-    attention block contribution from its input token k, sum_h alpha^h_ik u~_i . f^h(x_k);
-    ``tracked`` (L, n, n): ``sources[l] @ R^(l-1)`` mapped to the input tokens through the ALTI
-    rollout of the layers below (R^(-1) = I); ``attn_bias`` (L, n) u~_i . b_O; ``mlp`` (L, n)
-    u~_i . MLP output; ``embedding`` (n,) u~_i . x^0_i; ``final_bias`` (n,) u_i . beta_f plus the
-    LM head's bias. u_i = U_target - U_foil, u~_i = P(gamma_f * u_i) / s_i the final norm
-    linearised at the real final residual of row i (P centres for LayerNorm, identity for
-    RMSNorm; s_i its real scale).
-    """
-
-    target: np.ndarray
-    foil: np.ndarray | None
-    logit: np.ndarray
-    sources: np.ndarray
-    tracked: np.ndarray
-    attn_bias: np.ndarray
-    mlp: np.ndarray
-    embedding: np.ndarray
-    final_bias: np.ndarray
-
-    @property
-    def explanation(self) -> np.ndarray:
-        """Contribution of each input token j to the logit (difference) at row i through the
-        attention blocks of all layers, sum_l tracked[l], (n, n) (the paper's ALTI-Logit)."""
-        return self.tracked.sum(axis=0)
-
-    def reconstruction(self) -> np.ndarray:
-        """embedding + sum_l (sum_k sources + attn_bias + mlp) + final_bias, (n,): equals
-        ``logit`` up to rounding (the decomposition is exact under the linearisation)."""
-        return (self.embedding + (self.sources.sum(-1) + self.attn_bias + self.mlp).sum(0)
-                + self.final_bias)
-
-
-#: A token id, one id per position, or None.
-TokenIds = Union[int, Sequence[int], torch.Tensor, None]
-
-
-def _per_row_ids(value: TokenIds, n: int, name: str,
-                 default: torch.Tensor | None) -> torch.Tensor | None:
-    if value is None:
-        return default
-    t = torch.as_tensor(value, dtype=torch.long).reshape(-1)
-    if t.numel() == 1:
-        t = t.expand(n)
-    if t.numel() != n:
-        raise InputError(f"{name} must be one token id or one per position ({n}); got {t.numel()}.")
-    return t
-
-
-@torch.no_grad()
-def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds = None,
-               foil: TokenIds = None, rollout: np.ndarray | None = None) -> AltiLogit:
-    r"""ALTI-Logit (Ferrando et al. 2023) at every position i.
-
-    The logit of ``target`` (or its difference with ``foil``) at row i is split exactly, with the
-    final norm linearised at the row's real final residual (its scale a constant, as the paper):
-
-    .. math:: \mathrm{logit}_i = \tilde u_i\cdot x^0_i + \sum_\ell \Big(\sum_{k\le i}
-              \sum_h \alpha^{\ell,h}_{ik}\,\tilde u_i\cdot f^{\ell,h}(x_k)
-              + \tilde u_i\cdot b^\ell_O
-              + \tilde u_i\cdot g^\ell_i\Big) + u_i\cdot\beta_f + b_{\mathrm{lm}},
-
-    and layer l's attention term from token k is carried to the input tokens by the ALTI
-    rollout of layers 0..l-1: ``tracked[l] = sources[l] @ R^(l-1)``.
-
-    ``target``: None (the model's top prediction at each row), a token id, or one id per row;
-    ``foil``: None, an id or one per row. ``rollout``: the ALTI rollout (L, n, n) if already
-    computed. Deliberate differences from the authors' code: every row, not only the last;
-    the RMSNorm linearisation (no centring) for Llama-style models; the MLP and bias terms are
-    returned beside the tracked attention terms, never tracked to tokens (as the paper).
-    """
-    n = capture.input_ids.shape[0]
-    if capture.logits is None:
-        decoder_unembed(model)                     # raises the "no LM head" error
-    top = capture.logits.argmax(dim=-1).cpu()
-    target = _per_row_ids(target, n, "logit_target", top)
-    foil = _per_row_ids(foil, n, "logit_foil", None)
-    head = decoder_unembed(model)
-    dev = capture.final_norm_in.device
-    u = head.weight[target.to(dev)]                                        # (n, d)
-    bias = head.bias[target.to(dev)] if head.bias is not None else \
-        torch.zeros(n, dtype=u.dtype, device=dev)
-    if foil is not None:
-        u = u - head.weight[foil.to(dev)]
-        if head.bias is not None:
-            bias = bias - head.bias[foil.to(dev)]
-    norm = decoder_final_norm(model)
-    gamma, beta, eps = norm_params(norm)
-    fin = capture.final_norm_in
-    layer_norm = capture.layers[0].parts.family.norm == "layernorm"
-    if layer_norm:
-        scale = torch.sqrt(fin.var(dim=-1, unbiased=False, keepdim=True) + eps)
-        ut = gamma * u
-        ut = (ut - ut.mean(dim=-1, keepdim=True)) / scale
-    else:
-        scale = torch.sqrt(fin.pow(2).mean(dim=-1, keepdim=True) + eps)
-        ut = gamma * u / scale                                             # (n, d)
-    final_bias = bias.to(u.dtype) + ((u @ beta) if beta is not None else 0.0)
-    sources, attn_bias, mlp = [], [], []
+    maps = []
     for st in capture.layers:
-        g = torch.einsum("hkd,id->hik", st.head_out, ut)                   # u~_i . f^h(x_k)
-        s = (st.attn_weights * g).sum(dim=0)
-        sources.append(s * causal_mask(n, s))
-        b_o = st.parts.b_o
-        attn_bias.append(ut @ b_o if b_o is not None else ut.new_zeros(n))
-        mlp.append((ut * st.mlp_out).sum(-1))
-    src = torch.stack(sources).double().cpu().numpy()
-    roll = alti_rollout(capture) if rollout is None else np.asarray(rollout, dtype=np.float64)
-    tracked = src.copy()
-    tracked[1:] = np.einsum("lik,lkj->lij", src[1:], roll[:-1])
-    logits = capture.logits.double().cpu()
-    logit = logits[torch.arange(n), target]
-    if foil is not None:
-        logit = logit - logits[torch.arange(n), foil]
-    as_np = lambda t: torch.as_tensor(t).double().cpu().numpy()   # noqa: E731
-    return AltiLogit(target=target.numpy(), foil=None if foil is None else foil.numpy(),
-                     logit=logit.numpy(), sources=src, tracked=tracked,
-                     attn_bias=as_np(torch.stack(attn_bias)), mlp=as_np(torch.stack(mlp)),
-                     embedding=as_np((ut * capture.embeddings).sum(-1)),
-                     final_bias=as_np(final_bias).reshape(-1) * np.ones(n))
+        maps.append(alti_layer(st))
+        st.release()
+    return rollout(torch.stack(maps).double().cpu().numpy(), add_identity=False, normalize=True)
 
 
 # --------------------------------------------------------------------------- entry point
-def _sentences(model: torch.nn.Module, tokenizer, text) -> tuple[list[torch.Tensor], bool]:
-    """Unpadded id sequences of ``text`` (each sentence alone: exact whatever the padding side)."""
-    from collections.abc import Mapping
-
-    from .validation import check_ids_and_mask, check_text, check_tokenizer
-
-    emb = model.get_input_embeddings()
-    vocab = getattr(emb, "num_embeddings", None)
-    if isinstance(text, Mapping):
-        if "input_ids" not in text:
-            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or "
-                             "(B, n)).")
-        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
-                                       vocab_size=vocab)
-        seqs, is_batch = [row[m.bool()] for row, m in zip(ids, mask)], ids.shape[0] > 1
-    else:
-        texts, is_batch = check_text(text)
-        if check_tokenizer(tokenizer) is None:
-            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
-        seqs = [check_ids_and_mask(tokenizer(t, return_tensors="pt")["input_ids"],
-                                   vocab_size=vocab)[0][0] for t in texts]
-    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    if limit and max(len(s) for s in seqs) > limit:
-        raise InputError(f"Input has {max(len(s) for s in seqs)} tokens but the model accepts at "
-                         f"most {limit}.")
-    return seqs, is_batch
-
-
 def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
     """Validate names for a decoder: None = every supported method (``alti_logit`` only with an
     LM head); :data:`UNSUPPORTED` names raise :class:`UnsupportedMethodError` with the reason."""
@@ -323,7 +224,8 @@ def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
 
 
 @torch.no_grad()
-def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
+def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
+                  ) -> dict[str, np.ndarray]:
     from .attention import attention_flow, normalize_rows, rollout
     from .decoder import run_decoder
 
@@ -336,14 +238,24 @@ def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
     need = {m for m in methods if m in layer_names} | {base[m] for m in methods if m in base}
     if "alti_logit" in methods:
         need.add("alti_layer")
-    raw = {}
-    for name in need:
-        if name == "value_zeroing":
-            maps = [value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
-                                        options["vz_method"]) for st in cap.layers]
-        else:
-            maps = [LAYER_FUNCTIONS[name](st) for st in cap.layers]
-        raw[name] = torch.stack(maps).cpu().numpy()
+    if "n_fixedres" in need:
+        need.add("attn_norm")
+    vec = [m for m in VECTOR_METHODS if m in need]
+    raw: dict[str, list] = {name: [] for name in need}
+    for st in cap.layers:                  # streamed: one layer's derived tensors at a time
+        for name, m in vector_maps(st, vec).items() if vec else ():
+            raw[name].append(m)
+        for name in need:
+            if name == "value_zeroing":
+                raw[name].append(value_zeroing_layer(st, options["vz_distance"],
+                                                     options["vz_standardize"],
+                                                     options["vz_method"]))
+            elif name == "n_fixedres":
+                raw[name].append(_fixed_residual(raw["attn_norm"][-1]))
+            elif name not in VECTOR_METHODS:
+                raw[name].append(LAYER_FUNCTIONS[name](st))
+        st.release()
+    raw = {name: torch.stack(maps).cpu().numpy() for name, maps in raw.items()}
 
     def place(maps):
         if rows is None:
@@ -364,7 +276,7 @@ def _one_sentence(model, ids, methods, rows, options) -> dict[str, np.ndarray]:
                 place(normalize_rows(np.nan_to_num(flow)))
         elif name == "alti_logit":
             roll = rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
-            res = alti_logit(cap, model, options["logit_target"], options["logit_foil"], roll)
+            res = alti_logit(cap, model, targets[0], targets[1], roll)
             out[name] = place(res.tracked)
         else:
             norm = options["rollout_normalize"]
@@ -387,8 +299,13 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
     normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
     logit of ``logit_target`` (minus ``logit_foil``'s) at row i, carried to input token j by
-    the ALTI rollout of the layers below; summed over l it is the paper's explanation.
-    Each sentence is run alone (no padding enters the forward pass).
+    the ALTI rollout of the layers below. Summed over l it is the attention part of the
+    explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
+    and bias terms go to no token; :func:`explain_logit` returns all of them (the explanation,
+    the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
+    (:mod:`cmixlib.decoder_inputs`). Text follows the BOS rule of
+    :mod:`cmixlib.decoder_inputs`. Each sentence is run alone (no padding enters the forward
+    pass). Memory: the layers are streamed (:func:`_one_sentence`).
 
     Examples
     --------
@@ -404,6 +321,9 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     from .value_zeroing import check_standardize
     from .validation import check_bool, check_choice, check_rows
 
+    from .decoder import check_decoder_model
+
+    check_decoder_model(model)               # unlisted family or dtype: refused before a forward
     if model.training:
         raise InputError("model is in training mode (dropout is active, so the maps would be "
                          "random): call model.eval() first.")
@@ -415,11 +335,17 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                                             "vz_distance", what="Value Zeroing distance"),
                    vz_standardize=check_standardize(vz_standardize,
                                                      model.get_input_embeddings().embedding_dim),
-                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
-                   logit_target=logit_target, logit_foil=logit_foil)
-    seqs, is_batch = _sentences(model, tokenizer, text)
+                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"))
+    seqs, is_batch = decoder_sentences(model, tokenizer, text)
+    lengths = [len(s) for s in seqs]
+    vocab = decoder_unembed(model).weight.shape[0] if has_head else 0
+    if not has_head and (logit_target is not None or logit_foil is not None):
+        decoder_unembed(model)                     # raises the "no LM head" error
+    targets = [resolve_targets(v, name, tokenizer, lengths, is_batch, vocab)
+               for v, name in ((logit_target, "logit_target"), (logit_foil, "logit_foil"))]
     per_rows = _per_sentence_rows(rows, len(seqs))
     per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, s) in enumerate(zip(per_rows, seqs))]
-    results = [_one_sentence(model, s, methods, r, options) for s, r in zip(seqs, per_rows)]
+    results = [_one_sentence(model, s, methods, r, options, (t, f))
+               for s, r, t, f in zip(seqs, per_rows, *targets)]
     return results if is_batch else results[0]

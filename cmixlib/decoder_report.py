@@ -12,7 +12,7 @@ from .verdicts import below_sanity_baselines
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
-           "short_name"]
+           "short_name", "describe_logit_parts", "describe_alignment_by_paradigm"]
 
 #: A layer input "has a sink" when the BOS token's norm is at least this many times the mean
 #: norm of the other tokens (averaged over examples).
@@ -133,6 +133,54 @@ def describe_decoder_faithfulness(means: Mapping[str, float], model: str) -> str
     else:
         out += "; every method is above both sanity baselines (random, nearness)."
     return out
+
+
+def describe_alignment_by_paradigm(by_paradigm: pd.DataFrame, drops: pd.DataFrame, model: str,
+                                   exclude: str = "bos") -> str:
+    """Cue alignment per paradigm in words. Rule: per paradigm (``uid``, in the frame's order),
+    the mean dot product over layers of each method (``exclude`` mode), the best method (ties
+    within 0.005 named together, the random baseline excluded) and how many methods are above
+    the random baseline; then, per paradigm, the pairs left out of the cue alignment with their
+    reason (``alignment_drops``, reasons other than "kept")."""
+    parts = []
+    for uid in dict.fromkeys(by_paradigm["uid"]):
+        v = mean_over_layers(by_paradigm, exclude=exclude, uid=uid)
+        methods = v.drop("random", errors="ignore")
+        best = _list(methods[methods >= methods.max() - 0.005].index)
+        above = int((methods > v.get("random", float("-inf"))).sum())
+        n = int(by_paradigm[(by_paradigm.uid == uid) & (by_paradigm.metric == "dot")]["n"].max())
+        parts.append(f"in {uid} ({n} pair{'' if n == 1 else 's'}) the best-aligned method is "
+                     f"{best} "
+                     f"({methods.max():.3f}), and {above} of {len(methods)} methods are above "
+                     f"the random baseline ({v.get('random', float('nan')):.3f})")
+    mode = {"bos": "BOS left out", "none": "BOS kept"}.get(exclude, f"exclude={exclude}")
+    out = (f"Mean dot product over layers per paradigm in {model} ({mode}): "
+           + "; ".join(parts) + "." if parts else
+           f"In {model}, no pair has a cue other than the prediction position.")
+    left = drops[drops["reason"] != "kept"]
+    for (uid, reason), g in left.groupby(["uid", "reason"], sort=False):
+        k = int(g["pairs"].sum())
+        out += (f" Left out of the cue alignment ({reason.replace('_', ' ')}): {k} {uid} "
+                f"pair{'' if k == 1 else 's'}.")
+    return out
+
+
+def describe_logit_parts(parts: pd.DataFrame, model: str) -> str:
+    """ALTI-Logit's remainder in words. Rule, over the rows of ``logit_parts`` (one per example:
+    the logit difference, the part the explanation gives to tokens, the remainder left to MLPs
+    and biases): the mean of |remainder| / (|tokens| + |remainder|), its range, and the share
+    of examples where the remainder is larger in magnitude than the tokens' part."""
+    if not len(parts):
+        return f"In {model}, no example was explained."
+    share = parts["remainder_share"].astype(float)
+    larger = float((parts["remainder"].abs() > parts["tokens"].abs()).mean())
+    return (f"In {model}, the logit difference splits into the part ALTI-Logit gives to the "
+            f"tokens (attention terms carried to the tokens, plus the embedding term at the "
+            f"prediction position) and a remainder it gives to no token (MLPs and biases); "
+            f"the remainder's share |remainder| / (|tokens| + |remainder|) is on average "
+            f"{share.mean():.0%} (from {share.min():.0%} to {share.max():.0%} over "
+            f"{len(parts)} examples), and the remainder is the larger part in {larger:.0%} "
+            f"of the examples.")
 
 
 def short_name(description: str) -> str:

@@ -32,13 +32,15 @@ def mlp_head_maps(st: DecoderLayerState) -> list[torch.Tensor]:
     Weights only: computed once per layer and cached (keyed on the weights' storage and version,
     so in-place updates invalidate it)."""
     p = st.parts
-    gamma = p.ln2.weight
+    gamma = p.norm_params("ln2")[0]
     ws = [w for w, _ in p.mlp_in]
-    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in (*ws, gamma, p.w_o))
+    stored = [t for t in (*ws, getattr(p.ln2, "weight", None), p.w_o) if t is not None]
+    key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in stored) + (
+        p.family.name, p.residual_multiplier)
     hit = _HEAD_MAPS.get(p.layer)
     if hit is not None and hit[0] == key:
         return hit[1]
-    w_o = p.w_o
+    w_o = p.w_o if p.residual_multiplier == 1.0 else p.w_o * p.residual_multiplier
     if p.family.norm == "layernorm":
         w_o = w_o - w_o.mean(dim=0, keepdim=True)
     maps = [((w * gamma) @ w_o).t().reshape(p.num_heads, p.head_dim, -1).contiguous()
@@ -62,9 +64,13 @@ def _mlp_hidden(st: DecoderLayerState, pre: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _down(st: DecoderLayerState, h: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """r + W_down h + b_down (the residual added in the same addmm)."""
+    """r + W_down h + b_down (the residual added in the same addmm), the MLP's output times the
+    residual multiplier rho when it is not 1 (Granite): r + rho (W_down h + b_down)."""
     w, b = st.parts.mlp_down
-    return torch.addmm(r if b is None else r + b, h, w.t())
+    rho = st.parts.residual_multiplier
+    if rho == 1.0:
+        return torch.addmm(r if b is None else r + b, h, w.t())
+    return torch.addmm(r if b is None else r + rho * b, h, w.t(), alpha=rho)
 
 
 def _vz_pairs(st: DecoderLayerState, method: str):

@@ -85,6 +85,7 @@ def example_layer_rows(bundle, text: str, *, use_cache: bool = True) -> dict[str
     from .cache import cache_root
     from .core import context_mixing, tokens
     from .arch import is_decoder_lm
+    from .decoder_inputs import decoder_text_ids
     from .plotting.explorer_models import model_text
 
     if not isinstance(text, str) or not text.strip():
@@ -96,7 +97,8 @@ def example_layer_rows(bundle, text: str, *, use_cache: bool = True) -> dict[str
         out["rows"] = {m: np.asarray(v) for m, v in out["rows"].items()}
         return out
     shown, cut = model_text(bundle, text)
-    ids = list(bundle.tokenizer(shown)["input_ids"])
+    ids = decoder_text_ids(bundle.tokenizer, shown) if is_decoder_lm(bundle.model) else \
+        list(bundle.tokenizer(shown)["input_ids"])        # the ids context_mixing runs on
     t = explained_position(bundle, ids)
     plain = [m for m in methods if ":" not in m]
     with torch.no_grad():

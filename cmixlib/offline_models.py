@@ -467,6 +467,8 @@ def encode_for_decoder(bundle_or_tokenizer, texts: str | Sequence[str], *, bos: 
     defaults to the bundle's ``bos_token_id`` (or :func:`decoder_bos_id` of a tokenizer). Several
     texts are right-padded (pad id: the tokenizer's, else the BOS id) with an ``attention_mask``.
     Returns ``{"input_ids", "attention_mask"}`` as (batch, n) int64 tensors, batch 1 for one text.
+    Text given to :func:`cmixlib.context_mixing` or :func:`cmixlib.capture` for a decoder is
+    encoded by the same rule (:mod:`cmixlib.decoder_inputs`), so both give the same maps.
 
     >>> from cmixlib import offline_models
     >>> bundle = cmixlib.load_model("smollm2")                          # doctest: +SKIP

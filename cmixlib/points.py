@@ -240,8 +240,9 @@ def capture(model: Any, text: Any, tokenizer: Any = None
 
     ``model``: a :class:`~cmixlib.ModelBundle` or a supported encoder or decoder
     (``torch.nn.Module`` with eager attention, in eval mode); ``text``: a string or a list of
-    strings (tokenised as :func:`cmixlib.context_mixing` does: the tokenizer's special tokens,
-    no BOS added for a decoder) or a mapping with ``input_ids``. For an encoder, the decomposition
+    strings (tokenised as :func:`cmixlib.context_mixing` does: the tokenizer's special tokens;
+    for a decoder the BOS rule of :mod:`cmixlib.decoder_inputs`) or a mapping with
+    ``input_ids``. For an encoder, the decomposition
     of each layer is exact: e.g. ``cap[l, "resid_mid"] == cap[l, "resid_in"] +
     cap[l, "attn_out"]`` and ``einsum("hij,hjd->id", cap[l, "attn_weights"],
     cap[l, "head_out"]) + b_O == cap[l, "attn_out"]`` up to rounding.
@@ -258,12 +259,12 @@ def capture(model: Any, text: Any, tokenizer: Any = None
     model, tokenizer = _unpack_model(model, tokenizer)
     if is_decoder_lm(model):
         from .decoder import run_decoder
-        from .decoder_methods import _sentences
+        from .decoder_inputs import decoder_sentences
 
         if model.training:
             raise InputError("model is in training mode (dropout is active): call model.eval() "
                              "first.")
-        seqs, is_batch = _sentences(model, tokenizer, text)
+        seqs, is_batch = decoder_sentences(model, tokenizer, text)
         caps = []
         for seq in seqs:
             dc = run_decoder(model, seq)

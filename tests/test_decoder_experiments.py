@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cmixlib import InputError, context_mixing
+from cmixlib import decoder_methods as dm
 from cmixlib.decoder import random_decoder, run_decoder
 from cmixlib.evaluation import alignment_rows, spearman
 from cmixlib.experiments import decoder as D
@@ -233,7 +234,19 @@ def quick_run(tmp_path_factory):
 
 def test_quick_run_frames(quick_run):
     f = quick_run.frames
-    assert set(f) == {"result", "accuracy", "faithfulness", "sink_norm", "sink_share", "drops"}
+    assert set(f) == {"result", "accuracy", "faithfulness", "sink_norm", "sink_share", "drops",
+                      "logit_parts", "result_by_paradigm", "alignment_drops"}
+    # "The boys were": the cue (boys) is the prediction position: out of the cue alignment
+    cue = f["alignment_drops"].set_index(["uid", "reason"])["pairs"].to_dict()
+    assert cue == {("darn", "kept"): 1, ("rpsv", "cue_is_prediction_word"): 1,
+                   ("rpsv", "kept"): 1, ("ana", "kept"): 1}
+    byp = f["result_by_paradigm"]
+    assert set(byp.uid) == {"darn", "rpsv", "ana"}
+    assert set(byp[byp.metric == "dot"].n) == {1}
+    parts = f["logit_parts"]
+    assert len(parts) == 4 and set(parts.uid) == {"darn", "rpsv", "ana"}
+    np.testing.assert_allclose(parts.tokens + parts.remainder, parts.logit, rtol=1e-5,
+                               atol=1e-6)
     assert quick_run.meta["data_size"] == {"pairs": 5, "causal": 4}
     drops = f["drops"].set_index(["uid", "reason"])["pairs"].to_dict()
     assert drops == {("darn", "kept"): 1, ("rpsv", "kept"): 2, ("ana", "kept"): 1,
@@ -254,7 +267,7 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
     tok = bundle.tokenizer
     exs = [D.causal_example(p, tok, BOS)[0] for p in PAIRS[:4]]
     # the run sorts examples into length batches but keeps their indices: ids are by position
-    rows, rho, share, ratio = [], {"alti": [], "nearness": []}, [], []
+    rows, rho, share, ratio = [], {"alti": [], "nearness": [], "alti_logit": []}, [], []
     for ex in exs:
         cap = run_decoder(bundle.model, torch.tensor(ex["input_ids"]))
         x = cap.layers[1].resid_in.double().norm(dim=-1)
@@ -263,12 +276,19 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
         maps = context_mixing(bundle.model, None, {"input_ids": torch.tensor(ids)},
                               ["value_zeroing", "alti", "alti_logit", "attention"],
                               logit_target=ex["target_id"], logit_foil=ex["foil_id"])
-        rows += alignment_rows({"value_zeroing": maps["value_zeroing"][:, p]},
-                               ex["cue_indices"], exclude=[0])
+        cues = [c for c in ex["cue_indices"]                  # the word at p left out
+                if c not in ex["prediction_word_indices"]]
+        if cues:
+            rows += alignment_rows({"value_zeroing": maps["value_zeroing"][:, p]}, cues,
+                                   exclude=[0])
         clean = _delta(bundle.model, ids, ex["target_id"], ex["foil_id"])
         bo = np.array([clean - _delta(bundle.model, ids[:j] + ids[j + 1:], ex["target_id"],
                                       ex["foil_id"]) for j in range(len(ids))])
         rho["alti"].append(spearman(maps["alti"][-1, p, 1:], bo[1:]))
+        # ALTI-Logit's global row: summed over layers, the embedding term added at p itself
+        expl = maps["alti_logit"][:, p].sum(0)
+        expl[p] += dm.alti_logit(cap, bundle.model, ex["target_id"], ex["foil_id"]).embedding[p]
+        rho["alti_logit"].append(spearman(expl[1:], bo[1:]))
         near = -np.abs(np.arange(len(ids)) - p)
         rho["nearness"].append(spearman(near[1:], bo[1:]))
         share.append(maps["attention"][0, 1:, 0].mean())
@@ -285,6 +305,18 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
     assert got_share == pytest.approx(np.mean(share), rel=1e-5)
     norm = quick_run.frames["sink_norm"].set_index("layer")
     assert norm.loc[1, "ratio"] == pytest.approx(np.mean(ratio), rel=1e-5)
+
+
+def test_alignment_cues_leave_the_word_at_the_prediction_position_out():
+    assert D.alignment_cues({"target_index": 3, "cue_indices": [2, 3]}) == [2]
+    assert D.alignment_cues({"target_index": 2, "cue_indices": [2]}) == []
+    # a cue noun of two tokens ending at p: both are the word at p, none is left
+    ex = {"target_index": 4, "cue_indices": [1, 3, 4], "prediction_word_indices": [3, 4]}
+    assert D.alignment_cues(ex) == [1]
+    tok = ToyTokenizer()
+    real, _ = D.causal_example(PAIRS[1], tok, BOS)         # "The boys | were"
+    assert real["prediction_word_indices"] == [real["target_index"]]
+    assert D.alignment_cues(real) == []
 
 
 def test_quick_run_refuses_unknown_settings():

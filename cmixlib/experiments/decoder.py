@@ -8,14 +8,23 @@ words *before* the target, read after the BOS token: ``input_ids = [BOS] + ids(p
 prediction position is the last token of the prefix, p = n - 1 (the token before the verb,
 determiner or reflexive); its logits choose between the target and the foil, whose ids are the
 **first tokens** of the target and foil words in context (``ids(prefix + " " + word)`` after
-the prefix's ids). ALTI-Logit explains lambda_t - lambda_f at p. A pair is dropped, with its
+the prefix's ids). ALTI-Logit explains lambda_t - lambda_f at p: its layer-wise rows are each
+layer's tracked attention terms, its global row the authors' explanation (summed over layers,
+with the embedding term at p, :attr:`cmixlib.decoder_logit.AltiLogit.explanation`); the part
+of the logit difference that no token receives (MLPs, biases) is reported beside it per example
+(``logit_parts``: :meth:`~cmixlib.decoder_logit.AltiLogit.summary`). A pair is dropped, with its
 reason, when a cue word does not precede the target (``cue_after_target``: in ``dna``/``dnaa``
 the noun follows the determiner, so a causal model cannot see it), when the prefix's tokens
 change once the next word is appended (``tokens_cross_words``), or when target and foil share
 their first token (``same_first_token``, e.g. *dislike* / *dislike·s*).
 
 Scores, per kept pair and method: the row p of each layer's map (cue alignment per layer:
-dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`) and the row p of the last
+dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`, against the cue tokens other
+than those of the word at p, :func:`alignment_cues`: a map's share on p is its self share, not
+evidence of finding the cue; a pair whose only cue word is the word at p, as in ``rpsv`` where
+the subject noun is the word before the verb, is left out of the cue alignment with the reason
+``cue_is_prediction_word``, and kept in the other evaluations; the alignment is reported
+per paradigm and pooled over the paradigms left) and the row p of the last
 layer's aggregated map (faithfulness: Spearman with blank-out). Blank-out for a decoder:
 s^BO_j = Delta(w) - Delta(w without token j), Delta = lambda_t - lambda_f at the last
 position, the token **deleted** (``blank="delete"``; a causal model has no [UNK] convention,
@@ -39,7 +48,7 @@ from .sources import Sources, blimp_sample
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",
            "BLANK_MODES", "DecoderSources", "causal_example", "causal_examples",
-           "sample_per_paradigm", "sentence_logprobs", "blank_out_scores", "exclude_for",
+           "sample_per_paradigm", "alignment_cues", "sentence_logprobs", "blank_out_scores", "exclude_for",
            "DECODER_BLIMP"]
 
 #: Layer-wise methods of the cue alignment (``alti_logit``: layer l's tracked contribution).
@@ -57,7 +66,7 @@ SINK_METHODS = ["attention", "attn_norm", "attn_norm_res", "alti_layer", "value_
 EXCLUDE_MODES = ("none", "bos")
 BLANK_MODES = ("delete", "unk")
 _MIXING = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
-           "value_zeroing", "value_zeroing_rollout", "alti_logit"]
+           "value_zeroing", "value_zeroing_rollout"]       # ALTI-Logit: explain_logit
 _BATCH = 16
 
 
@@ -115,7 +124,8 @@ def causal_example(pair: Mapping, tokenizer, bos_id: int) -> tuple[dict | None, 
 
     The example has ``input_ids`` ([BOS] + the prefix's ids), ``target_index`` = p = n - 1 (the
     prediction position), ``target_id`` / ``foil_id`` (first tokens of the words in context),
-    ``cue_indices`` (every token of every cue word, shifted by the BOS), ``tokens`` and the
+    ``cue_indices`` (every token of every cue word, shifted by the BOS),
+    ``prediction_word_indices`` (the tokens of the word that ends at p), ``tokens`` and the
     pair's ``uid``, ``pair_id``, ``label``, ``words``, ``target_word``, ``foil_word``."""
     words, spaces = list(pair["words"]), list(pair["spaces"])
     ti = int(pair["target_word_index"])
@@ -147,8 +157,19 @@ def causal_example(pair: Mapping, tokenizer, bos_id: int) -> tuple[dict | None, 
     ex = {k: pair[k] for k in ("uid", "pair_id", "label", "words", "target_word", "foil_word")
           if k in pair}
     ex.update(input_ids=input_ids, target_index=len(input_ids) - 1, target_id=int(first[0]),
-              foil_id=int(first[1]), cue_indices=cue_idx, tokens=list(tokens))
+              foil_id=int(first[1]), cue_indices=cue_idx, tokens=list(tokens),
+              prediction_word_indices=[1 + k for k in range(bounds[ti - 1], bounds[ti])])
     return ex, None
+
+
+def alignment_cues(example: Mapping) -> list[int]:
+    """The cue positions the cue alignment scores: ``cue_indices`` without the word at the
+    prediction position p (``prediction_word_indices``; p alone when absent), module
+    docstring; empty when the only cue word is the word at p (its other tokens are p's own
+    word, not a cue found elsewhere)."""
+    p = int(example["target_index"])
+    own = {int(k) for k in example.get("prediction_word_indices", [p])} | {p}
+    return [int(c) for c in example["cue_indices"] if int(c) not in own]
 
 
 def causal_examples(pairs: Sequence[Mapping], tokenizer,
@@ -267,9 +288,10 @@ def exclude_for(mode: str) -> list[int] | None:
     return None if mode == "none" else [0]
 
 
-def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int
-            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists."""
+def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int,
+            explanation: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists;
+    ``explanation``: ALTI-Logit's explanation row at p (with the embedding term)."""
     from ..attention import rollout
     from ..gradients import random_scores
 
@@ -280,7 +302,7 @@ def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int
     glob = {m: maps[m][-1, p, :] for m in ("attention_rollout", "alti", "value_zeroing_rollout")}
     for base in ("attn_norm", "attn_norm_res"):
         glob[f"rollout:{base}"] = rollout(maps[base], add_identity=False, normalize=True)[-1, p]
-    glob["alti_logit"] = maps["alti_logit"][:, p, :].sum(0)
+    glob["alti_logit"] = np.asarray(explanation, dtype=np.float64)
     glob["random"] = random_scores(n, seed=seed)
     glob["nearness"] = near
     return layer, glob
@@ -294,7 +316,9 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     paradigm: the share of pairs whose good sentence has the higher sum of log-probabilities
     after BOS, all five paradigms; and, on the pairs kept for the causal evaluation, the share
     with lambda_t > lambda_f at p); ``result`` (cue alignment per exclude mode, method, layer,
-    metric: mean, std, n); ``faithfulness`` (Spearman of each method's global row at p with
+    metric: mean, std, n, pooled over the paradigms whose pairs have a cue other than p);
+    ``result_by_paradigm`` (the same per ``uid``); ``alignment_drops`` (per paradigm, the
+    pairs left out of the cue alignment and why, :func:`alignment_cues`); ``faithfulness`` (Spearman of each method's global row at p with
     blank-out per example, mean/std/n per exclude mode); ``sink_norm`` (per layer input l:
     mean over examples of ||x_0|| at the BOS and of the mean ||x_j||, j >= 1, and of their
     ratio); ``sink_share`` (per method of :data:`SINK_METHODS` and layer: the mean share of a
@@ -305,6 +329,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     import torch
 
     from ..core import context_mixing
+    from ..decoder_logit import explain_logit
 
     s = ctx.settings
     if s["blank"] not in BLANK_MODES:
@@ -347,7 +372,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                           pad_id=pad)
     timing["blank_out_s"] = time.perf_counter() - t0
 
-    align, rho, share, norms, right = [], {m: {} for m in modes}, [], [], []
+    align, rho, share, norms, right, parts = [], {m: {} for m in modes}, [], [], [], []
+    cue_kept: list[tuple[str, str]] = []
     t0 = time.perf_counter()
     L = None
     for idx in ctx.tqdm(length_batches([len(e["input_ids"]) for e in examples], _BATCH),
@@ -365,17 +391,22 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                       for l in range(L)]
             lg = res.logits[b, column[p]]
             right.append({"uid": ex["uid"], "win": bool(lg[ex["target_id"]] > lg[ex["foil_id"]])})
-            maps = context_mixing(model, None, {"input_ids": torch.tensor(ex["input_ids"])},
-                                  methods=_MIXING, logit_target=ex["target_id"],
-                                  logit_foil=ex["foil_id"])
+            ids = {"input_ids": torch.tensor(ex["input_ids"])}
+            maps = context_mixing(model, None, ids, methods=_MIXING)
+            lg = explain_logit(model, None, ids, ex["target_id"], ex["foil_id"])
+            maps["alti_logit"] = lg.tracked
+            parts.append({"example": i, "uid": ex["uid"], **lg.summary(p)})
             share += [{"example": i, "method": m, "layer": l,
                        "share": float(maps[m][l, 1:, 0].mean())}
                       for m in SINK_METHODS for l in range(L)]
-            layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i)
+            layer, glob = _scores(maps, ex, L, int(s["seed"]) * 100003 + i,
+                                  lg.explanation[p])
+            cues = alignment_cues(ex)
+            cue_kept.append((ex["uid"], "kept" if cues else "cue_is_prediction_word"))
             for mode in modes:
-                align += [dict(r, exclude=mode) for r in ev.alignment_rows(
-                    layer, ex["cue_indices"], example_id=i, exclude=exclude_for(mode),
-                    ties=s["ties"])]
+                if cues:
+                    align += [dict(r, exclude=mode, uid=ex["uid"]) for r in ev.alignment_rows(
+                        layer, cues, example_id=i, exclude=exclude_for(mode), ties=s["ties"])]
                 rho[mode][i] = ev.spearman_to(bo[i], glob, exclude=exclude_for(mode))
     timing["maps_s"] = time.perf_counter() - t0
     timing["cpu_s"] = time.process_time() - cpu0       # this process's CPU time (wall: shared)
@@ -384,7 +415,12 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     acc = wins.groupby("uid", sort=False)["win"].agg(sentence_accuracy="mean", pairs="count")
     cue = pd.DataFrame(right, columns=["uid", "win"]).groupby("uid", sort=False)["win"]
     acc = acc.join(cue.agg(prediction_accuracy="mean", causal_pairs="count")).reset_index()
-    agg = ev.aggregate_alignment(pd.DataFrame(align), by=("exclude", "method", "layer"))
+    cols = ["example", "method", "layer", *ev.ALIGNMENT_METRICS, "exclude", "uid"]
+    align_df = pd.DataFrame(align, columns=cols)
+    agg = ev.aggregate_alignment(align_df, by=("exclude", "method", "layer"))
+    by_paradigm = ev.aggregate_alignment(align_df, by=("exclude", "uid", "method", "layer"))
+    alignment_drops = (pd.DataFrame(cue_kept, columns=["uid", "reason"]).value_counts(sort=False)
+                       .rename("pairs").reset_index())
     faith = pd.concat([ev.correlation_table({m: [r[i][m] for i in sorted(r)]
                                              for m in DECODER_GLOBAL_METHODS}, exclude=mode)
                        for mode, r in rho.items()], ignore_index=True)
@@ -394,7 +430,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     sink_share = (pd.DataFrame(share, columns=["example", "method", "layer", "share"])
                   .groupby(["method", "layer"], sort=False)["share"].mean().reset_index())
     return {"result": agg, "accuracy": acc, "faithfulness": faith, "sink_norm": sink_norm,
-            "sink_share": sink_share, "drops": drops}
+            "sink_share": sink_share, "drops": drops, "logit_parts": pd.DataFrame(parts),
+            "result_by_paradigm": by_paradigm, "alignment_drops": alignment_drops}
 
 
 def _summary(frames) -> str:
@@ -402,7 +439,10 @@ def _summary(frames) -> str:
     res = frames["result"]
     dot = res[(res.metric == "dot")].groupby(["exclude", "method"], sort=False)["mean"].mean()
     faith = frames["faithfulness"].set_index(["exclude", "method"])["mean"]
-    return (f"accuracy per paradigm:\n{acc.to_string()}\n\nmean dot over layers:\n"
+    parts = frames.get("logit_parts", pd.DataFrame({"remainder_share": []}))
+    share = float(parts["remainder_share"].mean()) if len(parts) else float("nan")
+    return (f"ALTI-Logit: mean share of the logit difference left to MLPs and biases: "
+            f"{share:.3f}\n\naccuracy per paradigm:\n{acc.to_string()}\n\nmean dot over layers:\n"
             f"{dot.unstack('exclude').to_string(float_format=lambda v: f'{v:.3f}')}\n\n"
             f"faithfulness (mean Spearman):\n"
             f"{faith.unstack('exclude').to_string(float_format=lambda v: f'{v:.3f}')}")

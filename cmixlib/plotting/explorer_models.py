@@ -189,6 +189,7 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
 
     from ..attention import rollout
     from ..core import context_mixing, tokens
+    from ..decoder_inputs import decoder_text_ids
     from .explorer import DECIMALS, pack_maps
 
     decimals = DECIMALS if decimals is None else decimals
@@ -208,7 +209,8 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     out = []
     for s in tqdm(sentences, desc=f"explorer: {bundle.describe()}", disable=not progress):
         text, cut = model_text(bundle, s["text"])
-        ids = list(bundle.tokenizer(text)["input_ids"])
+        ids = decoder_text_ids(bundle.tokenizer, text) if decoder else \
+            list(bundle.tokenizer(text)["input_ids"])     # the ids context_mixing runs on
         with torch.no_grad():
             maps = context_mixing(bundle, None, text, methods=mix)
         for r in rolls:
