@@ -3,7 +3,8 @@ registry (:data:`METHODS`, from :mod:`cmixlib.registry`), any supported encoder.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
 
 import numpy as np
 import torch
@@ -14,10 +15,16 @@ from .attention import attention_flow, normalize_rows, rollout
 from .arch import is_decoder_lm
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
                       run_and_capture)
-from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_model,
-                         check_names, check_rows, check_text, check_tokenizer, describe)
+from .validation import (EXTRA_INPUTS, InputError, check_bool, check_choice, check_extra_inputs,
+                         check_ids_and_mask, check_model, check_names, check_rows, check_text,
+                         check_tokenizer, describe)
 from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
 
+
+#: What :func:`context_mixing` and :func:`cmixlib.capture` take as ``text``: a string, a list of
+#: strings, or a mapping with ``input_ids`` (and optionally ``attention_mask``,
+#: ``token_type_ids``, ``position_ids``), e.g. a tokenizer's output.
+TextInput = Union[str, Sequence[str], Mapping[str, Any]]
 
 #: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
 METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind in MIXING_KINDS}
@@ -82,13 +89,27 @@ def _vocab_size(model) -> int | None:
     return getattr(emb, "num_embeddings", None) or getattr(getattr(model, "config", None), "vocab_size", None)
 
 
-def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into padded ids and mask,
-    checked (:func:`cmixlib.validation.check_text`, :func:`cmixlib.validation.check_ids_and_mask`:
-    ids inside the model's vocabulary, a 0/1 mask of the same shape).
+@dataclass(frozen=True)
+class Encoded:
+    """A checked model input: padded ``input_ids`` and ``attention_mask`` (B, n), whether the
+    caller gave a batch, and ``extras``, the other per-token inputs given
+    (:data:`cmixlib.validation.EXTRA_INPUTS`: ``token_type_ids``, ``position_ids``; (B, n) long
+    tensors) that every forward pass must receive: ``model(input_ids, attention_mask, **extras)``."""
 
-    Returns (input_ids (B, n), attention_mask (B, n), is_batch).
-    """
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    is_batch: bool
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> Encoded:
+    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into a checked
+    :class:`Encoded`: ids inside the model's vocabulary, a 0/1 mask of the same shape
+    (:func:`cmixlib.validation.check_text`, :func:`cmixlib.validation.check_ids_and_mask`), and
+    the segment ids / positions the mapping (or the tokenizer) gives, kept for the model
+    (:func:`cmixlib.validation.check_extra_inputs`). A mapping such as
+    ``tokenizer(premise, hypothesis, return_tensors="pt")`` thus runs exactly as
+    ``model(**enc)``."""
     limit = max_positions(model)
     if isinstance(text, Mapping):
         if "input_ids" not in text:
@@ -96,6 +117,7 @@ def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
                              f"has {sorted(map(str, text))[:8]}.")
         ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
                                        vocab_size=_vocab_size(model))
+        extras = check_extra_inputs(text, ids, model)
         is_batch = ids.shape[0] > 1
     else:
         texts, is_batch = check_text(text)
@@ -103,11 +125,28 @@ def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
             raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
         enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
         ids, mask = check_ids_and_mask(enc["input_ids"], enc["attention_mask"], vocab_size=_vocab_size(model))
+        extras = check_extra_inputs({k: enc[k] for k in EXTRA_INPUTS if k in enc}, ids, model)
     lengths = mask.sum(dim=1)
     if int(lengths.max()) > limit:
         raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
                          "shorten the text or split it into sentences.")
-    return ids, mask, is_batch
+    return Encoded(ids, mask, is_batch, extras)
+
+
+def encode(model: torch.nn.Module, tokenizer: Any, text: TextInput
+           ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``(input_ids, attention_mask, is_batch)`` of :func:`encode_inputs`, for callers that pass
+    only ids and mask to the model: an input whose ``token_type_ids`` are not all 0 (a sentence
+    pair) or that gives ``position_ids`` is refused (:class:`InputError`), since dropping them
+    would change the model's output. Use :func:`encode_inputs` to keep them."""
+    enc = encode_inputs(model, tokenizer, text)
+    tt = enc.extras.get("token_type_ids")
+    if "position_ids" in enc.extras or (tt is not None and bool(tt.any())):
+        raise InputError("This function runs the model on input_ids and attention_mask only, but "
+                         "the input gives " + " and ".join(sorted(enc.extras)) + " (e.g. a "
+                         "sentence pair's segment ids): use cmixlib.context_mixing or "
+                         "cmixlib.capture, which pass them to the model.")
+    return enc.input_ids, enc.attention_mask, enc.is_batch
 
 
 def tokens(tokenizer, input_ids) -> list[str]:
@@ -343,20 +382,20 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
     mods = _encoder_layers(model)
     options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    lengths = mask.sum(dim=1).tolist()
+    enc = encode_inputs(model, tokenizer, text)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
     per_rows = _per_sentence_rows(rows, len(lengths))
     per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, n) in enumerate(zip(per_rows, lengths))]
     per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
                  for b, (r, n) in enumerate(zip(_per_sentence_rows(final_rows, len(lengths),
                                                                    "final_rows"), lengths))]
-    capture = run_and_capture(model, ids, mask)
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
     with torch.no_grad():
         results = [_one_sentence(mods, capture, b, keep, methods, r, options, f)
                    for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final)]
-    return results if is_batch else results[0]
+    return results if enc.is_batch else results[0]
 
 
 def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
@@ -402,11 +441,11 @@ def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln"
     model, tokenizer = _unpack_model(model, tokenizer)
     kind = check_choice(kind, norms.MIXING_RATIO_VECTORS, "kind", what="mixing-ratio kind")
     mods = _encoder_layers(model)
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    capture = run_and_capture(model, ids, mask)
+    enc = encode_inputs(model, tokenizer, text)
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     out = []
     with torch.no_grad():
         for b, keep in enumerate(iter_sentences(capture)):
             states = layer_states(capture, mods, b, keep)
             out.append(torch.stack([norms.mixing_ratio(st, kind) for st in states]).cpu().numpy())
-    return out if is_batch else out[0]
+    return out if enc.is_batch else out[0]

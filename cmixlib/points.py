@@ -177,14 +177,15 @@ class SentenceCapture:
 
 @torch.no_grad()
 def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
-                    attention_mask: torch.Tensor | None = None
+                    attention_mask: torch.Tensor | None = None, **forward_kwargs: torch.Tensor
                     ) -> tuple[Any, list[list[EncoderLayerState]], list[dict]]:
     """One forward pass of a supported encoder on a (padded) batch with every capture point:
     :func:`cmixlib.encoder.run_and_capture` plus hooks on W_O (its input and output), LN1, the
     FFN's W_2, the embedding module and the first layer's call (its additive mask). Returns
     ``(capture, states, model_points)``: the :class:`~cmixlib.encoder.Capture` and, for each
     sentence, its :class:`EncoderLayerState` per layer (cropped to its real tokens) and its
-    model points (:data:`ENCODER_MODEL_POINTS`)."""
+    model points (:data:`ENCODER_MODEL_POINTS`). ``forward_kwargs`` (``token_type_ids``,
+    ``position_ids``) go to the model's forward as given."""
     mods = encoder_layers(model)
     kept: dict[tuple[str, int], torch.Tensor] = {}
     handles = []
@@ -210,7 +211,7 @@ def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
     handles.append(embedding_output_module(model).register_forward_hook(keep("embeddings", 0)))
     handles.append(mods[0].layer.register_forward_pre_hook(keep_mask, with_kwargs=True))
     try:
-        cap = run_and_capture(model, input_ids, attention_mask)
+        cap = run_and_capture(model, input_ids, attention_mask, **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -252,7 +253,7 @@ def capture(model: Any, text: Any, tokenizer: Any = None
     >>> tuple(cap[1, "attn_weights"].shape), tuple(cap[0, "ln1_out"].shape)
     ((4, 4, 4), (4, 32))
     """
-    from .core import _encoder_layers, _unpack_model, encode, tokens
+    from .core import _encoder_layers, _unpack_model, encode_inputs, tokens
     from .validation import InputError
 
     model, tokenizer = _unpack_model(model, tokenizer)
@@ -273,8 +274,9 @@ def capture(model: Any, text: Any, tokenizer: Any = None
                 tokens=None if tokenizer is None else tokens(tokenizer, dc.input_ids)))
         return caps if is_batch else caps[0]
     _encoder_layers(model)
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    cap, states, points = capture_encoder(model, ids, mask)
+    enc = encode_inputs(model, tokenizer, text)
+    ids, is_batch = enc.input_ids, enc.is_batch
+    cap, states, points = capture_encoder(model, ids, enc.attention_mask, **enc.extras)
     caps = []
     for b, keep_pos in enumerate(iter_sentences(cap)):
         real = ids[b][keep_pos.to(ids.device)]
