@@ -202,8 +202,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hub's name resolves (not with ``HF_HUB_OFFLINE``). The process's default
+    socket timeout is set to ``timeout`` for the lookup and restored to what it was."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
         return False
+    before = socket.getdefaulttimeout()
     try:
         socket.setdefaulttimeout(timeout)
         socket.getaddrinfo("huggingface.co", 443)
@@ -211,7 +214,7 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
     except OSError:
         return False
     finally:
-        socket.setdefaulttimeout(None)
+        socket.setdefaulttimeout(before)
 
 
 def _auto_class(task: str):
