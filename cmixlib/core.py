@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
 import torch
@@ -21,13 +21,27 @@ from .validation import (EXTRA_INPUTS, InputError, check_bool, check_choice, che
 from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
 
 
+if TYPE_CHECKING:
+    from .models import ModelBundle
+
 #: What :func:`context_mixing` and :func:`cmixlib.capture` take as ``text``: a string, a list of
 #: strings, or a mapping with ``input_ids`` (and optionally ``attention_mask``,
 #: ``token_type_ids``, ``position_ids``), e.g. a tokenizer's output.
 TextInput = Union[str, Sequence[str], Mapping[str, Any]]
 
-#: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
+#: The context-mixing methods of every supported model (from :mod:`cmixlib.registry`, which also
+#: holds the baselines).
 METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind in MIXING_KINDS}
+#: Context-mixing methods that only decoder LMs have (``alti_logit``: kind ``"logit"``);
+#: :func:`context_mixing` computes them for a decoder, :func:`check_methods` accepts them.
+DECODER_ONLY_METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind == "logit"}
+
+#: Query rows: None (all), an int, or a list / array / tensor of ints (0-d tensors are ints); for
+#: a batch also one such entry per sentence.
+Rows = Union[None, int, Sequence[Any], np.ndarray, torch.Tensor]
+#: A decoder's ``logit_target`` / ``logit_foil`` (:mod:`cmixlib.decoder_methods`): None, a token
+#: id, a string, or one per prompt.
+TargetSpec = Union[None, int, str, Sequence[Any], torch.Tensor]
 
 _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
     "attention": norms.attention_mean,
@@ -43,7 +57,8 @@ _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
-    """Validate method names: one name or a list of names of :data:`METHODS` (None = all of them).
+    """Validate method names: one name or a list of names of :data:`METHODS` or
+    :data:`DECODER_ONLY_METHODS` (``alti_logit``; None = all of :data:`METHODS`).
 
     Raises
     ------
@@ -57,12 +72,14 @@ def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     >>> from cmixlib import check_methods
     >>> check_methods("alti_layer")
     ['alti_layer']
+    >>> check_methods(["alti", "alti_logit"])                # alti_logit: decoder LMs only
+    ['alti', 'alti_logit']
     >>> len(check_methods(None)) == len(__import__("cmixlib").METHODS)
     True
     """
     if methods is None:
         return list(METHODS)
-    return check_names(methods, METHODS, "methods", what="method")
+    return check_names(methods, {**METHODS, **DECODER_ONLY_METHODS}, "methods", what="method")
 
 
 def _unpack_model(model, tokenizer):
@@ -272,10 +289,13 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options,
     return result
 
 
-def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
-                   normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
-                   rollout_normalize: bool = True, logit_target=None, logit_foil=None,
-                   final_rows=None) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                   methods: Sequence[str] | str | None = None, *, normalize: bool = True,
+                   rows: Rows = None, vz_distance: str = "cosine",
+                   vz_standardize: bool | tuple[Any, Any] | None = None,
+                   rollout_normalize: bool = True, logit_target: TargetSpec = None,
+                   logit_foil: TargetSpec = None, final_rows: Rows = None,
+                   ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -293,17 +313,26 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     Parameters
     ----------
     model, tokenizer:
-        A Hugging Face BERT / RoBERTa / ELECTRA / DistilBERT model (a ``torch.nn.Module``, base or
-        with a head) loaded with eager attention, and its tokenizer (a callable Hugging Face
-        tokenizer, or None for ids); or a :class:`~cmixlib.models.ModelBundle` and None.
+        A Hugging Face BERT / RoBERTa / XLM-R / ELECTRA / DistilBERT / MPNet encoder (a
+        ``torch.nn.Module``, base or with a head; eager or SDPA attention: an SDPA model runs
+        eagerly for the captured pass only and is left as it was) or a pre-LN decoder LM, and its
+        tokenizer (a callable Hugging Face tokenizer, or None for ids); or a
+        :class:`~cmixlib.models.ModelBundle` and None.
     text:
-        A non-empty string, a non-empty list of non-empty strings (padded batch; returns a list of
-        dicts, one per text), or a mapping holding ``input_ids``: integers in
-        ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n) (list, array or tensor), with an
-        optional ``attention_mask`` of the same shape holding only 0 (padding) and 1 (at least
-        one 1 per row). At most the model's maximum number of positions per sentence.
+        A non-empty string, a non-empty list of non-empty strings (padded batch), or a mapping
+        holding ``input_ids``: integers in ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n)
+        (list, array or tensor), with an optional ``attention_mask`` of the same shape holding
+        only 0 (padding) and 1 (at least one 1 per row), and optional ``token_type_ids`` (a
+        sentence pair's segments) and ``position_ids``, passed to the model as given: the
+        mapping ``tokenizer(premise, hypothesis, return_tensors="pt")`` runs exactly as
+        ``model(**enc)``; another key is refused. At most the model's maximum number of
+        positions per sentence. **Returns a list** (one dict per sentence) for a batch: a list
+        of strings (even of one) or ids of shape (B, n) with B >= 2; one dict for a string or
+        one sequence of ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
+        gives).
     methods:
-        A name or a list of names from :data:`METHODS` (None = all of them).
+        A name or a list of names from :data:`METHODS` (None = all of them); a decoder LM also
+        has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an encoder refuses.
     normalize:
         True or False: row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always
         rollouts of row-normalised layer maps, without identity except
@@ -311,7 +340,8 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     rows:
         None (every row), or only these query rows (e.g. the [MASK] position): an int or a list,
         numpy array or tensor of integer positions ``0..n-1`` (repeats count once; no negative
-        positions, floats or booleans), n counting the sentence's special tokens. Layer-wise
+        positions, floats or booleans; a 0-d tensor is an int, so ``[torch.tensor(0),
+        torch.tensor(1)]`` means ``[0, 1]``), n counting the sentence's special tokens. Layer-wise
         maps get NaN in the other rows; aggregated maps still need (and compute) every row of
         their layer maps. For a batch, the same rows for every sentence, or a list of one entry
         per sentence (``[[3], [5], None]``) gives each sentence its own rows.
@@ -348,7 +378,11 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
 
     Returns
     -------
-    dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor.
+    dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor
+    (a list of such dicts for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
+    :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
+    of their layer-wise method (``normalize=True``).
 
     Examples
     --------
@@ -377,6 +411,11 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     if logit_target is not None or logit_foil is not None:
         raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
     methods = check_methods(methods)
+    decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
+    if decoder_only:
+        raise InputError(f"{decoder_only} need a decoder LM (Llama-style or GPT-2, with its LM "
+                         f"head); {type(model).__name__} is an encoder: choose from "
+                         f"{', '.join(METHODS)}.")
     distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
@@ -400,9 +439,12 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
 
 def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
     """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
-    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``)."""
+    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``).
+    A 0-d tensor or array is one position, like an int: ``[torch.tensor(0), torch.tensor(1)]``
+    means ``[0, 1]``."""
     nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
-        r is None or isinstance(r, (list, tuple, np.ndarray, torch.Tensor)) for r in rows)
+        r is None or isinstance(r, (list, tuple))
+        or (isinstance(r, (np.ndarray, torch.Tensor)) and r.ndim > 0) for r in rows)
     if not nested:
         return [rows] * batch
     if len(rows) != batch:
@@ -411,8 +453,8 @@ def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
     return list(rows)
 
 
-def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln"
-                         ) -> np.ndarray | list[np.ndarray]:
+def context_mixing_ratio(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                         kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
     r"""Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
     r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
     (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``).
