@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
@@ -31,6 +29,15 @@ from .validation import InputError, check_bool, check_maps, check_rows
 ArrayLike = Union[np.ndarray, "torch.Tensor", Sequence[Any]]
 #: Positions (rows, layers): None, an int, or a list / array / tensor of ints.
 RowsLike = Union[None, int, Sequence[Any], np.ndarray, "torch.Tensor"]
+
+
+def require_scipy(what: str) -> None:
+    """An ImportError that says how to install scipy (the ``flow`` extra), if it is missing."""
+    try:
+        import scipy.sparse.csgraph  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"{what} needs scipy's max-flow solver, which is not installed: "
+                          "pip install 'cmixlib[flow]' (or scipy), or choose other methods.") from exc
 
 
 def _as_numpy(maps, *, nonnegative: str | None = None) -> np.ndarray:
@@ -212,6 +219,9 @@ def _joint_max_flows(icap: np.ndarray, sinks: np.ndarray, sources: np.ndarray) -
 
     Integer capacities make this exact (the same integers as c separate solves).
     """
+    from scipy.sparse import csr_matrix          # scipy: the flow extra (cmixlib[flow])
+    from scipy.sparse.csgraph import maximum_flow
+
     T, n, _ = icap.shape
     C = len(sinks)
     P = (T - 1) * n                                           # nodes per copy
@@ -294,6 +304,7 @@ def attention_flow(maps: ArrayLike, add_identity: bool = True, rows: RowsLike = 
     True
     """
     add_identity = check_bool(add_identity, "add_identity")
+    require_scipy("attention_flow")
     arr = _as_numpy(maps, nonnegative="attention flow (edge capacities)").astype(np.float64)
     if add_identity:
         arr = normalize_rows(arr + np.eye(arr.shape[-1]))
