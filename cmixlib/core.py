@@ -142,7 +142,9 @@ def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> En
             raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
         enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
         ids, mask = check_ids_and_mask(enc["input_ids"], enc["attention_mask"], vocab_size=_vocab_size(model))
-        extras = check_extra_inputs({k: enc[k] for k in EXTRA_INPUTS if k in enc}, ids, model)
+        # one text per row: the tokenizer's segment ids are all 0, the model's default
+        given = {k: enc[k] for k in EXTRA_INPUTS if k in enc and bool(torch.as_tensor(enc[k]).any())}
+        extras = check_extra_inputs(given, ids, model)
     lengths = mask.sum(dim=1)
     if int(lengths.max()) > limit:
         raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "

@@ -146,7 +146,9 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     paper) has the one ``rollout_normalize`` picks (default False: the raw rollout of GlobEnc's
     code). Frame ``controls``: the same correlation for the sanity baselines ``controls``
     (random, seeded per example with ``seed``; nearness -j, earlier tokens first), one per
-    example and task (columns task, method, mean, std, n, n_nan)."""
+    example and task (columns task, method, mean, std, n, n_nan). MNLI's premise-hypothesis
+    pairs keep their segment ids (``token_type_ids``) in the saliency and in the maps, as the
+    classifier was trained."""
     s = ctx.settings
     methods = list(s["methods"])
     level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]
