@@ -23,6 +23,7 @@ from .core import (METHODS, InputError, Method, check_methods, context_mixing, c
                    tokens)
 from .registry import describe_methods, method_color, method_label
 from .points import capture
+from .result import MixingResult
 from . import registry
 
 # The core above needs only torch, transformers, numpy and tqdm. The rest is imported on first
@@ -62,7 +63,7 @@ __all__ = [
     "load_model", "load_classifier", "load_student", "random_model", "ModelBundle", "ModelLoadError", "UnsupportedModelError",
     "packaged_model_path", "default_model_name",
     # context mixing: the entry point and the method registry
-    "context_mixing", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
+    "context_mixing", "MixingResult", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
     "check_methods", "describe_methods", "method_label", "method_color",
     # one forward pass, every intermediate tensor by name
     "capture",

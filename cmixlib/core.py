@@ -19,6 +19,7 @@ from .validation import (EXTRA_INPUTS, InputError, check_bool, check_choice, che
                          check_ids_and_mask, check_model, check_names, check_rows, check_text,
                          check_tokenizer, describe)
 from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
+from .result import MixingResult
 
 
 if TYPE_CHECKING:
@@ -117,6 +118,9 @@ class Encoded:
     attention_mask: torch.Tensor
     is_batch: bool
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: per row, per position the index of its word (None: special or padding); None when the
+    #: input was ids, or the tokenizer is not a fast one
+    word_ids: list[list[int | None]] | None = None
 
 
 def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> Encoded:
@@ -128,6 +132,7 @@ def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> En
     ``tokenizer(premise, hypothesis, return_tensors="pt")`` thus runs exactly as
     ``model(**enc)``."""
     limit = max_positions(model)
+    word_ids = None
     if isinstance(text, Mapping):
         if "input_ids" not in text:
             raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or (B, n)); it "
@@ -145,11 +150,13 @@ def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> En
         # one text per row: the tokenizer's segment ids are all 0, the model's default
         given = {k: enc[k] for k in EXTRA_INPUTS if k in enc and bool(torch.as_tensor(enc[k]).any())}
         extras = check_extra_inputs(given, ids, model)
+        if getattr(enc, "is_fast", False):
+            word_ids = [enc.word_ids(b) for b in range(ids.shape[0])]
     lengths = mask.sum(dim=1)
     if int(lengths.max()) > limit:
         raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
                          "shorten the text or split it into sentences.")
-    return Encoded(ids, mask, is_batch, extras)
+    return Encoded(ids, mask, is_batch, extras, word_ids)
 
 
 def encode(model: torch.nn.Module, tokenizer: Any, text: TextInput
@@ -297,7 +304,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                    vz_standardize: bool | tuple[Any, Any] | None = None,
                    rollout_normalize: bool = True, logit_target: TargetSpec = None,
                    logit_foil: TargetSpec = None, final_rows: Rows = None,
-                   ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+                   ) -> MixingResult | list[MixingResult]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -380,8 +387,10 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
 
     Returns
     -------
-    dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor
-    (a list of such dicts for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    A :class:`~cmixlib.result.MixingResult`: a dict name -> float array (num_layers, n, n), row
+    i = receiving token, column j = contributor, that also holds the sentence's ``tokens``,
+    ``input_ids``, ``word_ids``, the ``model`` and the ``options``, and can ``save``, ``load``,
+    ``aggregate`` (words, layers) and ``plot`` (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
     :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
     :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
     of their layer-wise method (``normalize=True``).
@@ -402,14 +411,21 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
+    described = describe_model(model)
     model, tokenizer = _unpack_model(model, tokenizer)
+    asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
+                 vz_distance=vz_distance, vz_standardize=vz_standardize,
+                 rollout_normalize=rollout_normalize, logit_target=logit_target,
+                 logit_foil=logit_foil)
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.decoder_methods
         from .decoder_methods import decoder_context_mixing
-        return decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
-                                      rows=rows, vz_distance=vz_distance,
-                                      vz_standardize=vz_standardize,
-                                      rollout_normalize=rollout_normalize,
-                                      logit_target=logit_target, logit_foil=logit_foil)
+        got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
+                                     rows=rows, vz_distance=vz_distance,
+                                     vz_standardize=vz_standardize,
+                                     rollout_normalize=rollout_normalize,
+                                     logit_target=logit_target, logit_foil=logit_foil)
+        wrap = lambda m: MixingResult(m, model=described, options=asked)  # noqa: E731
+        return [wrap(m) for m in got] if isinstance(got, list) else wrap(got)
     if logit_target is not None or logit_foil is not None:
         raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
     methods = check_methods(methods)
@@ -433,10 +449,31 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                                                                    "final_rows"), lengths))]
     capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
+    asked["methods"] = methods
+    results = []
     with torch.no_grad():
-        results = [_one_sentence(mods, capture, b, keep, methods, r, options, f)
-                   for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final)]
+        for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
+            maps = _one_sentence(mods, capture, b, keep, methods, r, options, f)
+            ids = enc.input_ids[b][keep.to(enc.input_ids.device)]
+            words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
+            results.append(MixingResult(
+                maps, input_ids=ids.tolist(), word_ids=words, model=described,
+                tokens=None if tokenizer is None else tokenizer.convert_ids_to_tokens(ids.tolist()),
+                options=dict(asked, rows=None if r is None else r.tolist(),
+                             final_rows=None if f is None else f.tolist())))
     return results if enc.is_batch else results[0]
+
+
+def describe_model(model: Any) -> str:
+    """The line that names a model next to its results: a bundle's :meth:`describe`, else the
+    class with its family, layers and hidden size."""
+    if hasattr(model, "describe") and not isinstance(model, torch.nn.Module):
+        return str(model.describe())
+    cfg = getattr(model, "config", None)
+    layers = getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layers", "?"))
+    hidden = getattr(cfg, "hidden_size", getattr(cfg, "dim", "?"))
+    return (f"{type(model).__name__} ({getattr(cfg, 'model_type', '?')}, {layers} layers, "
+            f"hidden {hidden})")
 
 
 def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
