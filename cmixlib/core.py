@@ -2,8 +2,7 @@
 registry (:data:`METHODS`, from :mod:`cmixlib.registry`), any supported encoder."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
@@ -13,22 +12,16 @@ from . import norms
 from .registry import ALL_METHODS, MIXING_KINDS, Method
 from .attention import attention_flow, normalize_rows, rollout
 from .arch import is_decoder_lm
-from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
-                      run_and_capture)
-from .validation import (EXTRA_INPUTS, InputError, check_bool, check_choice, check_extra_inputs,
-                         check_ids_and_mask, check_model, check_names, check_rows, check_text,
-                         check_tokenizer, describe)
+from .encoder import LayerState, encoder_layers, iter_sentences, layer_states, run_and_capture
+from .encoding import (Encoded, TextInput, describe_model, encode, encode_inputs,  # noqa: F401
+                       tokens)
+from .validation import InputError, check_bool, check_choice, check_model, check_names, check_rows
 from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
 from .result import MixingResult
 
 
 if TYPE_CHECKING:
     from .models import ModelBundle
-
-#: What :func:`context_mixing` and :func:`cmixlib.capture` take as ``text``: a string, a list of
-#: strings, or a mapping with ``input_ids`` (and optionally ``attention_mask``,
-#: ``token_type_ids``, ``position_ids``), e.g. a tokenizer's output.
-TextInput = Union[str, Sequence[str], Mapping[str, Any]]
 
 #: The context-mixing methods of every supported model (from :mod:`cmixlib.registry`, which also
 #: holds the baselines).
@@ -99,117 +92,6 @@ def _encoder_layers(model):
         raise InputError("model is in training mode (dropout is active, so the maps would be random): "
                          "call model.eval() first.")
     return mods
-
-
-def _vocab_size(model) -> int | None:
-    """Rows of the model's word embedding (None where it cannot be read)."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    return getattr(emb, "num_embeddings", None) or getattr(getattr(model, "config", None), "vocab_size", None)
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A checked model input: padded ``input_ids`` and ``attention_mask`` (B, n), whether the
-    caller gave a batch, and ``extras``, the other per-token inputs given
-    (:data:`cmixlib.validation.EXTRA_INPUTS`: ``token_type_ids``, ``position_ids``; (B, n) long
-    tensors) that every forward pass must receive: ``model(input_ids, attention_mask, **extras)``."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    is_batch: bool
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: per row, per position the index of its word (None: special or padding); None when the
-    #: input was ids, or the tokenizer is not a fast one
-    word_ids: list[list[int | None]] | None = None
-
-
-def encode_inputs(model: torch.nn.Module, tokenizer: Any, text: TextInput) -> Encoded:
-    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into a checked
-    :class:`Encoded`: ids inside the model's vocabulary, a 0/1 mask of the same shape
-    (:func:`cmixlib.validation.check_text`, :func:`cmixlib.validation.check_ids_and_mask`), and
-    the segment ids / positions the mapping (or the tokenizer) gives, kept for the model
-    (:func:`cmixlib.validation.check_extra_inputs`). A mapping such as
-    ``tokenizer(premise, hypothesis, return_tensors="pt")`` thus runs exactly as
-    ``model(**enc)``."""
-    limit = max_positions(model)
-    word_ids = None
-    if isinstance(text, Mapping):
-        if "input_ids" not in text:
-            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or (B, n)); it "
-                             f"has {sorted(map(str, text))[:8]}.")
-        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
-                                       vocab_size=_vocab_size(model))
-        extras = check_extra_inputs(text, ids, model)
-        is_batch = ids.shape[0] > 1
-    else:
-        texts, is_batch = check_text(text)
-        if check_tokenizer(tokenizer) is None:
-            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
-        enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
-        ids, mask = check_ids_and_mask(enc["input_ids"], enc["attention_mask"], vocab_size=_vocab_size(model))
-        # one text per row: the tokenizer's segment ids are all 0, the model's default
-        given = {k: enc[k] for k in EXTRA_INPUTS if k in enc and bool(torch.as_tensor(enc[k]).any())}
-        extras = check_extra_inputs(given, ids, model)
-        if getattr(enc, "is_fast", False):
-            word_ids = [enc.word_ids(b) for b in range(ids.shape[0])]
-    lengths = mask.sum(dim=1)
-    if int(lengths.max()) > limit:
-        raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
-                         "shorten the text or split it into sentences.")
-    return Encoded(ids, mask, is_batch, extras, word_ids)
-
-
-def encode(model: torch.nn.Module, tokenizer: Any, text: TextInput
-           ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """``(input_ids, attention_mask, is_batch)`` of :func:`encode_inputs`, for callers that pass
-    only ids and mask to the model: an input whose ``token_type_ids`` are not all 0 (a sentence
-    pair) or that gives ``position_ids`` is refused (:class:`InputError`), since dropping them
-    would change the model's output. Use :func:`encode_inputs` to keep them."""
-    enc = encode_inputs(model, tokenizer, text)
-    tt = enc.extras.get("token_type_ids")
-    if "position_ids" in enc.extras or (tt is not None and bool(tt.any())):
-        raise InputError("This function runs the model on input_ids and attention_mask only, but "
-                         "the input gives " + " and ".join(sorted(enc.extras)) + " (e.g. a "
-                         "sentence pair's segment ids): use cmixlib.context_mixing or "
-                         "cmixlib.capture, which pass them to the model.")
-    return enc.input_ids, enc.attention_mask, enc.is_batch
-
-
-def tokens(tokenizer, input_ids) -> list[str]:
-    r"""Token strings of one sequence of ids (for plot labels): :math:`w_1, \dots, w_n`.
-
-    Parameters
-    ----------
-    tokenizer:
-        A Hugging Face tokenizer (anything with ``convert_ids_to_tokens``).
-    input_ids:
-        One sequence of integer ids inside the tokenizer's vocabulary: a list, array or tensor of
-        shape (n,) or (1, n).
-
-    Raises
-    ------
-    TypeError
-        ``tokenizer`` has no ``convert_ids_to_tokens``, or the ids are not numbers.
-    InputError
-        Several sequences, float or negative ids, ids outside the vocabulary.
-
-    Examples
-    --------
-    >>> import cmixlib
-    >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
-    >>> ids = bundle.tokenizer("The keys are here.")["input_ids"]   # doctest: +SKIP
-    >>> cmixlib.tokens(bundle.tokenizer, ids)            # doctest: +SKIP
-    ['[CLS]', 'the', 'keys', 'are', 'here', '.', '[SEP]']
-    """
-    if not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise TypeError("tokenizer must be a Hugging Face tokenizer (with convert_ids_to_tokens); got "
-                        f"{describe(tokenizer)}.")
-    vocab = len(tokenizer) if hasattr(tokenizer, "__len__") else None
-    ids, _ = check_ids_and_mask(input_ids, vocab_size=vocab)
-    if ids.shape[0] != 1:
-        raise InputError("input_ids must be one sequence, shape (n,) or (1, n); got shape "
-                         f"{tuple(ids.shape)}: call tokens() once per row.")
-    return tokenizer.convert_ids_to_tokens(ids[0].tolist())
 
 
 def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
@@ -462,18 +344,6 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                 options=dict(asked, rows=None if r is None else r.tolist(),
                              final_rows=None if f is None else f.tolist())))
     return results if enc.is_batch else results[0]
-
-
-def describe_model(model: Any) -> str:
-    """The line that names a model next to its results: a bundle's :meth:`describe`, else the
-    class with its family, layers and hidden size."""
-    if hasattr(model, "describe") and not isinstance(model, torch.nn.Module):
-        return str(model.describe())
-    cfg = getattr(model, "config", None)
-    layers = getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layers", "?"))
-    hidden = getattr(cfg, "hidden_size", getattr(cfg, "dim", "?"))
-    return (f"{type(model).__name__} ({getattr(cfg, 'model_type', '?')}, {layers} layers, "
-            f"hidden {hidden})")
 
 
 def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:

@@ -85,7 +85,7 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
     :attr:`LayerState.ln1_input`, :attr:`LayerState.ln2_input`).
 
     ``forward_kwargs`` go to the encoder's forward as given (``token_type_ids``,
-    ``position_ids``: :attr:`cmixlib.core.Encoded.extras`), so the captured pass is the model's own.
+    ``position_ids``: :attr:`cmixlib.encoding.Encoded.extras`), so the captured pass is the model's own.
 
     Attention probabilities come from ``output_attentions=True``; this needs eager attention
     (``attn_implementation="eager"``), which :func:`cmixlib.load_model` and

@@ -19,8 +19,8 @@ import torch
 
 __all__ = ["InputError", "describe", "check_bool", "check_int", "check_positive_int", "check_float_dtype",
            "check_choice", "check_names", "check_text", "check_tokenizer", "check_model",
-           "check_ids_and_mask", "check_positions", "check_rows", "check_maps", "check_device_name",
-           "check_same_length", "MODEL_INPUTS", "EXTRA_INPUTS", "check_extra_inputs"]
+           "check_ids_and_mask", "numeric_tensor", "check_positions", "check_rows", "check_maps", "check_device_name",
+           "check_same_length"]
 
 
 class InputError(ValueError):
@@ -208,8 +208,9 @@ def check_model(model: Any, name: str = "model") -> torch.nn.Module:
     return model
 
 
-def _numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
-    """``value`` (tensor, array or nested list of numbers) as a tensor; TypeError if not numbers."""
+def numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
+    """``value`` (tensor, array or nested list of numbers) as a tensor; TypeError (``name`` must
+    be ``what``) if not numbers, :class:`InputError` if ragged."""
     if value is None or isinstance(value, (str, bytes, Mapping)):
         raise TypeError(f"{name} must be {what}; got {describe(value)}.")
     if torch.is_tensor(value):
@@ -226,6 +227,9 @@ def _numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
     if t.dtype.is_complex:
         raise TypeError(f"{name} must be {what}; got {describe(value)}.")
     return t
+
+
+_numeric_tensor = numeric_tensor
 
 
 def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size: int | None = None,
@@ -248,7 +252,7 @@ def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size
     ...
     cmixlib.validation.InputError: input_ids holds id 50, but the vocabulary has 10 entries (ids 0..9): ...
     """
-    ids = _numeric_tensor(input_ids, name, "integer token ids of shape (n,) or (batch, n)")
+    ids = numeric_tensor(input_ids, name, "integer token ids of shape (n,) or (batch, n)")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool:
         raise InputError(f"{name} must hold integer token ids; got {describe(input_ids)}.")
     if ids.ndim == 1:
@@ -265,7 +269,7 @@ def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size
                          f"0..{vocab_size - 1}): were the ids made by another model's tokenizer?")
     if attention_mask is None:
         return ids.long(), torch.ones_like(ids, dtype=torch.long)
-    mask = _numeric_tensor(attention_mask, "attention_mask", "a 0/1 array shaped like input_ids")
+    mask = numeric_tensor(attention_mask, "attention_mask", "a 0/1 array shaped like input_ids")
     if mask.ndim == 1:
         mask = mask[None]
     if tuple(mask.shape) != tuple(ids.shape):
@@ -411,85 +415,3 @@ def check_same_length(a: Sequence, b: Sequence, names: tuple[str, str], *, per: 
     if len(a) != len(b):
         raise InputError(f"length mismatch: {names[0]} has {len(a)} entries but {names[1]} has {len(b)}; "
                          f"they must be the same length (one per {per}).")
-
-
-#: The per-token inputs besides ``input_ids`` and ``attention_mask`` that cmixlib passes to an
-#: encoder exactly as given (segment ids of a sentence pair, explicit positions).
-EXTRA_INPUTS = ("token_type_ids", "position_ids")
-#: Every key a mapping input may hold (``tokenizer(premise, hypothesis, return_tensors="pt")``
-#: gives the first three).
-MODEL_INPUTS = ("input_ids", "attention_mask") + EXTRA_INPUTS
-
-
-def check_extra_inputs(inputs: Mapping, input_ids: torch.Tensor, model: Any = None
-                       ) -> dict[str, torch.Tensor]:
-    """The extra per-token inputs of a mapping input (:data:`EXTRA_INPUTS`) as long tensors of
-    ``input_ids``' shape (B, n), checked against ``model`` (a Hugging Face model or None):
-
-    * a key that is not one of :data:`MODEL_INPUTS` is an :class:`InputError` (it would be
-      dropped silently, or fail inside the model);
-    * ``token_type_ids``: integers in ``0..type_vocab_size-1``; a model whose forward takes none
-      (DistilBERT, MPNet) refuses them;
-    * ``position_ids``: integers in ``0..max_position_embeddings-1``, shape (B, n) or (1, n)
-      (broadcast over the batch).
-
-    A value None is left out. Returns ``{name: tensor}`` for the inputs given.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from cmixlib.validation import check_extra_inputs
-    >>> ids = torch.tensor([[1, 5, 2, 6, 2]])
-    >>> check_extra_inputs({"input_ids": ids, "token_type_ids": [[0, 0, 0, 1, 1]]}, ids)
-    {'token_type_ids': tensor([[0, 0, 0, 1, 1]])}
-    """
-    unknown = sorted(str(k) for k in inputs if k not in MODEL_INPUTS)
-    if unknown:
-        raise InputError(f"The input mapping holds {unknown}, which cmixlib does not pass to the "
-                         f"model: it accepts {', '.join(MODEL_INPUTS)}. Drop the other keys.")
-    cfg = getattr(model, "config", None)
-    accepted = _forward_parameters(model)
-    out: dict[str, torch.Tensor] = {}
-    for name in EXTRA_INPUTS:
-        value = inputs.get(name)
-        if value is None:
-            continue
-        t = _numeric_tensor(value, name, f"integer ids shaped like input_ids {tuple(input_ids.shape)}")
-        if t.dtype.is_floating_point or t.dtype == torch.bool:
-            raise InputError(f"{name} must hold integers; got {describe(value)}.")
-        if t.ndim == 1:
-            t = t[None]
-        shape_ok = tuple(t.shape) == tuple(input_ids.shape) or (
-            name == "position_ids" and t.ndim == 2 and t.shape[0] == 1
-            and t.shape[1] == input_ids.shape[1])
-        if not shape_ok:
-            raise InputError(f"{name} has shape {tuple(t.shape)} but input_ids has shape "
-                             f"{tuple(input_ids.shape)}: they must match.")
-        if accepted is not None and name not in accepted:
-            raise InputError(f"{type(model).__name__} takes no {name} (its forward has no such "
-                             f"argument): drop {name!r} from the input.")
-        limit = {"token_type_ids": getattr(cfg, "type_vocab_size", None),
-                 "position_ids": getattr(cfg, "max_position_embeddings", None)}[name]
-        lo, hi = int(t.min()), int(t.max())
-        if lo < 0 or (isinstance(limit, int) and hi >= limit):
-            allowed = f"0..{limit - 1}" if isinstance(limit, int) else ">= 0"
-            raise InputError(f"{name} holds {lo if lo < 0 else hi}, outside the model's range "
-                             f"({allowed}).")
-        out[name] = t.long().expand(input_ids.shape[0], -1) if name == "position_ids" else t.long()
-    return out
-
-
-def _forward_parameters(model: Any) -> set[str] | None:
-    """The argument names of the encoder's forward (``model.base_model``), or None if unknown."""
-    import inspect
-
-    base = getattr(model, "base_model", model)
-    fwd = getattr(base, "forward", None)
-    if fwd is None:
-        return None
-    try:
-        params = inspect.signature(fwd).parameters
-    except (TypeError, ValueError):
-        return None
-    named = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
-    return named if "input_ids" in named else None     # a bare (*args, **kwargs) wrapper: unknown

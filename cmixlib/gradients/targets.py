@@ -42,7 +42,8 @@ from torch import nn
 
 from .. import arch
 from ..models import model_device
-from ..validation import InputError, check_extra_inputs, check_ids_and_mask
+from ..encoding import check_extra_inputs
+from ..validation import InputError, check_ids_and_mask
 from .target_rows import _last_ffn_in, _target_row_ffn
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
