@@ -272,7 +272,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     A :class:`~cmixlib.result.MixingResult`: a dict name -> float array (num_layers, n, n), row
     i = receiving token, column j = contributor, that also holds the sentence's ``tokens``,
     ``input_ids``, ``word_ids``, the ``model`` and the ``options``, and can ``save``, ``load``,
-    ``aggregate`` (words, layers) and ``plot`` (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    and ``aggregate`` (words, layers) (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
     :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
     :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
     of their layer-wise method (``normalize=True``).

@@ -48,7 +48,7 @@ def check_extra_inputs(inputs: Mapping, input_ids: torch.Tensor, model: Any = No
     Examples
     --------
     >>> import torch
-    >>> from cmixlib.validation import check_extra_inputs
+    >>> from cmixlib.encoding import check_extra_inputs
     >>> ids = torch.tensor([[1, 5, 2, 6, 2]])
     >>> check_extra_inputs({"input_ids": ids, "token_type_ids": [[0, 0, 0, 1, 1]]}, ids)
     {'token_type_ids': tensor([[0, 0, 0, 1, 1]])}

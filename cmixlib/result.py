@@ -1,7 +1,8 @@
 """What :func:`cmixlib.context_mixing` returns for one sentence: :class:`MixingResult`, the maps
 by method (a ``dict``, so ``maps["alti"]`` reads as always) that also carries the sentence's
 tokens and ids, its words, the model it came from and the options it was computed with, and can
-be saved, loaded, aggregated to words and layers, and plotted.
+be saved, loaded and aggregated to words and layers. To plot one:
+``cmixlib.plotting.plot_layer_maps(res["alti"], res.tokens)`` (the ``plot`` extra).
 
 Word-level maps (:meth:`MixingResult.aggregate`): with :math:`W_a` the pieces of word
 :math:`a` (a special token is a word of its own),
@@ -128,21 +129,6 @@ class MixingResult(dict):
         return cls(maps, input_ids=meta["input_ids"], tokens=meta["tokens"],
                    word_ids=meta["word_ids"], model=meta["model"], options=meta["options"],
                    layers=meta["layers"])
-
-    # ------------------------------------------------------------------ plotting
-    def plot(self, method: str | None = None, layers: Sequence[int] | None = None, **kwargs: Any):
-        """The per-layer maps of ``method`` (default: the first) with the tokens as labels
-        (:func:`cmixlib.plotting.plot_layer_maps`; needs the ``plot`` extra); ``layers``:
-        0-based indices. Returns the figure."""
-        from .plotting import plot_layer_maps
-
-        name = method if method is not None else next(iter(self))
-        if name not in self:
-            raise InputError(f"No maps of {name!r} in this result: it has {list(self)}.")
-        labels = self.tokens or [str(i) for i in range(np.shape(self[name])[-1])]
-        return plot_layer_maps(self[name], labels, layers=layers,
-                               titles=None if layers is not None else
-                               [f"{name}, layer {k}" for k in self.layers], **kwargs)
 
 
 def _word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
