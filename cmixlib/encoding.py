@@ -179,7 +179,7 @@ def encode(model: torch.nn.Module, tokenizer: Any, text: TextInput
     return enc.input_ids, enc.attention_mask, enc.is_batch
 
 
-def tokens(tokenizer, input_ids) -> list[str]:
+def tokens(tokenizer: Any, input_ids: Sequence[int] | torch.Tensor | Any) -> list[str]:
     r"""Token strings of one sequence of ids (for plot labels): :math:`w_1, \dots, w_n`.
 
     Parameters

@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -63,6 +63,10 @@ from .decoder import LAYER_POINTS as DECODER_LAYER_POINTS
 from .decoder import MODEL_POINTS as DECODER_MODEL_POINTS
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_output, layer_states,
                       run_and_capture)
+
+if TYPE_CHECKING:
+    from .encoding import TextInput
+    from .models import ModelBundle
 
 __all__ = ["ENCODER_LAYER_POINTS", "ENCODER_MODEL_POINTS", "ENCODER_ALIASES",
            "DECODER_LAYER_POINTS", "DECODER_MODEL_POINTS", "EncoderLayerState",
@@ -231,7 +235,7 @@ def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
     return cap, states, model_points
 
 
-def capture(model: Any, text: Any, tokenizer: Any = None
+def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: Any = None
             ) -> SentenceCapture | list[SentenceCapture]:
     """Run the model once on one sentence and return every capture point by name
     (:class:`SentenceCapture`; the tables of names are in this module's docstring). A list of
@@ -242,7 +246,12 @@ def capture(model: Any, text: Any, tokenizer: Any = None
     ``model``: a :class:`~cmixlib.ModelBundle` or a supported encoder or decoder
     (``torch.nn.Module`` with eager attention, in eval mode); ``text``: a string or a list of
     strings (tokenised as :func:`cmixlib.context_mixing` does: the tokenizer's special tokens,
-    no BOS added for a decoder) or a mapping with ``input_ids``. For an encoder, the decomposition
+    no BOS added for a decoder) or a mapping with ``input_ids`` (and ``attention_mask``,
+    ``token_type_ids``, ``position_ids``, passed to the model as given: a sentence pair's
+    ``tokenizer(premise, hypothesis, return_tensors="pt")`` gives ``model(**enc)``'s own
+    tensors). Note the order: ``capture(model, text, tokenizer)``, while
+    :func:`cmixlib.context_mixing` takes ``(model, tokenizer, text)``; with a
+    :class:`~cmixlib.ModelBundle` neither needs the tokenizer. For an encoder, the decomposition
     of each layer is exact: e.g. ``cap[l, "resid_mid"] == cap[l, "resid_in"] +
     cap[l, "attn_out"]`` and ``einsum("hij,hjd->id", cap[l, "attn_weights"],
     cap[l, "head_out"]) + b_O == cap[l, "attn_out"]`` up to rounding.
