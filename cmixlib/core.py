@@ -340,7 +340,8 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(
                 maps, input_ids=ids.tolist(), word_ids=words, model=described,
-                tokens=None if tokenizer is None else tokenizer.convert_ids_to_tokens(ids.tolist()),
+                tokens=(tokenizer.convert_ids_to_tokens(ids.tolist())
+                        if hasattr(tokenizer, "convert_ids_to_tokens") else None),
                 options=dict(asked, rows=None if r is None else r.tolist(),
                              final_rows=None if f is None else f.tolist())))
     return results if enc.is_batch else results[0]
