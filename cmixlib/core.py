@@ -336,7 +336,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     with torch.no_grad():
         for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
             maps = _one_sentence(mods, capture, b, keep, methods, r, options, f)
-            ids = enc.input_ids[b][keep.to(enc.input_ids.device)]
+            ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(
                 maps, input_ids=ids.tolist(), word_ids=words, model=described,
