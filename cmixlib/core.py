@@ -2,8 +2,8 @@
 registry (:data:`METHODS`, from :mod:`cmixlib.registry`), any supported encoder."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import numpy as np
 import torch
@@ -12,15 +12,30 @@ from . import norms
 from .registry import ALL_METHODS, MIXING_KINDS, Method
 from .attention import attention_flow, normalize_rows, rollout
 from .arch import is_decoder_lm
-from .encoder import (LayerState, encoder_layers, iter_sentences, layer_states, max_positions,
-                      run_and_capture)
-from .validation import (InputError, check_bool, check_choice, check_ids_and_mask, check_model,
-                         check_names, check_rows, check_text, check_tokenizer, describe)
+from .encoder import LayerState, encoder_layers, iter_sentences, layer_states, run_and_capture
+from .encoding import (Encoded, TextInput, describe_model, encode, encode_inputs,  # noqa: F401
+                       tokens)
+from .validation import InputError, check_bool, check_choice, check_model, check_names, check_rows
 from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
+from .result import MixingResult
 
 
-#: The context-mixing methods (from :mod:`cmixlib.registry`, which also holds the baselines).
+if TYPE_CHECKING:
+    from .models import ModelBundle
+
+#: The context-mixing methods of every supported model (from :mod:`cmixlib.registry`, which also
+#: holds the baselines).
 METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind in MIXING_KINDS}
+#: Context-mixing methods that only decoder LMs have (``alti_logit``: kind ``"logit"``);
+#: :func:`context_mixing` computes them for a decoder, :func:`check_methods` accepts them.
+DECODER_ONLY_METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind == "logit"}
+
+#: Query rows: None (all), an int, or a list / array / tensor of ints (0-d tensors are ints); for
+#: a batch also one such entry per sentence.
+Rows = Union[None, int, Sequence[Any], np.ndarray, torch.Tensor]
+#: A decoder's ``logit_target`` / ``logit_foil`` (:mod:`cmixlib.decoder_methods`): None, a token
+#: id, a string, or one per prompt.
+TargetSpec = Union[None, int, str, Sequence[Any], torch.Tensor]
 
 _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
     "attention": norms.attention_mean,
@@ -36,7 +51,8 @@ _LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
-    """Validate method names: one name or a list of names of :data:`METHODS` (None = all of them).
+    """Validate method names: one name or a list of names of :data:`METHODS` or
+    :data:`DECODER_ONLY_METHODS` (``alti_logit``; None = all of :data:`METHODS`).
 
     Raises
     ------
@@ -50,12 +66,14 @@ def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     >>> from cmixlib import check_methods
     >>> check_methods("alti_layer")
     ['alti_layer']
+    >>> check_methods(["alti", "alti_logit"])                # alti_logit: decoder LMs only
+    ['alti', 'alti_logit']
     >>> len(check_methods(None)) == len(__import__("cmixlib").METHODS)
     True
     """
     if methods is None:
         return list(METHODS)
-    return check_names(methods, METHODS, "methods", what="method")
+    return check_names(methods, {**METHODS, **DECODER_ONLY_METHODS}, "methods", what="method")
 
 
 def _unpack_model(model, tokenizer):
@@ -74,77 +92,6 @@ def _encoder_layers(model):
         raise InputError("model is in training mode (dropout is active, so the maps would be random): "
                          "call model.eval() first.")
     return mods
-
-
-def _vocab_size(model) -> int | None:
-    """Rows of the model's word embedding (None where it cannot be read)."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    return getattr(emb, "num_embeddings", None) or getattr(getattr(model, "config", None), "vocab_size", None)
-
-
-def encode(model, tokenizer, text) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """Turn ``text`` (str, list of str, or a mapping with ``input_ids``) into padded ids and mask,
-    checked (:func:`cmixlib.validation.check_text`, :func:`cmixlib.validation.check_ids_and_mask`:
-    ids inside the model's vocabulary, a 0/1 mask of the same shape).
-
-    Returns (input_ids (B, n), attention_mask (B, n), is_batch).
-    """
-    limit = max_positions(model)
-    if isinstance(text, Mapping):
-        if "input_ids" not in text:
-            raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or (B, n)); it "
-                             f"has {sorted(map(str, text))[:8]}.")
-        ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
-                                       vocab_size=_vocab_size(model))
-        is_batch = ids.shape[0] > 1
-    else:
-        texts, is_batch = check_text(text)
-        if check_tokenizer(tokenizer) is None:
-            raise InputError("Pass the tokenizer (or a ModelBundle) to analyse raw text.")
-        enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=False)
-        ids, mask = check_ids_and_mask(enc["input_ids"], enc["attention_mask"], vocab_size=_vocab_size(model))
-    lengths = mask.sum(dim=1)
-    if int(lengths.max()) > limit:
-        raise InputError(f"Input has {int(lengths.max())} tokens but the model accepts at most {limit}: "
-                         "shorten the text or split it into sentences.")
-    return ids, mask, is_batch
-
-
-def tokens(tokenizer, input_ids) -> list[str]:
-    r"""Token strings of one sequence of ids (for plot labels): :math:`w_1, \dots, w_n`.
-
-    Parameters
-    ----------
-    tokenizer:
-        A Hugging Face tokenizer (anything with ``convert_ids_to_tokens``).
-    input_ids:
-        One sequence of integer ids inside the tokenizer's vocabulary: a list, array or tensor of
-        shape (n,) or (1, n).
-
-    Raises
-    ------
-    TypeError
-        ``tokenizer`` has no ``convert_ids_to_tokens``, or the ids are not numbers.
-    InputError
-        Several sequences, float or negative ids, ids outside the vocabulary.
-
-    Examples
-    --------
-    >>> import cmixlib
-    >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
-    >>> ids = bundle.tokenizer("The keys are here.")["input_ids"]   # doctest: +SKIP
-    >>> cmixlib.tokens(bundle.tokenizer, ids)            # doctest: +SKIP
-    ['[CLS]', 'the', 'keys', 'are', 'here', '.', '[SEP]']
-    """
-    if not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise TypeError("tokenizer must be a Hugging Face tokenizer (with convert_ids_to_tokens); got "
-                        f"{describe(tokenizer)}.")
-    vocab = len(tokenizer) if hasattr(tokenizer, "__len__") else None
-    ids, _ = check_ids_and_mask(input_ids, vocab_size=vocab)
-    if ids.shape[0] != 1:
-        raise InputError("input_ids must be one sequence, shape (n,) or (1, n); got shape "
-                         f"{tuple(ids.shape)}: call tokens() once per row.")
-    return tokenizer.convert_ids_to_tokens(ids[0].tolist())
 
 
 def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
@@ -233,10 +180,13 @@ def _one_sentence(mods, capture, b, keep, methods, rows, options,
     return result
 
 
-def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None = None, *,
-                   normalize: bool = True, rows=None, vz_distance: str = "cosine", vz_standardize=None,
-                   rollout_normalize: bool = True, logit_target=None, logit_foil=None,
-                   final_rows=None) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                   methods: Sequence[str] | str | None = None, *, normalize: bool = True,
+                   rows: Rows = None, vz_distance: str = "cosine",
+                   vz_standardize: bool | tuple[Any, Any] | None = None,
+                   rollout_normalize: bool = True, logit_target: TargetSpec = None,
+                   logit_foil: TargetSpec = None, final_rows: Rows = None,
+                   ) -> MixingResult | list[MixingResult]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -254,17 +204,26 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     Parameters
     ----------
     model, tokenizer:
-        A Hugging Face BERT / RoBERTa / ELECTRA / DistilBERT model (a ``torch.nn.Module``, base or
-        with a head) loaded with eager attention, and its tokenizer (a callable Hugging Face
-        tokenizer, or None for ids); or a :class:`~cmixlib.models.ModelBundle` and None.
+        A Hugging Face BERT / RoBERTa / XLM-R / ELECTRA / DistilBERT / MPNet encoder (a
+        ``torch.nn.Module``, base or with a head; eager or SDPA attention: an SDPA model runs
+        eagerly for the captured pass only and is left as it was) or a pre-LN decoder LM, and its
+        tokenizer (a callable Hugging Face tokenizer, or None for ids); or a
+        :class:`~cmixlib.models.ModelBundle` and None.
     text:
-        A non-empty string, a non-empty list of non-empty strings (padded batch; returns a list of
-        dicts, one per text), or a mapping holding ``input_ids``: integers in
-        ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n) (list, array or tensor), with an
-        optional ``attention_mask`` of the same shape holding only 0 (padding) and 1 (at least
-        one 1 per row). At most the model's maximum number of positions per sentence.
+        A non-empty string, a non-empty list of non-empty strings (padded batch), or a mapping
+        holding ``input_ids``: integers in ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n)
+        (list, array or tensor), with an optional ``attention_mask`` of the same shape holding
+        only 0 (padding) and 1 (at least one 1 per row), and optional ``token_type_ids`` (a
+        sentence pair's segments) and ``position_ids``, passed to the model as given: the
+        mapping ``tokenizer(premise, hypothesis, return_tensors="pt")`` runs exactly as
+        ``model(**enc)``; another key is refused. At most the model's maximum number of
+        positions per sentence. **Returns a list** (one dict per sentence) for a batch: a list
+        of strings (even of one) or ids of shape (B, n) with B >= 2; one dict for a string or
+        one sequence of ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
+        gives).
     methods:
-        A name or a list of names from :data:`METHODS` (None = all of them).
+        A name or a list of names from :data:`METHODS` (None = all of them); a decoder LM also
+        has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an encoder refuses.
     normalize:
         True or False: row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always
         rollouts of row-normalised layer maps, without identity except
@@ -272,7 +231,8 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     rows:
         None (every row), or only these query rows (e.g. the [MASK] position): an int or a list,
         numpy array or tensor of integer positions ``0..n-1`` (repeats count once; no negative
-        positions, floats or booleans), n counting the sentence's special tokens. Layer-wise
+        positions, floats or booleans; a 0-d tensor is an int, so ``[torch.tensor(0),
+        torch.tensor(1)]`` means ``[0, 1]``), n counting the sentence's special tokens. Layer-wise
         maps get NaN in the other rows; aggregated maps still need (and compute) every row of
         their layer maps. For a batch, the same rows for every sentence, or a list of one entry
         per sentence (``[[3], [5], None]``) gives each sentence its own rows.
@@ -309,7 +269,13 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
 
     Returns
     -------
-    dict name -> float array (num_layers, n, n); row i = receiving token, column j = contributor.
+    A :class:`~cmixlib.result.MixingResult`: a dict name -> float array (num_layers, n, n), row
+    i = receiving token, column j = contributor, that also holds the sentence's ``tokens``,
+    ``input_ids``, ``word_ids``, the ``model`` and the ``options``, and can ``save``, ``load``,
+    and ``aggregate`` (words, layers) (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
+    :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
+    of their layer-wise method (``normalize=True``).
 
     Examples
     --------
@@ -327,43 +293,68 @@ def context_mixing(model, tokenizer, text, methods: Sequence[str] | str | None =
     >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
+    described = describe_model(model)
     model, tokenizer = _unpack_model(model, tokenizer)
+    asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
+                 vz_distance=vz_distance, vz_standardize=vz_standardize,
+                 rollout_normalize=rollout_normalize, logit_target=logit_target,
+                 logit_foil=logit_foil)
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.decoder_methods
         from .decoder_methods import decoder_context_mixing
-        return decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
-                                      rows=rows, vz_distance=vz_distance,
-                                      vz_standardize=vz_standardize,
-                                      rollout_normalize=rollout_normalize,
-                                      logit_target=logit_target, logit_foil=logit_foil)
+        got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
+                                     rows=rows, vz_distance=vz_distance,
+                                     vz_standardize=vz_standardize,
+                                     rollout_normalize=rollout_normalize,
+                                     logit_target=logit_target, logit_foil=logit_foil)
+        wrap = lambda m: MixingResult(m, model=described, options=asked)  # noqa: E731
+        return [wrap(m) for m in got] if isinstance(got, list) else wrap(got)
     if logit_target is not None or logit_foil is not None:
         raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
     methods = check_methods(methods)
+    decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
+    if decoder_only:
+        raise InputError(f"{decoder_only} need a decoder LM (Llama-style or GPT-2, with its LM "
+                         f"head); {type(model).__name__} is an encoder: choose from "
+                         f"{', '.join(METHODS)}.")
     distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
     mods = _encoder_layers(model)
     options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    lengths = mask.sum(dim=1).tolist()
+    enc = encode_inputs(model, tokenizer, text)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
     per_rows = _per_sentence_rows(rows, len(lengths))
     per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, n) in enumerate(zip(per_rows, lengths))]
     per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
                  for b, (r, n) in enumerate(zip(_per_sentence_rows(final_rows, len(lengths),
                                                                    "final_rows"), lengths))]
-    capture = run_and_capture(model, ids, mask)
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
+    asked["methods"] = methods
+    results = []
     with torch.no_grad():
-        results = [_one_sentence(mods, capture, b, keep, methods, r, options, f)
-                   for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final)]
-    return results if is_batch else results[0]
+        for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
+            maps = _one_sentence(mods, capture, b, keep, methods, r, options, f)
+            ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
+            words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
+            results.append(MixingResult(
+                maps, input_ids=ids.tolist(), word_ids=words, model=described,
+                tokens=(tokenizer.convert_ids_to_tokens(ids.tolist())
+                        if hasattr(tokenizer, "convert_ids_to_tokens") else None),
+                options=dict(asked, rows=None if r is None else r.tolist(),
+                             final_rows=None if f is None else f.tolist())))
+    return results if enc.is_batch else results[0]
 
 
 def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
     """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
-    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``)."""
+    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``).
+    A 0-d tensor or array is one position, like an int: ``[torch.tensor(0), torch.tensor(1)]``
+    means ``[0, 1]``."""
     nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
-        r is None or isinstance(r, (list, tuple, np.ndarray, torch.Tensor)) for r in rows)
+        r is None or isinstance(r, (list, tuple))
+        or (isinstance(r, (np.ndarray, torch.Tensor)) and r.ndim > 0) for r in rows)
     if not nested:
         return [rows] * batch
     if len(rows) != batch:
@@ -372,8 +363,8 @@ def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
     return list(rows)
 
 
-def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln"
-                         ) -> np.ndarray | list[np.ndarray]:
+def context_mixing_ratio(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                         kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
     r"""Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
     r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
     (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``).
@@ -402,11 +393,11 @@ def context_mixing_ratio(model, tokenizer, text, kind: str = "attn_norm_res_ln"
     model, tokenizer = _unpack_model(model, tokenizer)
     kind = check_choice(kind, norms.MIXING_RATIO_VECTORS, "kind", what="mixing-ratio kind")
     mods = _encoder_layers(model)
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    capture = run_and_capture(model, ids, mask)
+    enc = encode_inputs(model, tokenizer, text)
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     out = []
     with torch.no_grad():
         for b, keep in enumerate(iter_sentences(capture)):
             states = layer_states(capture, mods, b, keep)
             out.append(torch.stack([norms.mixing_ratio(st, kind) for st in states]).cpu().numpy())
-    return out if is_batch else out[0]
+    return out if enc.is_batch else out[0]

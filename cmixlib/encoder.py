@@ -33,9 +33,10 @@ probabilities alpha are captured from one ordinary forward pass (eager attention
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -43,7 +44,7 @@ from .arch import LayerParts, UnsupportedModelError, layer_parts, position_offse
 from .models import model_device
 
 __all__ = ["LayerParts", "UnsupportedModelError", "encoder_layers", "max_positions", "Capture",
-           "run_and_capture", "layer_output", "record_layer_calls", "layer_norm_scale",
+           "run_and_capture", "eager_attention", "layer_output", "record_layer_calls", "layer_norm_scale",
            "layer_norm_linear", "LayerState", "iter_sentences", "layer_states"]
 
 
@@ -83,23 +84,21 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
     decomposition need not recompute them: :attr:`LayerState.head_vectors`,
     :attr:`LayerState.ln1_input`, :attr:`LayerState.ln2_input`).
 
+    ``forward_kwargs`` go to the encoder's forward as given (``token_type_ids``,
+    ``position_ids``: :attr:`cmixlib.encoding.Encoded.extras`), so the captured pass is the model's own.
+
     Attention probabilities come from ``output_attentions=True``; this needs eager attention
     (``attn_implementation="eager"``), which :func:`cmixlib.load_model` and
-    :func:`cmixlib.random_model` request.
+    :func:`cmixlib.random_model` request; a model loaded with another implementation (SDPA) runs
+    eagerly for this pass only (:func:`eager_attention`) and is left as it was.
     """
     layers = encoder_layers(model)
-    if getattr(model.config, "_attn_implementation", "eager") != "eager":
-        try:
-            model.set_attn_implementation("eager")
-        except Exception as exc:  # pragma: no cover - depends on transformers internals
-            raise UnsupportedModelError(
-                "Attention weights need eager attention: load the model with "
-                "attn_implementation='eager'.") from exc
     device = model_device(model)
     input_ids = input_ids.to(device)
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
+    forward_kwargs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in forward_kwargs.items()}
     # the encoder alone: a task head (e.g. the MLM's vocabulary projection) is not needed here
     kept: dict[tuple[int, int], torch.Tensor] = {}
     handles = []
@@ -115,8 +114,9 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
                 kept[(0, k)] = out
         handles.append(m.value.register_forward_hook(keep_value))
     try:
-        calls, outs, result = _forward_with_layer_hooks(model, input_ids, attention_mask,
-                                                        output_attentions=True, **forward_kwargs)
+        with eager_attention(model):
+            calls, outs, result = _forward_with_layer_hooks(model, input_ids, attention_mask,
+                                                            output_attentions=True, **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -131,6 +131,27 @@ def run_and_capture(model: torch.nn.Module, input_ids: torch.Tensor,
     got = [lst if good else None for lst, good in zip(got, ok)]
     return Capture(inputs=ins, outputs=outs, attentions=attentions, attention_mask=attention_mask,
                    values=got[0], ln1_inputs=got[1], ln2_inputs=got[2])
+
+
+@contextmanager
+def eager_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the block the model uses eager attention (which returns attention weights); on exit
+    its attention implementation is restored, so a model loaded with SDPA stays SDPA. The two
+    compute the same function; only eager returns the weights."""
+    before = getattr(model.config, "_attn_implementation", "eager")
+    if before == "eager":
+        yield
+        return
+    try:
+        model.set_attn_implementation("eager")
+    except Exception as exc:  # pragma: no cover - depends on transformers internals
+        raise UnsupportedModelError(
+            "Attention weights need eager attention: load the model with "
+            "attn_implementation='eager'.") from exc
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
 
 
 def layer_output(out: Any) -> torch.Tensor:
@@ -168,14 +189,16 @@ def _forward_with_layer_hooks(model: torch.nn.Module, input_ids: torch.Tensor,
 
 @torch.no_grad()
 def record_layer_calls(model: torch.nn.Module, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor | None = None) -> list[tuple[tuple, dict, torch.Tensor]]:
+                       attention_mask: torch.Tensor | None = None, **forward_kwargs
+                       ) -> list[tuple[tuple, dict, torch.Tensor]]:
     """One forward pass of the encoder (``model.base_model``) with hooks: for every layer module,
     the ``(args, kwargs)`` the model called it with and its output hidden states.
 
     Calling ``layer(h, *args[1:], **kwargs)`` then re-runs a layer exactly as the model does (masks
     and all), on other hidden states ``h`` (:mod:`cmixlib.gradients`, :mod:`cmixlib.hta`).
+    ``forward_kwargs`` (``token_type_ids``, ``position_ids``) go to the encoder's forward.
     """
-    calls, outs, _ = _forward_with_layer_hooks(model, input_ids, attention_mask)
+    calls, outs, _ = _forward_with_layer_hooks(model, input_ids, attention_mask, **forward_kwargs)
     return [(a, kw, o) for (a, kw), o in zip(calls, outs)]
 
 

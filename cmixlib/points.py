@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -63,6 +63,10 @@ from .decoder import LAYER_POINTS as DECODER_LAYER_POINTS
 from .decoder import MODEL_POINTS as DECODER_MODEL_POINTS
 from .encoder import (LayerState, encoder_layers, iter_sentences, layer_output, layer_states,
                       run_and_capture)
+
+if TYPE_CHECKING:
+    from .encoding import TextInput
+    from .models import ModelBundle
 
 __all__ = ["ENCODER_LAYER_POINTS", "ENCODER_MODEL_POINTS", "ENCODER_ALIASES",
            "DECODER_LAYER_POINTS", "DECODER_MODEL_POINTS", "EncoderLayerState",
@@ -177,14 +181,15 @@ class SentenceCapture:
 
 @torch.no_grad()
 def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
-                    attention_mask: torch.Tensor | None = None
+                    attention_mask: torch.Tensor | None = None, **forward_kwargs: torch.Tensor
                     ) -> tuple[Any, list[list[EncoderLayerState]], list[dict]]:
     """One forward pass of a supported encoder on a (padded) batch with every capture point:
     :func:`cmixlib.encoder.run_and_capture` plus hooks on W_O (its input and output), LN1, the
     FFN's W_2, the embedding module and the first layer's call (its additive mask). Returns
     ``(capture, states, model_points)``: the :class:`~cmixlib.encoder.Capture` and, for each
     sentence, its :class:`EncoderLayerState` per layer (cropped to its real tokens) and its
-    model points (:data:`ENCODER_MODEL_POINTS`)."""
+    model points (:data:`ENCODER_MODEL_POINTS`). ``forward_kwargs`` (``token_type_ids``,
+    ``position_ids``) go to the model's forward as given."""
     mods = encoder_layers(model)
     kept: dict[tuple[str, int], torch.Tensor] = {}
     handles = []
@@ -210,7 +215,7 @@ def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
     handles.append(embedding_output_module(model).register_forward_hook(keep("embeddings", 0)))
     handles.append(mods[0].layer.register_forward_pre_hook(keep_mask, with_kwargs=True))
     try:
-        cap = run_and_capture(model, input_ids, attention_mask)
+        cap = run_and_capture(model, input_ids, attention_mask, **forward_kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -230,7 +235,7 @@ def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
     return cap, states, model_points
 
 
-def capture(model: Any, text: Any, tokenizer: Any = None
+def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: Any = None
             ) -> SentenceCapture | list[SentenceCapture]:
     """Run the model once on one sentence and return every capture point by name
     (:class:`SentenceCapture`; the tables of names are in this module's docstring). A list of
@@ -242,7 +247,11 @@ def capture(model: Any, text: Any, tokenizer: Any = None
     (``torch.nn.Module`` with eager attention, in eval mode); ``text``: a string or a list of
     strings (tokenised as :func:`cmixlib.context_mixing` does: the tokenizer's special tokens;
     for a decoder the BOS rule of :mod:`cmixlib.decoder_inputs`) or a mapping with
-    ``input_ids``. For an encoder, the decomposition
+    ``input_ids`` (and ``attention_mask``, ``token_type_ids``, ``position_ids``, passed to an
+    encoder as given: a sentence pair's ``tokenizer(premise, hypothesis, return_tensors="pt")``
+    gives ``model(**enc)``'s own tensors). Note the order: ``capture(model, text, tokenizer)``,
+    while :func:`cmixlib.context_mixing` takes ``(model, tokenizer, text)``; with a
+    :class:`~cmixlib.ModelBundle` neither needs the tokenizer. For an encoder, the decomposition
     of each layer is exact: e.g. ``cap[l, "resid_mid"] == cap[l, "resid_in"] +
     cap[l, "attn_out"]`` and ``einsum("hij,hjd->id", cap[l, "attn_weights"],
     cap[l, "head_out"]) + b_O == cap[l, "attn_out"]`` up to rounding.
@@ -253,7 +262,7 @@ def capture(model: Any, text: Any, tokenizer: Any = None
     >>> tuple(cap[1, "attn_weights"].shape), tuple(cap[0, "ln1_out"].shape)
     ((4, 4, 4), (4, 32))
     """
-    from .core import _encoder_layers, _unpack_model, encode, tokens
+    from .core import _encoder_layers, _unpack_model, encode_inputs, tokens
     from .validation import InputError
 
     model, tokenizer = _unpack_model(model, tokenizer)
@@ -274,8 +283,9 @@ def capture(model: Any, text: Any, tokenizer: Any = None
                 tokens=None if tokenizer is None else tokens(tokenizer, dc.input_ids)))
         return caps if is_batch else caps[0]
     _encoder_layers(model)
-    ids, mask, is_batch = encode(model, tokenizer, text)
-    cap, states, points = capture_encoder(model, ids, mask)
+    enc = encode_inputs(model, tokenizer, text)
+    ids, is_batch = enc.input_ids, enc.is_batch
+    cap, states, points = capture_encoder(model, ids, enc.attention_mask, **enc.extras)
     caps = []
     for b, keep_pos in enumerate(iter_sentences(cap)):
         real = ids[b][keep_pos.to(ids.device)]

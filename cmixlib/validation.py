@@ -19,7 +19,7 @@ import torch
 
 __all__ = ["InputError", "describe", "check_bool", "check_int", "check_positive_int", "check_float_dtype",
            "check_choice", "check_names", "check_text", "check_tokenizer", "check_model",
-           "check_ids_and_mask", "check_positions", "check_rows", "check_maps", "check_device_name",
+           "check_ids_and_mask", "numeric_tensor", "check_positions", "check_rows", "check_maps", "check_device_name",
            "check_same_length"]
 
 
@@ -208,8 +208,9 @@ def check_model(model: Any, name: str = "model") -> torch.nn.Module:
     return model
 
 
-def _numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
-    """``value`` (tensor, array or nested list of numbers) as a tensor; TypeError if not numbers."""
+def numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
+    """``value`` (tensor, array or nested list of numbers) as a tensor; TypeError (``name`` must
+    be ``what``) if not numbers, :class:`InputError` if ragged."""
     if value is None or isinstance(value, (str, bytes, Mapping)):
         raise TypeError(f"{name} must be {what}; got {describe(value)}.")
     if torch.is_tensor(value):
@@ -226,6 +227,9 @@ def _numeric_tensor(value: Any, name: str, what: str) -> torch.Tensor:
     if t.dtype.is_complex:
         raise TypeError(f"{name} must be {what}; got {describe(value)}.")
     return t
+
+
+_numeric_tensor = numeric_tensor
 
 
 def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size: int | None = None,
@@ -248,7 +252,7 @@ def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size
     ...
     cmixlib.validation.InputError: input_ids holds id 50, but the vocabulary has 10 entries (ids 0..9): ...
     """
-    ids = _numeric_tensor(input_ids, name, "integer token ids of shape (n,) or (batch, n)")
+    ids = numeric_tensor(input_ids, name, "integer token ids of shape (n,) or (batch, n)")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool:
         raise InputError(f"{name} must hold integer token ids; got {describe(input_ids)}.")
     if ids.ndim == 1:
@@ -265,7 +269,7 @@ def check_ids_and_mask(input_ids: Any, attention_mask: Any = None, *, vocab_size
                          f"0..{vocab_size - 1}): were the ids made by another model's tokenizer?")
     if attention_mask is None:
         return ids.long(), torch.ones_like(ids, dtype=torch.long)
-    mask = _numeric_tensor(attention_mask, "attention_mask", "a 0/1 array shaped like input_ids")
+    mask = numeric_tensor(attention_mask, "attention_mask", "a 0/1 array shaped like input_ids")
     if mask.ndim == 1:
         mask = mask[None]
     if tuple(mask.shape) != tuple(ids.shape):

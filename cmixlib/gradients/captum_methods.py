@@ -61,7 +61,7 @@ from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls,
 from .rescale import deeplift_rescale
 from .target_rows import _first_row_head
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
-                      _token_id, special_positions, target_tensors)
+                      _token_id, extra_inputs, special_positions, target_tensors)
 
 __all__ = ["GRADIENT_METHODS", "batch_attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs",
            "integrated_gradients", "deeplift"]
@@ -108,6 +108,7 @@ def _frozen(model: nn.Module, enabled: bool = True) -> Iterator[None]:
 
 def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                           targets: Sequence[Target], level: Level, rows_only: bool = False,
+                          extras: dict[str, torch.Tensor] | None = None,
                           ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per hooked module, ``(B, n, d)`` gradients :math:`\\partial f/\\partial x` (captum
     ``LayerGradientXActivation`` without the multiplication) and the activations ``x`` themselves
@@ -123,9 +124,12 @@ def _gradients_and_inputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tenso
     handles = [layer.register_forward_hook(lambda m, i, o, k=k: keep(m, i, o, k))
                for k, layer in enumerate(layers)]
     try:
-        method = LayerGradientXActivation(ScoreModule(model, targets, target_rows_only=rows_only),
-                                          layers, multiply_by_inputs=False)
-        grads = method.attribute(ids, additional_forward_args=(mask, *target_tensors(targets, ids.device)))
+        extras = extras or {}
+        method = LayerGradientXActivation(
+            ScoreModule(model, targets, target_rows_only=rows_only, extra_names=tuple(extras)),
+            layers, multiply_by_inputs=False)
+        grads = method.attribute(ids, additional_forward_args=(
+            mask, *target_tensors(targets, ids.device), *extras.values()))
     finally:
         for h in handles:
             h.remove()
@@ -150,19 +154,20 @@ def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
 
 def _layer_states(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                   targets: Sequence[Target], base_ids: torch.Tensor,
+                  extras: dict[str, torch.Tensor] | None = None,
                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls]:
     """``hidden_states[0..L-1]`` of the input and of the baseline ids and the blocks' other
     arguments (one forward each, shared by IG and DeepLift); for an MLM the fast tail from layer
     0 is checked against the model's own logits on the first row (:func:`._check_tail`)."""
-    h_in, calls = _hidden_states_and_calls(model, ids, mask)
-    h_base, _ = _hidden_states_and_calls(model, base_ids, mask)
+    h_in, calls = _hidden_states_and_calls(model, ids, mask, extras)
+    h_base, _ = _hidden_states_and_calls(model, base_ids, mask, extras)
     if isinstance(targets[0], MLMTarget):
         B = ids.shape[0]
         first = [t[:1] if t.dim() and t.shape[0] == B else t for t in calls.tensors]
         tg = target_tensors(targets[:1], ids.device)
         with torch.no_grad():
             got = _Tail(model, 0, calls, targets[0].resolved_score())(h_in[0][:1], *tg, *first)
-        _check_tail(model, ids, mask, targets, got)
+        _check_tail(model, ids, mask, targets, got, extras)
     return h_in, h_base, calls
 
 
@@ -171,15 +176,18 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                        n_steps: int, ig_method: str, internal_batch_size: int | None,
                        rescale_activations: bool, with_delta: bool = True,
                        states: tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls] | None = None,
-                       rows_only: bool = False,
+                       rows_only: bool = False, extras: dict[str, torch.Tensor] | None = None,
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
     """IG (``which="ig"``) or DeepLift (``"dl"``) attributions ``(B, n, d)`` and convergence deltas
     ``(B,)`` for each attributed layer (see the module docstring for which captum class runs).
     ``states``: :func:`_layer_states` of the batch (``level="layers"``), computed here if None;
-    ``rows_only``: :func:`_first_row_head`'s answer (input level)."""
+    ``rows_only``: :func:`_first_row_head`'s answer (input level); ``extras``: the extra inputs
+    (``token_type_ids``...), passed with the mask to every forward."""
     from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift
 
     tg = target_tensors(targets, ids.device)
+    extras = extras or {}
+    names, ex = tuple(extras), tuple(extras.values())
     B, n = ids.shape
     ibs = internal_batch_size or B * max(1, _TOKENS_PER_CHUNK // (B * n))
     kind = targets[0].resolved_score()
@@ -199,18 +207,19 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         return res if with_delta else (res, None)
 
     if level == "input":
-        score, emb = ScoreModule(model, targets, target_rows_only=rows_only), model.get_input_embeddings()
+        score = ScoreModule(model, targets, target_rows_only=rows_only, extra_names=names)
+        emb = model.get_input_embeddings()
         if which == "ig":       # the embeddings looked up, not read from two extra forwards
             with torch.no_grad():
                 x, x_base = emb(ids), emb(base_ids)
             explainer = IntegratedGradients(_WordEmbeddingScore(model, score), multiply_by_inputs=True)
-            attr, delta = run(explainer, x, x_base, (ids, mask, *tg))
+            attr, delta = run(explainer, x, x_base, (ids, mask, *tg, *ex))
         else:
             attr, delta = run(LayerDeepLift(score, emb, multiply_by_inputs=True), ids, base_ids,
-                              (mask, *tg))
+                              (mask, *tg, *ex))
         return [attr], [None if delta is None else delta.reshape(B)]
     mlm = isinstance(targets[0], MLMTarget)
-    h_in, h_base, calls = states or _layer_states(model, ids, mask, targets, base_ids)
+    h_in, h_base, calls = states or _layer_states(model, ids, mask, targets, base_ids, extras)
     extra = (*tg, *calls.tensors)
     if mlm and which == "dl":
         # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
@@ -228,7 +237,7 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         if mlm:
             f = _Tail(model, start, calls, kind)
         else:
-            f, extra = _Substituted(model, start, kind), (*tg, ids, mask)
+            f, extra = _Substituted(model, start, kind, names), (*tg, ids, mask, *ex)
         explainer = (IntegratedGradients if which == "ig" else DeepLift)(f, multiply_by_inputs=True)
         attr, delta = run(explainer, h_in[start], h_base[start], extra)
         attrs.append(attr)
@@ -242,11 +251,14 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
                     baseline: int | str | torch.Tensor = "mask", n_steps: int = 50,
                     ig_method: str = "gausslegendre", aggregate: str = "sum",
                     rescale_activations: bool = True, internal_batch_size: int | None = None,
-                    return_delta: bool = False) -> dict[str, np.ndarray]:
+                    return_delta: bool = False, token_type_ids: torch.Tensor | None = None,
+                    position_ids: torch.Tensor | None = None) -> dict[str, np.ndarray]:
     r"""Gradient attributions of a batch, several methods at once.
 
     ``input_ids`` ``(B, n)`` (padded; ``attention_mask`` marks the real tokens) and one target per
-    row (all :class:`MLMTarget` or all :class:`ClassTarget`, with one score kind). ``methods`` from
+    row (all :class:`MLMTarget` or all :class:`ClassTarget`, with one score kind);
+    ``token_type_ids`` / ``position_ids`` (``(B, n)``, optional: a sentence pair's segment ids)
+    go to every forward pass with the mask, so :math:`f` is the model's own. ``methods`` from
     :data:`GRADIENT_METHODS`; the equations are those of :func:`grad_l2`, :func:`grad_x_input_l2`,
     :func:`grad_x_input_abs`, :func:`integrated_gradients` and :func:`deeplift` (``aggregate``
     applies to the last two). The three plain-gradient methods share one forward and backward pass.
@@ -266,15 +278,17 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
         raise GradientAttributionError(f"n_steps must be >= 2 (captum's requirement); got {n_steps}.")
     if aggregate not in ("sum", "abs", "l2"):
         raise GradientAttributionError(f"Unknown aggregate {aggregate!r}; choose 'sum', 'abs' or 'l2'.")
-    ids, mask, targets = _prepare(model, input_ids, attention_mask, targets)
+    ids, mask, targets, extras = _prepare(model, input_ids, attention_mask, targets,
+                                          extra_inputs(token_type_ids, position_ids))
     out: dict[str, torch.Tensor] = {}
     mlm = isinstance(targets[0], MLMTarget)
     plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
     path = [(m, w) for m, w in (("integrated_gradients", "ig"), ("deeplift", "dl")) if m in methods]
-    rows_only = (bool(plain) or level == "input") and _first_row_head(model, ids, mask, targets)
+    rows_only = (bool(plain) or level == "input") and _first_row_head(model, ids, mask, targets,
+                                                                      extras)
     if plain:
         with _frozen(model):      # gradients w.r.t. activations only: no parameter gradients
-            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level, rows_only)
+            grads, acts = _gradients_and_inputs(model, ids, mask, targets, level, rows_only, extras)
         for m in plain:
             rows = [_aggregate(g, "l2") if m == "grad_l2" else
                     _aggregate(g * x, "l2" if m == "grad_x_input_l2" else "abs")
@@ -283,14 +297,14 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     # a classifier's layer-wise path re-runs the blocks below the layer (see _frozen)
     with _frozen(model, enabled=mlm or level == "input"):
         base_ids = _baseline_batch(model, ids, mask, baseline, tokenizer) if path else None
-        states = (_layer_states(model, ids, mask, targets, base_ids)
+        states = (_layer_states(model, ids, mask, targets, base_ids, extras)
                   if path and level == "layers" else None)
         for m, which in path:
             attrs, deltas = _path_attributions(
                 model, ids, mask, targets, level, which, base_ids, n_steps=int(n_steps),
                 ig_method=ig_method, internal_batch_size=internal_batch_size,
                 rescale_activations=rescale_activations, with_delta=return_delta, states=states,
-                rows_only=rows_only)
+                rows_only=rows_only, extras=extras)
             out[m] = torch.stack([_aggregate(a, aggregate) for a in attrs], dim=1)
             if return_delta:
                 out[m + "_delta"] = torch.stack(deltas, dim=1)
@@ -308,7 +322,8 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
 # One sequence
 # --------------------------------------------------------------------------------------------
 def _one(model, input_ids, target, method, level, attention_mask, return_delta=False, **options):
-    """One sequence through :func:`batch_attribute`: ``(n,)``/``(L, n)`` (and the delta)."""
+    """One sequence through :func:`batch_attribute`: ``(n,)``/``(L, n)`` (and the delta).
+    ``options`` may hold ``token_type_ids`` / ``position_ids`` (None: not given)."""
     res = batch_attribute(model, _single(input_ids), [target], [method], level,
                           attention_mask=attention_mask, return_delta=return_delta, **options)
     out = res[method][0]
@@ -317,33 +332,39 @@ def _one(model, input_ids, target, method, level, attention_mask, return_delta=F
 
 def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
             attention_mask: torch.Tensor | None = None, level: Level = "input",
-            tokenizer: Any = None) -> np.ndarray:
+            tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
+            position_ids: torch.Tensor | None = None) -> np.ndarray:
     r"""Gradient norm :math:`s_j = \lVert \partial f / \partial x_j \rVert_2`.
 
     ``x_j``: word embedding of token j (``level="input"``) or ``hidden_states[ℓ][j]``
     (``level="layers"``). Returns ``(n,)`` or ``(L, n)``. Batches: :func:`batch_attribute`.
     """
-    return _one(model, input_ids, target, "grad_l2", level, attention_mask)
+    return _one(model, input_ids, target, "grad_l2", level, attention_mask,
+                token_type_ids=token_type_ids, position_ids=position_ids)
 
 
 def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                     attention_mask: torch.Tensor | None = None, level: Level = "input",
-                    tokenizer: Any = None) -> np.ndarray:
+                    tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
+            position_ids: torch.Tensor | None = None) -> np.ndarray:
     r"""Gradient × input, L2 over dims: :math:`s_j = \lVert (\partial f/\partial x_j) \odot x_j \rVert_2`.
 
     GlobEnc's saliency aggregation. Returns ``(n,)`` or ``(L, n)``.
     """
-    return _one(model, input_ids, target, "grad_x_input_l2", level, attention_mask)
+    return _one(model, input_ids, target, "grad_x_input_l2", level, attention_mask,
+                token_type_ids=token_type_ids, position_ids=position_ids)
 
 
 def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                      attention_mask: torch.Tensor | None = None, level: Level = "input",
-                     tokenizer: Any = None) -> np.ndarray:
+                     tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
+            position_ids: torch.Tensor | None = None) -> np.ndarray:
     r"""Gradient × input, summed then absolute: :math:`s_j = \lvert (\partial f/\partial x_j)\cdot x_j \rvert`.
 
     Returns ``(n,)`` or ``(L, n)``.
     """
-    return _one(model, input_ids, target, "grad_x_input_abs", level, attention_mask)
+    return _one(model, input_ids, target, "grad_x_input_abs", level, attention_mask,
+                token_type_ids=token_type_ids, position_ids=position_ids)
 
 
 def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
@@ -351,7 +372,9 @@ def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Targ
                          baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
                          n_steps: int = 50, method: str = "gausslegendre",
                          internal_batch_size: int | None = None, aggregate: str = "sum",
-                         return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+                         return_delta: bool = False, token_type_ids: torch.Tensor | None = None,
+                         position_ids: torch.Tensor | None = None,
+                         ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""Integrated gradients (captum):
 
     .. math:: A_j = \sum_d (x_{jd} - x'_{jd}) \int_0^1
@@ -370,14 +393,17 @@ def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Targ
     """
     return _one(model, input_ids, target, "integrated_gradients", level, attention_mask, return_delta,
                 baseline=baseline, tokenizer=tokenizer, n_steps=n_steps, ig_method=method,
-                internal_batch_size=internal_batch_size, aggregate=aggregate)
+                internal_batch_size=internal_batch_size, aggregate=aggregate,
+                token_type_ids=token_type_ids, position_ids=position_ids)
 
 
 def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
              attention_mask: torch.Tensor | None = None, level: Level = "input",
              baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
              aggregate: str = "sum", rescale_activations: bool = True,
-             return_delta: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+             return_delta: bool = False, token_type_ids: torch.Tensor | None = None,
+             position_ids: torch.Tensor | None = None,
+             ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     r"""DeepLift, rescale rule (captum): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
 
     The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
@@ -404,4 +430,5 @@ def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     """
     return _one(model, input_ids, target, "deeplift", level, attention_mask, return_delta,
                 baseline=baseline, tokenizer=tokenizer, aggregate=aggregate,
-                rescale_activations=rescale_activations)
+                rescale_activations=rescale_activations, token_type_ids=token_type_ids,
+                position_ids=position_ids)

@@ -21,7 +21,7 @@ from ..validation import check_positive_int
 from .layers import Level
 from .target_rows import _first_row_head
 from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _attribution_errors, _prepare,
-                      _single, _token_id, special_positions, target_tensors)
+                      _single, _token_id, extra_inputs, special_positions, target_tensors)
 
 __all__ = ["blank_out", "blank_out_batch"]
 
@@ -30,7 +30,8 @@ __all__ = ["blank_out", "blank_out_batch"]
 def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
               attention_mask: torch.Tensor | None = None, replacement: int | str = "unk",
               tokenizer: Any = None, skip_special: bool = True,
-              batch_size: int | None = None) -> np.ndarray:
+              batch_size: int | None = None, token_type_ids: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None) -> np.ndarray:
     r"""Erasure scores :math:`s_j = p(y \mid x) - p(y \mid x_{j \leftarrow r})`.
 
     Token j is replaced by ``replacement`` ([UNK] by default, as in the Value Zeroing paper;
@@ -43,18 +44,22 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
 
     With ``skip_special`` (default), special positions (:func:`special_positions`) and the MLM
     target position get 0; with ``skip_special=False`` every attended position is blanked (ALTI's
-    variant). Padded positions always get 0. Returns ``(n,)``; positive = the token helped.
+    variant). Padded positions always get 0. ``token_type_ids`` / ``position_ids`` (optional, a
+    sentence pair's segment ids) go to every forward, the erased copies keeping them. Returns
+    ``(n,)``; positive = the token helped.
     """
     return blank_out_batch(model, _single(input_ids), [target], attention_mask=attention_mask,
                            replacement=replacement, tokenizer=tokenizer,
-                           skip_special=skip_special, batch_size=batch_size)[0]
+                           skip_special=skip_special, batch_size=batch_size,
+                           token_type_ids=token_type_ids, position_ids=position_ids)[0]
 
 
 @torch.no_grad()
 def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence[Target], *,
                     attention_mask: torch.Tensor | None = None, replacement: int | str = "unk",
                     tokenizer: Any = None, skip_special: bool = True,
-                    batch_size: int | None = None) -> np.ndarray:
+                    batch_size: int | None = None, token_type_ids: torch.Tensor | None = None,
+                    position_ids: torch.Tensor | None = None) -> np.ndarray:
     r"""Erasure scores of every sequence of a padded batch,
     :math:`s_{bj} = p(y_b \mid x_b) - p(y_b \mid x_{b,\, j \leftarrow r})`, as :func:`blank_out`
     for each row b with its own target: ``(B, n)``, 0 at padded (and, with ``skip_special``,
@@ -70,17 +75,20 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
 
     ``input_ids``: ``(B, n)`` integer tensor; ``targets``: one target per row, all of one kind
     (:class:`MLMTarget` or :class:`ClassTarget`) and score; ``attention_mask``: ``(B, n)`` of
-    0/1 (None: every position). Raises :class:`GradientAttributionError` otherwise.
+    0/1 (None: every position); ``token_type_ids`` / ``position_ids``: ``(B, n)`` or None, passed
+    to the model with each row (and its erased copies). Raises :class:`GradientAttributionError`
+    otherwise.
     """
     with _attribution_errors():
         check_positive_int(batch_size, "batch_size", allow_none=True)
-    ids, mask, targets = _prepare(model, input_ids, attention_mask, list(targets))
+    ids, mask, targets, extras = _prepare(model, input_ids, attention_mask, list(targets),
+                                          extra_inputs(token_type_ids, position_ids))
     B, n = ids.shape
     rid = _token_id(model, replacement, tokenizer, "blank-out replacement")
     # the head reads one row (the target, or a classifier's first token): the last block's FFN
     # runs at that row only where that is checked to change nothing (.target_rows)
-    score = ScoreModule(model, targets, score="prob",
-                        target_rows_only=_first_row_head(model, ids, mask, targets))
+    score = ScoreModule(model, targets, score="prob", extra_names=tuple(extras),
+                        target_rows_only=_first_row_head(model, ids, mask, targets, extras))
     tg = target_tensors(targets, ids.device)                 # (B,) each
     # the B originals, then one copy per real token (b, j) with token j replaced
     bj = (mask != 0).nonzero()                               # (C, 2), by b then j
@@ -95,7 +103,8 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     for i in range(0, len(src), step):
         rows = order[i:i + step]
         width = int(lengths[src[rows]].max()) if right else n
-        p = score(seqs[rows, :width], mask[src[rows], :width], *(a[src[rows]] for a in tg))
+        p = score(seqs[rows, :width], mask[src[rows], :width], *(a[src[rows]] for a in tg),
+                  *(e[src[rows], :width] for e in extras.values()))
         probs = p.new_empty(len(src)) if probs is None else probs
         probs[rows] = p
     scores = probs.new_zeros(B, n)

@@ -125,9 +125,11 @@ class _Slot:
 
 
 def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+                             extras: dict | None = None,
                              ) -> tuple[list[torch.Tensor], _LayerCalls]:
     """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call
-    (:func:`cmixlib.encoder.record_layer_calls`), tensors moved into slots."""
+    (:func:`cmixlib.encoder.record_layer_calls`, with the extra inputs ``extras``), tensors moved
+    into slots."""
     inputs: list[torch.Tensor] = []
     calls: list[tuple[list, dict]] = []
     tensors: list[torch.Tensor] = []
@@ -138,7 +140,7 @@ def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Te
             return _Slot(len(tensors) - 1)
         return v
 
-    for args, kwargs, _ in record_layer_calls(model, ids, mask):
+    for args, kwargs, _ in record_layer_calls(model, ids, mask, **(extras or {})):
         kwargs = dict(kwargs)
         if args:
             h, rest = args[0], list(args[1:])
@@ -180,33 +182,38 @@ class _Tail(nn.Module):
 
 
 class _Substituted(nn.Module):
-    """``f(h, position, target, foil, input_ids, attention_mask)`` for any model: the full forward
-    on ``input_ids`` with ``hidden_states[start]`` replaced by ``h`` (used for classifiers)."""
+    """``f(h, position, target, foil, input_ids, attention_mask, *extras)`` for any model: the
+    full forward on ``input_ids`` (with the extra inputs named ``extra_names``) with
+    ``hidden_states[start]`` replaced by ``h`` (used for classifiers)."""
 
-    def __init__(self, model: nn.Module, start: int, kind: str):
+    def __init__(self, model: nn.Module, start: int, kind: str, extra_names=()):
         super().__init__()
         self.model = model
         self.layer = attribution_layers(model, "layers")[start]
         self.kind = kind
+        self.extra_names = tuple(extra_names)
 
-    def forward(self, h, position, target, foil, input_ids, attention_mask):
+    def forward(self, h, position, target, foil, input_ids, attention_mask, *extras):
+        kw = dict(zip(self.extra_names, extras, strict=True))
+
         def hook(module, inputs, output):
             return (h,) + tuple(output[1:]) if isinstance(output, tuple) else h
 
         handle = self.layer.register_forward_hook(hook)
         try:
-            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
+            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask, **kw))
         finally:
             handle.remove()
         return _class_score(logits, target, self.kind)
 
 
 def _check_tail(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
-                got: torch.Tensor) -> None:
+                got: torch.Tensor, extras: dict | None = None) -> None:
     """Raise if the fast layer-wise function disagrees with the model's own logits at the input
     (checked on the first row of the batch: the full-vocabulary logits are costly)."""
     with torch.no_grad():
-        logits = _logits(model(input_ids=ids[:1], attention_mask=mask[:1]))
+        kw = {k: v[:1] for k, v in (extras or {}).items()}
+        logits = _logits(model(input_ids=ids[:1], attention_mask=mask[:1], **kw))
         want = target_score(logits, targets[0])
         got = got[:1]
     tol = 1e-4 if got.dtype == torch.float32 else 1e-8

@@ -14,7 +14,7 @@ from torch import nn
 from .. import arch
 from ..validation import check_int, check_positive_int
 from .layers import Level, _check_level
-from .targets import Target, _attribution_errors, _prepare, _single
+from .targets import extra_inputs, Target, _attribution_errors, _prepare, _single
 
 __all__ = ["random_scores"]
 
@@ -34,9 +34,12 @@ def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np
 
 def _random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                    attention_mask: torch.Tensor | None = None, level: Level = "input",
-                   seed: int = 0, tokenizer: Any = None) -> np.ndarray:
-    """:func:`random_scores` shaped like the other methods' output for this input and ``level``."""
+                   seed: int = 0, tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None) -> np.ndarray:
+    """:func:`random_scores` shaped like the other methods' output for this input and ``level``
+    (the extra inputs are checked like the other methods', and do not change the scores)."""
     _check_level(level)
-    ids, _, _ = _prepare(model, _single(input_ids), attention_mask, [target])
+    ids, _, _, _ = _prepare(model, _single(input_ids), attention_mask, [target],
+                            extra_inputs(token_type_ids, position_ids))
     layers = None if level == "input" else arch.num_layers(model)
     return random_scores(ids.shape[1], num_layers=layers, seed=seed)

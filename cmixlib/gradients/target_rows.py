@@ -73,21 +73,22 @@ def _target_row_ffn(ffn_in: nn.Module | None, position: torch.Tensor, n: int) ->
 
 
 def _first_row_head(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
-                    targets: Sequence[Target]) -> bool:
+                    targets: Sequence[Target], extras: dict | None = None) -> bool:
     """Whether :class:`.targets.ScoreModule` may run the last block's FFN at the scored row only
     (:func:`_target_row_ffn`): always for an MLM (the score reads the target position);
     for a classifier if its logits on the batch's first row are unchanged by it (the heads of
     :data:`cmixlib.arch.FAMILIES` read the first token; a head that reads more fails the check
-    and runs in full)."""
+    and runs in full). ``extras``: the batch's extra inputs (``token_type_ids``...)."""
     from .targets import MLMTarget, _logits
 
     ffn = _last_ffn_in(model)
     if ffn is None or isinstance(targets[0], MLMTarget):
         return ffn is not None
+    kw = {k: v[:1] for k, v in (extras or {}).items()}
     with torch.no_grad():
-        want = _logits(model(input_ids=ids[:1], attention_mask=mask[:1]))
+        want = _logits(model(input_ids=ids[:1], attention_mask=mask[:1], **kw))
         first = torch.zeros(1, dtype=torch.long, device=ids.device)
         with _target_row_ffn(ffn, first, ids.shape[1]):
-            got = _logits(model(input_ids=ids[:1], attention_mask=mask[:1]))
+            got = _logits(model(input_ids=ids[:1], attention_mask=mask[:1], **kw))
     tol = 1e-4 if got.dtype == torch.float32 else 1e-8      # as .layers._check_tail
     return bool(torch.allclose(got, want, rtol=tol, atol=tol))

@@ -44,10 +44,12 @@ from torch import nn
 
 from .. import arch
 from ..models import model_device
+from ..encoding import check_extra_inputs
 from ..validation import InputError, check_ids_and_mask
 from .target_rows import _last_ffn_in, _target_row_ffn
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
+           "extra_inputs",
            "target_probability", "resolve_target", "ScoreModule", "target_tensors",
            "special_positions"]
 
@@ -201,10 +203,19 @@ def _check_model_and_target(model: nn.Module, target: Target, n: int) -> None:
             f"target must be an MLMTarget or a ClassTarget, not {type(target).__name__}.")
 
 
+def extra_inputs(token_type_ids: Any = None, position_ids: Any = None) -> dict[str, Any]:
+    """The extra per-token inputs a function was given, by name (None left out)."""
+    return {k: v for k, v in (("token_type_ids", token_type_ids), ("position_ids", position_ids))
+            if v is not None}
+
+
 def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-             targets: Sequence[Target]) -> tuple[torch.Tensor, torch.Tensor, list[Target]]:
-    """Validate and move a batch ``(B, n)`` of ids, its mask and one target per row; resolve
-    predicted-class targets. Returns ids, mask, targets."""
+             targets: Sequence[Target], extras: dict[str, Any] | None = None,
+             ) -> tuple[torch.Tensor, torch.Tensor, list[Target], dict[str, torch.Tensor]]:
+    """Validate and move a batch ``(B, n)`` of ids, its mask, its extra inputs (``extras``:
+    ``token_type_ids`` / ``position_ids`` shaped like the ids,
+    :func:`cmixlib.validation.check_extra_inputs`) and one target per row; resolve
+    predicted-class targets (with the extra inputs). Returns ids, mask, targets, extras."""
     if not isinstance(model, nn.Module) or not hasattr(model, "get_input_embeddings"):
         raise GradientAttributionError("model must be a Hugging Face PreTrainedModel.")
     if not torch.is_tensor(input_ids) or input_ids.dtype not in (torch.long, torch.int, torch.int32):
@@ -223,8 +234,10 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     with _attribution_errors():  # ids inside the vocabulary; a 0/1 mask of their shape, a token per row
         input_ids, attention_mask = check_ids_and_mask(
             input_ids, attention_mask, vocab_size=model.get_input_embeddings().num_embeddings)
+        extras = check_extra_inputs({"input_ids": input_ids, **(extras or {})}, input_ids, model)
     input_ids = input_ids.to(device=device, dtype=torch.long)
     attention_mask = attention_mask.to(device=device, dtype=torch.long)
+    extras = {k: v.to(device) for k, v in extras.items()}
     for b, target in enumerate(targets):
         _check_model_and_target(model, target, input_ids.shape[1])
         if isinstance(target, MLMTarget) and attention_mask[b, target.position] == 0:
@@ -237,19 +250,21 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
             "All targets of a batch must be of one type and score, and all or none must have a "
             f"foil; got {sorted(kinds)}. Split the batch.")
     if isinstance(targets[0], ClassTarget) and any(t.class_index is None for t in targets):
-        pred = _predicted_classes(model, input_ids, attention_mask)
+        pred = _predicted_classes(model, input_ids, attention_mask, extras)
         targets = [t if t.class_index is not None else replace(t, class_index=p)
                    for t, p in zip(targets, pred)]
-    return input_ids, attention_mask, targets
+    return input_ids, attention_mask, targets, extras
 
 
 @torch.no_grad()
 def _predicted_classes(model: nn.Module, input_ids: torch.Tensor,
-                       attention_mask: torch.Tensor | None) -> list[int]:
+                       attention_mask: torch.Tensor | None,
+                       extras: dict[str, torch.Tensor] | None = None) -> list[int]:
     device = model_device(model)
     mask = None if attention_mask is None else attention_mask.to(device)
+    kw = {k: v.to(device) for k, v in (extras or {}).items()}
     with torch.no_grad():                    # only the argmax is needed: no autograd graph
-        logits = _logits(model(input_ids=input_ids.to(device), attention_mask=mask))
+        logits = _logits(model(input_ids=input_ids.to(device), attention_mask=mask, **kw))
     return [int(c) for c in logits.argmax(-1).tolist()]
 
 
@@ -267,10 +282,15 @@ def _single(input_ids: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
-                   attention_mask: torch.Tensor | None = None) -> Target:
-    """Replace ``ClassTarget(class_index=None)`` by the class the model predicts; else no-op."""
+                   attention_mask: torch.Tensor | None = None, *,
+                   token_type_ids: torch.Tensor | None = None,
+                   position_ids: torch.Tensor | None = None) -> Target:
+    """Replace ``ClassTarget(class_index=None)`` by the class the model predicts (on the ids with
+    their mask, segment ids and positions); else no-op."""
     if isinstance(target, ClassTarget) and target.class_index is None:
-        return replace(target, class_index=_predicted_classes(model, input_ids, attention_mask)[0])
+        extras = extra_inputs(token_type_ids, position_ids)
+        return replace(target, class_index=_predicted_classes(model, input_ids, attention_mask,
+                                                              extras)[0])
     return target
 
 
@@ -311,29 +331,34 @@ def _class_score(logits: torch.Tensor, cls: torch.Tensor, kind: str) -> torch.Te
 
 
 class ScoreModule(nn.Module):
-    """``f(input_ids, attention_mask, position, target, foil) -> (B,)``: the model's real forward
-    and the score of each row's target (:func:`target_score`; for an MLM the base model, then the
-    head at the target position only). The last three arguments come from
-    :func:`target_tensors`; ``score`` overrides the targets' score kind (blank-out: ``"prob"``).
+    """``f(input_ids, attention_mask, position, target, foil, *extras) -> (B,)``: the model's real
+    forward and the score of each row's target (:func:`target_score`; for an MLM the base model,
+    then the head at the target position only). ``position, target, foil`` come from
+    :func:`target_tensors`; ``extras`` are the extra inputs named ``extra_names`` (e.g.
+    ``("token_type_ids",)``), passed to the model's forward (captum expands them with the batch
+    as it does the mask); ``score`` overrides the targets' score kind (blank-out: ``"prob"``).
     ``target_rows_only``: the last block's FFN runs at the scored row only
     (:func:`.target_rows._target_row_ffn`; exact, for heads that read only that row)."""
 
     def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None,
-                 target_rows_only: bool = False):
+                 target_rows_only: bool = False, extra_names: Sequence[str] = ()):
         super().__init__()
         self.model = model
         self.mlm = isinstance(targets[0], MLMTarget)
         self.kind = score or targets[0].resolved_score()
         self.last_ffn_in = _last_ffn_in(model) if target_rows_only else None
+        self.extra_names = tuple(extra_names)
 
-    def forward(self, input_ids, attention_mask, position, target, foil) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask, position, target, foil, *extras) -> torch.Tensor:
         # position: the MLM target's row; a classifier's head reads row 0 (target_rows_only)
         rows = position if self.mlm else torch.zeros_like(position)
+        kw = dict(zip(self.extra_names, extras, strict=True))
         with _target_row_ffn(self.last_ffn_in, rows, input_ids.shape[1]):
             if self.mlm:
-                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                               **kw)[0]
                 return _mlm_score(self.model, hidden, position, target, foil, self.kind)
-            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))
+            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask, **kw))
         return _class_score(logits, target, self.kind)
 
 

@@ -1,0 +1,164 @@
+"""What :func:`cmixlib.context_mixing` returns for one sentence: :class:`MixingResult`, the maps
+by method (a ``dict``, so ``maps["alti"]`` reads as always) that also carries the sentence's
+tokens and ids, its words, the model it came from and the options it was computed with, and can
+be saved, loaded and aggregated to words and layers. To plot one:
+``cmixlib.plotting.plot_layer_maps(res["alti"], res.tokens)`` (the ``plot`` extra).
+
+Word-level maps (:meth:`MixingResult.aggregate`): with :math:`W_a` the pieces of word
+:math:`a` (a special token is a word of its own),
+
+.. math:: C^{\\ell}_{ab} = \\frac{1}{|W_a|} \\sum_{i \\in W_a} \\sum_{j \\in W_b} C^{\\ell}_{ij},
+
+what a word receives is the mean over its pieces and what it gives the sum over its pieces, so
+rows that sum to 1 still do.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .validation import InputError, check_positions
+
+__all__ = ["MixingResult", "FORMAT"]
+
+#: The ``format`` written in a saved result's metadata (:meth:`MixingResult.save`).
+FORMAT = "cmixlib.MixingResult/1"
+
+
+class MixingResult(dict):
+    """Maps of one sentence by method, ``{name: (L, n, n) array}`` (row i receives, column j
+    gives), with what produced them:
+
+    ``tokens`` (n token strings, or None without a tokenizer), ``input_ids`` ((n,) ints),
+    ``word_ids`` (per token the index of its word, None for a special token; None when unknown:
+    ids given without text), ``model`` (the model's description), ``options`` (the methods and
+    options of the call), ``layers`` (the layer numbers of the maps, 1-based).
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> res = cmixlib.context_mixing(cmixlib.random_model("bert", layers=2), None,
+    ...                              {"input_ids": torch.tensor([1, 5, 6, 2])}, ["alti"])
+    >>> res["alti"].shape, res.layers, res.input_ids.tolist()
+    ((2, 4, 4), [1, 2], [1, 5, 6, 2])
+    >>> res.aggregate(layers=[-1])["alti"].shape       # the last layer only
+    (1, 4, 4)
+    """
+
+    def __init__(self, maps: dict[str, np.ndarray], *, input_ids: Sequence[int] | None = None,
+                 tokens: Sequence[str] | None = None, word_ids: Sequence[int | None] | None = None,
+                 model: str = "", options: dict[str, Any] | None = None,
+                 layers: Sequence[int] | None = None):
+        super().__init__(maps)
+        self.input_ids = None if input_ids is None else np.asarray(input_ids, dtype=np.int64)
+        self.tokens = None if tokens is None else list(tokens)
+        self.word_ids = None if word_ids is None else list(word_ids)
+        self.model = model
+        self.options = dict(options or {})
+        first = next(iter(maps.values()), None)
+        n_layers = 0 if first is None else int(np.shape(first)[0])
+        self.layers = list(range(1, n_layers + 1)) if layers is None else [int(x) for x in layers]
+
+    def __repr__(self) -> str:
+        n = None if self.input_ids is None else len(self.input_ids)
+        return (f"MixingResult(methods={list(self)}, n={n}, layers={self.layers}, "
+                f"model={self.model!r})")
+
+    # ------------------------------------------------------------------ aggregation
+    def aggregate(self, *, words: bool = False, layers: Sequence[int] | None = None
+                  ) -> "MixingResult":
+        """A new result: with ``words``, maps between words (module docstring: rows averaged
+        over a word's pieces, columns summed), the tokens joined into words; with ``layers``,
+        only those layers (0-based indices into the maps, negative from the last).
+
+        ``words=True`` needs :attr:`word_ids` (a result of raw text with a fast tokenizer); a
+        result of ids is refused (:class:`~cmixlib.InputError`) rather than guessed from token
+        strings."""
+        out = {k: np.asarray(v) for k, v in self.items()}
+        kept = self.layers
+        if layers is not None:
+            idx = check_positions(layers, len(self.layers), "layers", negative=True)
+            out = {k: v[idx] for k, v in out.items()}
+            kept = [self.layers[i] for i in idx]
+        tokens, ids, word_ids = self.tokens, self.input_ids, self.word_ids
+        if words:
+            if self.word_ids is None:
+                raise InputError("This result has no word boundaries (it was computed from token "
+                                 "ids, or with a slow tokenizer): pass the raw text to "
+                                 "context_mixing with a fast tokenizer to aggregate to words.")
+            groups = _word_groups(self.word_ids)
+            P = np.zeros((len(groups), len(self.word_ids)))
+            for a, pieces in enumerate(groups):
+                P[a, pieces] = 1.0
+            mean = P / P.sum(1, keepdims=True)
+            out = {k: np.einsum("ai,lij,bj->lab", mean, v, P) for k, v in out.items()}
+            if self.tokens is not None:
+                tokens = [_join_pieces([self.tokens[i] for i in g]) for g in groups]
+            ids, word_ids = None, list(range(len(groups)))
+        opts = dict(self.options, aggregated={"words": bool(words), "layers": kept})
+        return MixingResult(out, input_ids=ids, tokens=tokens, word_ids=word_ids,
+                            model=self.model, options=opts, layers=kept)
+
+    # ------------------------------------------------------------------ saving
+    def save(self, path: str | Path) -> Path:
+        """Write the result to ``path`` (a ``.npz`` file: the maps, and the rest as JSON);
+        :meth:`load` reads it back equal. Returns the path written."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(".npz")
+        meta = {"format": FORMAT, "methods": list(self), "model": self.model,
+                "options": _jsonable(self.options), "layers": self.layers,
+                "tokens": self.tokens, "word_ids": self.word_ids,
+                "input_ids": None if self.input_ids is None else self.input_ids.tolist()}
+        arrays = {f"map_{k}": np.asarray(v) for k, v in enumerate(self.values())}
+        np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "MixingResult":
+        """A result written by :meth:`save`."""
+        with np.load(Path(path), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != FORMAT:
+                raise InputError(f"{path} is not a saved MixingResult (format "
+                                 f"{meta.get('format')!r}, expected {FORMAT!r}).")
+            maps = {name: z[f"map_{k}"] for k, name in enumerate(meta["methods"])}
+        return cls(maps, input_ids=meta["input_ids"], tokens=meta["tokens"],
+                   word_ids=meta["word_ids"], model=meta["model"], options=meta["options"],
+                   layers=meta["layers"])
+
+
+def _word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:
+    """Token positions grouped by word, in order; a token without a word (special) alone."""
+    groups: list[list[int]] = []
+    last = object()
+    for i, w in enumerate(word_ids):
+        if w is None or w != last:
+            groups.append([i])
+        else:
+            groups[-1].append(i)
+        last = w if w is not None else object()
+    return groups
+
+
+def _join_pieces(pieces: list[str]) -> str:
+    """A word from its pieces (WordPiece ``##``, SentencePiece / byte-level markers dropped)."""
+    text = pieces[0] + "".join(p[2:] if p.startswith("##") else p for p in pieces[1:])
+    return text.replace("\u2581", "").replace("\u0120", "") or text
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
