@@ -71,6 +71,13 @@ def decoder_sentences(model: torch.nn.Module, tokenizer: Any, text: Any
         if "input_ids" not in text:
             raise InputError("A mapping input must hold 'input_ids' (shape (n,), (1, n) or "
                              "(B, n)).")
+        extra = sorted(set(text) - {"input_ids", "attention_mask"})
+        if extra:
+            raise InputError(
+                f"A decoder's mapping input takes 'input_ids' and 'attention_mask' only; got "
+                f"{extra}. cmixlib runs each sentence unpadded from position 0, so "
+                "position_ids (or segment ids) would be dropped: remove them, or pass the "
+                "sentences unpadded.")
         ids, mask = check_ids_and_mask(text["input_ids"], text.get("attention_mask"),
                                        vocab_size=vocab)
         seqs, is_batch = [row[m.bool()] for row, m in zip(ids, mask)], ids.shape[0] > 1

@@ -173,3 +173,18 @@ def test_smollm2_passes_the_identity_checks_and_alti_logit_adds_up(smollm2):
     np.testing.assert_allclose(res.head_sources.sum(1), res.sources, rtol=1e-5, atol=1e-6)
     s = res.summary()
     assert s["logit"] == pytest.approx(float(res.logit[-1]))
+
+
+def test_mapping_keys_a_decoder_would_drop_are_refused():
+    """position_ids (or any key but input_ids/attention_mask) must not be silently dropped."""
+    from cmixlib.decoder_inputs import decoder_sentences
+
+    model = random_decoder("llama")
+    ids = torch.tensor([[1, 5, 6]])
+    with pytest.raises(cmixlib.InputError, match="position_ids"):
+        decoder_sentences(model, None, {"input_ids": ids, "position_ids": torch.arange(3)[None]})
+    with pytest.raises(cmixlib.InputError, match="token_type_ids"):
+        cmixlib.context_mixing(model, None, {"input_ids": ids,
+                                             "token_type_ids": torch.zeros_like(ids)})
+    seqs, _ = decoder_sentences(model, None, {"input_ids": ids})
+    assert seqs[0].tolist() == ids[0].tolist()
