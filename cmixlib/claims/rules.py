@@ -24,18 +24,34 @@ __all__ = ["TESTS", "CLAIM_VERDICTS", "CLAIM_ONLY", "evaluate", "claims_verdict"
            "table_verdict", "outcome_line"]
 
 
-def _example_item(item: str) -> Outcome:
-    """A paper-example item's headline claim, from the ``paper-examples`` run (its claims and
-    evidence: :mod:`cmixlib.experiments.examples`)."""
+def _example_item(item: str, claim: str | None = None) -> Outcome:
+    """A paper-example claim from the ``paper-examples`` run (its claims and evidence:
+    :mod:`cmixlib.experiments.examples`): the row named ``claim``, or the item's headline."""
     from ..book_runs import run
 
     r = run("paper-examples").result
-    rows = r[(r["item"] == item) & r["headline"].astype(bool)]
+    r = r[r["item"] == item]
+    rows = r[r["claim"] == claim] if claim else r[r["headline"].astype(bool)]
     if rows.empty:
-        return not_tested(f"the paper-examples run has no headline claim for {item!r}")
+        return not_tested(f"the paper-examples run has no claim {claim or 'headline'!r} for "
+                          f"{item!r}")
     row = rows.iloc[0]
     return Outcome("holds" if bool(row["holds"]) else "fails",
                    f"{row['claim']}: {row['evidence']}", "one sentence: no sampling")
+
+
+def _example_all(item: str) -> Outcome:
+    """Every non-headline claim of a paper-example item holds (e.g. each of VZ Table 1's
+    examples' annotations)."""
+    from ..book_runs import run
+
+    r = run("paper-examples").result
+    r = r[(r["item"] == item) & ~r["headline"].astype(bool)]
+    bad = r[~r["holds"].astype(bool)]
+    return Outcome("fails" if len(bad) else "holds",
+                   f"{len(r) - len(bad)} of {len(r)} hold" + (": not " + "; not ".join(
+                       f"{c} ({e})" for c, e in zip(bad["claim"], bad["evidence"]))
+                       if len(bad) else ""), "the paper's examples: no sampling")
 
 
 #: Every claim test by id.
@@ -70,6 +86,7 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "ge_fig5": G.ge_fig5,
     "ge_fig1": G.ge_fig1,
     "example_item": _example_item,
+    "example_all": _example_all,
     "not_run": not_run,
     "not_tested": not_tested,
 }
