@@ -44,10 +44,13 @@ NO_CLAIM = "no claim to test"
 #: The mark of a verdict on another model than the paper's (:func:`with_model_condition`).
 OTHER_MODEL = " (other model)"
 _BASE = ("reproduced", "same ranking", "same direction", "too few methods", "differs")
-#: The verdict vocabulary of the reproduction status, best first; every assessed verdict but
-#: "reproduced" has an "(other model)" form (the run's model is not the paper's).
-VERDICTS = tuple(w for b in _BASE for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))
-                 ) + ("not run",)
+#: The verdict vocabulary of the reproduction status: the ranking words (tables of numbers) best
+#: first, then the claim words (:func:`claims_verdict`, :mod:`cmixlib.claims.rules`); every
+#: assessed verdict but "reproduced" has an "(other model)" form (the run's model is not the
+#: paper's).
+_CLAIM_WORDS = ("claims hold", "headline holds", "most claims hold", "not decided", "reversed")
+VERDICTS = tuple(w for b in _BASE + _CLAIM_WORDS
+                 for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))) + ("not run",)
 #: "same ranking": Spearman of our values with the paper's over the methods at least this (and
 #: significant, :data:`ALPHA`, and the same best method).
 RANKING_AGREEMENT = 0.8
@@ -67,7 +70,8 @@ MONTE_CARLO_PERMUTATIONS = 20_000
 _EPS = 1e-9
 
 #: The headline claim of :func:`alignment_claims` (Value Zeroing's Figures 1-2).
-ALIGNMENT_HEADLINE = "Value Zeroing has the highest alignment of all methods in every layer"
+ALIGNMENT_HEADLINE = ("Value Zeroing is above the other context-mixing methods in every "
+                      "layer")
 
 
 def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str:
@@ -90,25 +94,27 @@ def _claims_held(claims: pd.Series, noun: str) -> str:
 
 
 def claims_verdict(claims: pd.Series, headline: str | None = None) -> tuple[str, str]:
-    """Verdict of a figure from its boolean claims (index = the claims' text).
+    """Verdict of a figure from its boolean claims (index = the claims' text). A figure ranks
+    nothing, so the words are those of :data:`cmixlib.claims.rules.CLAIM_VERDICTS`, never a
+    ranking word.
 
     Rule with a ``headline`` (one claim's text, the paper's main claim about the figure):
 
     * the headline fails -> "differs", whatever the other claims;
-    * every claim holds -> "same ranking";
-    * the headline holds and at least half of the other claims hold -> "same direction";
+    * every claim holds -> "claims hold";
+    * the headline holds and at least half of the other claims hold -> "headline holds";
     * else "differs".
 
     Without a headline (fallback, for a table of claims none of which is the main one): all
-    hold -> "same ranking"; at least half -> "same direction"; else "differs".
+    hold -> "claims hold"; at least half -> "most claims hold"; else "differs".
     Detail: "k of m claims hold", the headline and whether it holds, and the failed claims."""
     ok = claims.astype(bool)
     k, m = int(ok.sum()), len(ok)
     detail = _claims_held(claims, "claims")
     if headline is None:
         if k == m:
-            return "same ranking", detail
-        return ("same direction" if 2 * k >= m else "differs"), detail
+            return "claims hold", detail
+        return ("most claims hold" if 2 * k >= m else "differs"), detail
     if headline not in ok.index:
         raise KeyError(f"the headline {headline!r} is not one of the claims")
     held = bool(ok[headline])
@@ -117,8 +123,8 @@ def claims_verdict(claims: pd.Series, headline: str | None = None) -> tuple[str,
     if not held:
         return "differs", detail
     if k == m:
-        return "same ranking", detail
-    return ("same direction" if 2 * int(others.sum()) >= len(others) else "differs"), detail
+        return "claims hold", detail
+    return ("headline holds" if 2 * int(others.sum()) >= len(others) else "differs"), detail
 
 
 def holds_every_layer(values_by_layer: pd.DataFrame | pd.Series,
@@ -218,30 +224,35 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
     """Value Zeroing's claims about its Figures 1-2 (§5), tested on one condition's layer x method
     table of mean dot products (rows: layers in order; columns: method names).
 
-    Rules: Value Zeroing is above every other column **in every layer** (the paper's headline:
-    "the best-aligned method at every layer"; :func:`holds_every_layer`, not a mean); on the
-    means over layers, as signs of differences: raw attention is below the random baseline; N is
-    above raw attention; N-ResLN is below N; single-layer GlobEnc and ALTI are below Value
-    Zeroing; each gradient method is higher in the first third of the layers than in the last
-    third. Returns one boolean per claim (index = the claim's text; the first is the headline,
-    :data:`ALIGNMENT_HEADLINE`)."""
+    Rules: Value Zeroing is above every other **context-mixing** column in every layer (the
+    paper: "In comparison with the other context mixing methods ... across all layers"; not
+    Random, not the gradient methods; :func:`holds_every_layer`, not a mean); raw attention is
+    below the random baseline in every layer ("always perform worse than even random scores");
+    on the means over layers, as signs of differences: N is above raw attention; N-ResLN is
+    below N; single-layer GlobEnc and ALTI are below Value Zeroing; each gradient method is
+    higher in the first third of the layers than in the last third. Returns one boolean per
+    claim (index = the claim's text; the first is the headline, :data:`ALIGNMENT_HEADLINE`).
+    The status page tests the same claims with their uncertainty and on both metrics
+    (:mod:`cmixlib.claims.rules_vz`)."""
+    grads = [m for m in (gradient_methods or []) if m in table]
+    mixing = [c for c in table.columns if c not in ("random", "value_zeroing", *grads)]
     mean = table.mean()
     third = max(1, len(table) // 3)
     first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
     out = {
         ALIGNMENT_HEADLINE: holds_every_layer(
-            table, lambda row: row["value_zeroing"] > row.drop("value_zeroing").max()),
-        "raw attention is below the random baseline": mean["attention"] - mean["random"] < 0,
+            table, lambda row: row["value_zeroing"] > row[mixing].max()),
+        "raw attention is below the random baseline in every layer": holds_every_layer(
+            table, lambda row: row["attention"] < row["random"]),
         "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
         "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
         "single-layer GlobEnc and ALTI are below Value Zeroing":
             max(mean["globenc_layer"], mean["alti_layer"]) - mean["value_zeroing"] < 0,
     }
-    for g in [m for m in (gradient_methods or []) if m in table]:
+    for g in grads:
         out[f"{label(g)} is higher in the first third of the layers than in the last"] = \
             bool(first[g] - last[g] > 0)
     return pd.Series({k: bool(v) for k, v in out.items()})
-
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -6,9 +6,9 @@ from cmixlib.verdicts import claims_verdict
 
 
 def test_claims_verdict_rule():
-    assert claims_verdict(pd.Series({"a": True, "b": True}))[0] == "same ranking"
+    assert claims_verdict(pd.Series({"a": True, "b": True}))[0] == "claims hold"
     v, detail = claims_verdict(pd.Series({"a": True, "b": False}))
-    assert v == "same direction" and "1 of 2 claims hold; not: b" in detail
+    assert v == "most claims hold" and "1 of 2 claims hold; not: b" in detail
     assert claims_verdict(pd.Series({"a": False, "b": False, "c": True}))[0] == "differs"
 
 
