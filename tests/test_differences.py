@@ -116,25 +116,25 @@ def test_row_spread_against_a_loop():
         row_spread(np.ones((2, 3)))
 
 
-def test_example_item_rows(monkeypatch):
-    """An example item's row: claims_verdict with the headline; no model (the annotation) leaves
-    the model column empty and the verdict unmarked; an offline model marks it "(other model)"."""
+def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
+    """A paper-example claim (cmixlib.claims.rules): the row named by the claim, else the item's
+    headline; every other row for the "all" test; a missing row is "not tested", never a
+    guess."""
     import types
 
     import cmixlib.book_runs as B
-    from cmixlib.reproduction_examples import example_item
+    from cmixlib.claims import rules
 
     frame = pd.DataFrame([
-        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True,
-         "model": float("nan")},             # "" is read back from the cache's CSV as NaN
+        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True},
         {"item": "VZ Table 1", "claim": "other", "holds": False, "evidence": "e2",
-         "headline": False, "model": float("nan")},
-        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True,
-         "model": "all-MiniLM-L6-v2 (bert, 6 layers) -- offline fallback for 'bert-base-uncased'"},
+         "headline": False},
+        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True},
     ])
     monkeypatch.setattr(B, "run", lambda name: types.SimpleNamespace(result=frame))
-    row = example_item("VZ Table 1")()
-    assert row["verdict"] == "differs" and row["model"] is None    # 1 other claim, it fails
-    assert "e2" in row["detail"] and row["ours"] == "1 of 2 claims hold"
-    row = example_item("VZ Figure 4")()
-    assert row["verdict"] == "same ranking (other model)" and row["model"] == "all-MiniLM-L6-v2"
+    assert rules.TESTS["example_item"]("VZ Table 1").outcome == "holds"
+    o = rules.TESTS["example_item"]("VZ Table 1", claim="other")
+    assert o.outcome == "fails" and "e2" in o.ours
+    o = rules.TESTS["example_all"]("VZ Table 1")
+    assert o.outcome == "fails" and "0 of 1 hold" in o.ours
+    assert rules.TESTS["example_item"]("VZ Figure 4", claim="nope").outcome == "not tested"
