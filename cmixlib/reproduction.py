@@ -169,12 +169,20 @@ TABLE3_WHY_LINK = "11_faithfulness.html#rollout-on-a-small-model"
 
 def table3_why(condition: str) -> str:
     """The "why" of a Table 3 row: :func:`cmixlib.depth_verdicts.table3_reason` on the
-    ``rollout-depth`` run of ``condition``, with a link to chapter 11's section."""
-    from .depth_verdicts import table3_reason
+    ``rollout-depth`` run of ``condition``, the numbers it cites and the alternative causes it
+    must beat (:func:`cmixlib.depth_verdicts.table3_alternatives`, against the row's own
+    ``faithfulness`` run and the paper's value), with a link to chapter 11's section."""
+    from .depth_verdicts import table3_alternatives, table3_reason
 
     res = run("rollout-depth", condition)
+    faith = run("faithfulness", condition)
+    table3 = faith.result.set_index("method")["mean"]
+    paper = pn.vz_table3()
+    pv = paper[(paper.cmix_method == "value_zeroing_rollout")
+               & (paper.condition == CONDITION_LABELS[condition])]["value"].iloc[0]
     return (f"{CONDITION_LABELS[condition]}, {show_size(res.meta['data_size'])} test pairs: "
             f"{table3_reason(res.frames)} "
+            f"{table3_alternatives(res.frames, table3, int(faith.meta['data_size']), pv)} "
             f'<a href="{TABLE3_WHY_LINK}">(chapter 11, Rollout on a small model)</a>')
 
 
@@ -387,7 +395,8 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
         else:
             row = {**base, **it.assess()}
             why = ITEM_WHYS.get((it.paper, it.item))
-            if why is not None and "why" not in row and str(row["verdict"]).startswith("differs"):
+            if why is not None and "why" not in row and str(row["verdict"]).startswith(
+                    ("differs", "reversed")):
                 row["why"] = why()[0]
             rows.append(row)
     cols = ["paper", "item", "shows", "paper value", "ours", "model", "accuracy", "n",
