@@ -18,7 +18,7 @@ import pandas as pd
 
 from .registry import method_label
 
-__all__ = ["alignment_why", "probes_why", "consistency_why", "rollout_vs_single_why",
+__all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
            "claims_why", "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
            "fig7_why", "special_ranks_why", "sva_accuracy", "sva_why", "Z_NOISE", "ITEM_WHYS"]
 
@@ -86,25 +86,6 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
         text += (f"; among the context-mixing methods it is the best-aligned in {lead} of "
                  f"{len(ev)} layers")
     return text + ".", ev
-
-
-def probes_why(results: dict[str, pd.DataFrame], method: str = "value_zeroing"
-               ) -> tuple[str, pd.DataFrame]:
-    """Why "``method`` needs the fewest probes" fails, per model condition (``results``:
-    condition label -> ``vz-cue-alignment`` result). Evidence: the mean over layers of the mean
-    probes needed (tokens scored above the best cue; fewer is better) per method and condition,
-    and ``method``'s rank. Rule for the sentence: per condition, ``method``'s mean and rank and
-    the methods needing fewer probes."""
-    cols, parts = {}, []
-    for cond, r in results.items():
-        p = r[r["metric"] == "probes_needed"].groupby("method")["mean"].mean()
-        cols[cond] = p
-        fewer = p[p < p[method]].sort_values()
-        parts.append(f"{cond}: {method_label(method)} {p[method]:.2f} probes on average, rank "
-                     f"{int((p < p[method]).sum()) + 1} of {len(p)}"
-                     + (f", behind {_labels(fewer.index)}" if len(fewer) else ""))
-    ev = pd.DataFrame(cols).rename(index=method_label).sort_values(next(iter(cols)))
-    return "; ".join(parts) + ".", ev
 
 
 def consistency_why(result: pd.DataFrame, vs_reference: pd.DataFrame,
