@@ -8,8 +8,8 @@ docstring states its rule, and the chapters name the function next to the senten
 * :func:`describe_ranking` -- our order of methods against the paper's;
 * :func:`describe_depth_trend` -- whether a per-layer quantity rises with depth;
 * :func:`describe_model_difference` -- the run's model against the paper's (shape);
-* :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2, tested on a
-  layer x method table (chapter 9 and the reproduction status);
+* :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2 on a layer x method
+  table (chapter 9); it lives with the other claim rules in :mod:`cmixlib.claims.rules_vz`;
 * :func:`ranking_verdict` -- the verdict of a table of numbers: reproduced / same ranking /
   same direction / too few methods / differs, with an exact permutation p-value;
 * :func:`claims_verdict` -- the verdict of a figure from its qualitative claims and its
@@ -30,6 +30,17 @@ import pandas as pd
 
 from .evaluation import spearman
 from .models import DEFAULT_MODEL
+
+
+def __getattr__(name: str):
+    """Value Zeroing's Figure 1-2 claims live with the other claim rules
+    (:mod:`cmixlib.claims.rules_vz`); ``verdicts.alignment_claims`` and
+    ``verdicts.ALIGNMENT_HEADLINE`` still name them."""
+    if name in ("alignment_claims", "ALIGNMENT_HEADLINE"):
+        from .claims import rules_vz
+
+        return getattr(rules_vz, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
            "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
@@ -68,10 +79,6 @@ EXACT_UP_TO = 8
 #: Monte-Carlo permutations (seed 0) for more than :data:`EXACT_UP_TO` methods.
 MONTE_CARLO_PERMUTATIONS = 20_000
 _EPS = 1e-9
-
-#: The headline claim of :func:`alignment_claims` (Value Zeroing's Figures 1-2).
-ALIGNMENT_HEADLINE = ("Value Zeroing is above the other context-mixing methods in every "
-                      "layer")
 
 
 def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str:
@@ -217,42 +224,6 @@ def describe_ranking(ours: Mapping[str, float], paper: Mapping[str, float], *,
     return (f"The paper's top {top}: {fmt(p_order)}; ours: {fmt(o_order)}. The paper's best "
             f"method, {label(best)}, is our number {o_order.index(best) + 1} of {len(shared)}; "
             f"{agree} (Spearman over {len(shared)} methods).")
-
-
-def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = None,
-                     label: Any = str) -> pd.Series:
-    """Value Zeroing's claims about its Figures 1-2 (§5), tested on one condition's layer x method
-    table of mean dot products (rows: layers in order; columns: method names).
-
-    Rules: Value Zeroing is above every other **context-mixing** column in every layer (the
-    paper: "In comparison with the other context mixing methods ... across all layers"; not
-    Random, not the gradient methods; :func:`holds_every_layer`, not a mean); raw attention is
-    below the random baseline in every layer ("always perform worse than even random scores");
-    on the means over layers, as signs of differences: N is above raw attention; N-ResLN is
-    below N; single-layer GlobEnc and ALTI are below Value Zeroing; each gradient method is
-    higher in the first third of the layers than in the last third. Returns one boolean per
-    claim (index = the claim's text; the first is the headline, :data:`ALIGNMENT_HEADLINE`).
-    The status page tests the same claims with their uncertainty and on both metrics
-    (:mod:`cmixlib.claims.rules_vz`)."""
-    grads = [m for m in (gradient_methods or []) if m in table]
-    mixing = [c for c in table.columns if c not in ("random", "value_zeroing", *grads)]
-    mean = table.mean()
-    third = max(1, len(table) // 3)
-    first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
-    out = {
-        ALIGNMENT_HEADLINE: holds_every_layer(
-            table, lambda row: row["value_zeroing"] > row[mixing].max()),
-        "raw attention is below the random baseline in every layer": holds_every_layer(
-            table, lambda row: row["attention"] < row["random"]),
-        "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
-        "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
-        "single-layer GlobEnc and ALTI are below Value Zeroing":
-            max(mean["globenc_layer"], mean["alti_layer"]) - mean["value_zeroing"] < 0,
-    }
-    for g in grads:
-        out[f"{label(g)} is higher in the first third of the layers than in the last"] = \
-            bool(first[g] - last[g] > 0)
-    return pd.Series({k: bool(v) for k, v in out.items()})
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -6,6 +6,8 @@ has run). Layers are numbered from 1.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from ..registry import method_label
@@ -16,7 +18,8 @@ __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixin
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
            "vz_gradients_early", "vz_rollout_benefit", "vz_probes_best_among_mixing",
            "vz_distance_agrees", "vz_compression_rises", "vz_compression_jumps", "vz_table_best",
-           "vz_table2_gradients_negative", "vz_overall", "HIGHLY", "SAME_PATTERN"]
+           "vz_table2_gradients_negative", "vz_overall", "HIGHLY", "SAME_PATTERN", "ALIGNMENT_HEADLINE",
+           "alignment_claims"]
 
 #: "The other context mixing methods" of §5: the layer-wise context-mixing maps of the
 #: cue-alignment run (not the Random baseline, not the gradient attributions).
@@ -31,6 +34,49 @@ HIGHLY = 0.5
 #: "the same pattern" (Figure A.1): the variant's [MASK] rows rank like cosine's, mean Spearman
 #: over layers at least this.
 SAME_PATTERN = 0.7
+
+
+#: The headline claim of :func:`alignment_claims` (Value Zeroing's Figures 1-2).
+ALIGNMENT_HEADLINE = ("Value Zeroing is above the other context-mixing methods in every "
+                      "layer")
+
+
+def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = None,
+                     label: Any = str) -> pd.Series:
+    """Value Zeroing's claims about its Figures 1-2 (§5), tested on one condition's layer x method
+    table of mean dot products (rows: layers in order; columns: method names).
+
+    Rules: Value Zeroing is above every other **context-mixing** column in every layer (the
+    paper: "In comparison with the other context mixing methods ... across all layers"; not
+    Random, not the gradient methods; :func:`holds_every_layer`, not a mean); raw attention is
+    below the random baseline in every layer ("always perform worse than even random scores");
+    on the means over layers, as signs of differences: N is above raw attention; N-ResLN is
+    below N; single-layer GlobEnc and ALTI are below Value Zeroing; each gradient method is
+    higher in the first third of the layers than in the last third. Returns one boolean per
+    claim (index = the claim's text; the first is the headline, :data:`ALIGNMENT_HEADLINE`).
+    The status page tests the same claims with their uncertainty and on both metrics
+    (:mod:`cmixlib.claims.rules_vz`)."""
+    from ..verdicts import holds_every_layer as _every
+
+    grads = [m for m in (gradient_methods or []) if m in table]
+    mixing = [c for c in table.columns if c not in ("random", "value_zeroing", *grads)]
+    mean = table.mean()
+    third = max(1, len(table) // 3)
+    first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
+    out = {
+        ALIGNMENT_HEADLINE: _every(
+            table, lambda row: row["value_zeroing"] > row[mixing].max()),
+        "raw attention is below the random baseline in every layer": _every(
+            table, lambda row: row["attention"] < row["random"]),
+        "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
+        "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
+        "single-layer GlobEnc and ALTI are below Value Zeroing":
+            max(mean["globenc_layer"], mean["alti_layer"]) - mean["value_zeroing"] < 0,
+    }
+    for g in grads:
+        out[f"{label(g)} is higher in the first third of the layers than in the last"] = \
+            bool(first[g] - last[g] > 0)
+    return pd.Series({k: bool(v) for k, v in out.items()})
 
 
 def _run(name: str, condition: str | None = None):
