@@ -124,7 +124,7 @@ def _claims_item(paper: str, item: str, name: str, condition: str | None = None,
         row = _row(res, (with_model_condition(v, same), detail), paper_value,
                    f"{held} of {len(rows)} claims hold")
         if paper_models is None:
-            row["model"], row["accuracy"] = "", ""
+            row["model"], row["accuracy"] = None, ""        # no model: the rules
         elif model is not None:
             row["model"] = model(res)
         return {**row, "claims": _claims_text(rows)}
