@@ -44,22 +44,19 @@ from .book_runs import CONDITION_LABELS, run
 from .registry import method_label
 from .differences import ITEM_WHYS
 from .reproduction_examples import NO_CLAIM, no_claim
-from .claims import claims_for
 from .claims.runs import (MAIN_MODEL, PAPER_RUN_SIZES, accuracies, same_model_id, show_size)
-from .claims.runs import run_models as _run_models  # noqa: F401 (reproduction_examples)
 from .claims.runs import same_model as _same_model
-from .claims.runs import short_model as _short_model
+from .claims.runs import short_model as _short_model  # noqa: F401 (named here too)
 from .claims.runs import status_row as _row
-from .claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, outcome_line,
-                           table_verdict)
+from .claims.rules import CLAIM_ONLY
+from .claims.status import claim_rows, claims_item, claims_text, fig7_models, with_claims
 from .claims.rules_globenc import FIG3_HEADLINE as GLOBENC_FIG3_HEADLINE
 from .claims.rules_globenc import TABLE2_HEADLINE as GLOBENC_TABLE2_HEADLINE
 from .claims.rules_globenc import TABLE2_METHODS as GLOBENC_TABLE2_METHODS
 from .claims.rules_globenc import almost_every_layer
 from .claims.rules_globenc import fig3_claims as globenc_fig3_claims
 from .claims.rules_globenc import table2_claims as globenc_table2_claims
-from .verdicts import (SANITY_BASELINES, below_sanity_baselines, ranking_verdict,
-                       with_model_condition)
+from .verdicts import SANITY_BASELINES, below_sanity_baselines, ranking_verdict
 
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
@@ -79,65 +76,6 @@ class Item:
     chapter: str | None = None
     assess: Callable[[], dict] | None = None
     not_run: str = ""
-
-
-def claim_rows(paper: str, item: str) -> list:
-    """``[(claim, outcome)]`` of the claims about one status row, headline first
-    (:func:`cmixlib.claims.claims_for`, :func:`cmixlib.claims.rules.evaluate`)."""
-    return [(c, evaluate(c)) for c in claims_for(paper, item)]
-
-
-def _claims_text(rows) -> str:
-    return "\n".join(outcome_line(c, o) for c, o in rows)
-
-
-def _with_claims(paper: str, item: str, assess: Callable[[], dict]) -> Callable[[], dict]:
-    """An item with printed numbers: its ranking row, the verdict weighted by the headline claim
-    (:func:`cmixlib.claims.rules.table_verdict`) and its claims."""
-    def wrapped() -> dict:
-        row = assess()
-        rows = claim_rows(paper, item)
-        head = next((o for c, o in rows if c.headline), None)
-        verdict = table_verdict(row["verdict"], head)
-        if verdict != row["verdict"]:
-            row["detail"] = (f"ranking: {row['verdict']}; headline claim {head.outcome} -> "
-                             f"{verdict}. {row['detail']}")
-        return {**row, "verdict": verdict, "claims": _claims_text(rows)}
-    return wrapped
-
-
-def _claims_item(paper: str, item: str, name: str, condition: str | None = None,
-                 paper_models: str | tuple[str, ...] | None = MAIN_MODEL,
-                 paper_value: str = CLAIM_ONLY,
-                 model: Callable[[object], str] | None = None) -> Callable[[], dict]:
-    """An item decided by its claims alone: :func:`cmixlib.claims.rules.claims_verdict`,
-    "(other model)" unless the run's model is the paper's (``paper_models`` None: the item
-    involves no model, e.g. an annotation rule). ``name``/``condition``: the book run whose
-    model and size the row shows; ``model``: the model column from the run, where the
-    description alone would hide what ran."""
-    def assess() -> dict:
-        res = run(name, condition)
-        rows = claim_rows(paper, item)
-        v, detail = claims_verdict(rows)
-        same = True if paper_models is None else _same_model(res, paper_models)
-        held = sum(o.outcome == "holds" for _, o in rows)
-        row = _row(res, (with_model_condition(v, same), detail), paper_value,
-                   f"{held} of {len(rows)} claims hold")
-        if paper_models is None:
-            row["model"], row["accuracy"] = None, ""        # no model: the rules
-        elif model is not None:
-            row["model"] = model(res)
-        return {**row, "claims": _claims_text(rows)}
-    return assess
-
-
-def _fig7_models(res) -> str:
-    """ALTI Figure 7's two models by what they are: A, and B the distilled student (the paper:
-    BERT and DistilBERT, its distilled student)."""
-    m = res.frames["models"].set_index("model")
-    short = {k: _short_model(m.loc[k, "description"]) for k in m.index}
-    return (f"A: {short['A']} ({int(m.loc['A', 'layers'])} layers) | B: the distilled student "
-            f"of A ({int(m.loc['B', 'layers'])} layers; the paper's B: DistilBERT)")
 
 
 def _ranking(res, comp: pd.DataFrame, **kw) -> tuple[pd.DataFrame, tuple[str, str]]:
@@ -258,7 +196,7 @@ def _vz_table(name: str, condition: str) -> Callable[[], dict]:
 
 
 VZ, ALTI, GE = pn.VZ, pn.ALTI, pn.GE
-_C = _claims_item
+_C = claims_item
 _VZT2, _VZT3 = "alignment vs compression, Spearman", "faithfulness to blank-out"
 ITEMS: list[Item] = [
     Item(VZ, "Figure 1", "layer-wise cue alignment, pre-trained", "09_cue_alignment",
@@ -274,13 +212,13 @@ ITEMS: list[Item] = [
     Item(VZ, "Figure 3", "MDL compression per layer", "10_probing",
          _C(VZ, "Figure 3", "mdl-probing", "finetuned")),
     Item(VZ, "Table 2 (pre-trained)", _VZT2, "10_probing",
-         _with_claims(VZ, "Table 2 (pre-trained)", _vz_table("mdl-probing", "pretrained"))),
+         with_claims(VZ, "Table 2 (pre-trained)", _vz_table("mdl-probing", "pretrained"))),
     Item(VZ, "Table 2 (fine-tuned)", _VZT2, "10_probing",
-         _with_claims(VZ, "Table 2 (fine-tuned)", _vz_table("mdl-probing", "finetuned"))),
+         with_claims(VZ, "Table 2 (fine-tuned)", _vz_table("mdl-probing", "finetuned"))),
     Item(VZ, "Table 3 (pre-trained)", _VZT3, "11_faithfulness",
-         _with_claims(VZ, "Table 3 (pre-trained)", _vz_table("faithfulness", "pretrained"))),
+         with_claims(VZ, "Table 3 (pre-trained)", _vz_table("faithfulness", "pretrained"))),
     Item(VZ, "Table 3 (fine-tuned)", _VZT3, "11_faithfulness",
-         _with_claims(VZ, "Table 3 (fine-tuned)", _vz_table("faithfulness", "finetuned"))),
+         with_claims(VZ, "Table 3 (fine-tuned)", _vz_table("faithfulness", "finetuned"))),
     Item(VZ, "Text §9", "the overall claim over the three evaluations", None,
          _C(VZ, "Text §9", "cue-alignment", "pretrained")),
     Item(VZ, "Table 1", "examples of the BLiMP tasks with the cue annotation", "09_cue_alignment",
@@ -294,9 +232,9 @@ ITEMS: list[Item] = [
          "maps per layer (A.5-A.18)", "14_paper_examples",
          _C(VZ, "Figure 4, Figures A.5-A.18", "paper-examples")),
     Item(ALTI, "Table 2 (SST-2)", "final-layer relevance vs grad-L2", "12_alti_evaluations",
-         _with_claims(ALTI, "Table 2 (SST-2)", _alti_table2("SST-2"))),
+         with_claims(ALTI, "Table 2 (SST-2)", _alti_table2("SST-2"))),
     Item(ALTI, "Table 2 (SVA)", "final-layer relevance vs blank-out", "12_alti_evaluations",
-         _with_claims(ALTI, "Table 2 (SVA)", _alti_table2("SVA"))),
+         with_claims(ALTI, "Table 2 (SVA)", _alti_table2("SVA"))),
     Item(ALTI, "Text §5", "Attn Rollout's depth explanation", "12_alti_evaluations",
          _C(ALTI, "Text §5", "alti-table2")),
     Item(ALTI, "Table 2 (DistilBERT, RoBERTa columns)", "the same for two more models", None,
@@ -307,7 +245,7 @@ ITEMS: list[Item] = [
     Item(ALTI, "Figure 7", "consistency of explanations across two models",
          "12_alti_evaluations",
          _C(ALTI, "Figure 7", "alti-fig7", paper_models=(MAIN_MODEL, "distilbert-base-uncased"),
-            model=_fig7_models)),
+            model=fig7_models)),
     Item(ALTI, "Figure 3", "anisotropy of token representations and transformed vectors",
          "12_alti_evaluations", _C(ALTI, "Figure 3", "alti-fig3")),
     Item(ALTI, "Figures 1, 2, 4", "a layer's modules, an attention graph, anisotropy sketched",
@@ -324,7 +262,7 @@ ITEMS: list[Item] = [
     Item(ALTI, "Text §6", "the overall claim (Table 2 and Figure 7)", None,
          _C(ALTI, "Text §6", "alti-table2")),
     *(Item(GE, f"Table 1 ({t})", "[CLS] rollout vs gradient×input", "13_globenc_evaluations",
-           _with_claims(GE, f"Table 1 ({t})", _globenc_table1(t)))
+           with_claims(GE, f"Table 1 ({t})", _globenc_table1(t)))
       for t in ("SST-2", "MNLI", "HateXplain")),
     Item(GE, "Table 2", "individual layers vs rollout", "13_globenc_evaluations",
          _C(GE, "Table 2", "globenc-correlations",
@@ -391,7 +329,7 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
             verdict = NO_CLAIM if it.not_run.startswith(NO_CLAIM) else "not run"
             claims = claim_rows(it.paper, it.item)
             rows.append({**base, "verdict": verdict, "detail": it.not_run,
-                         "claims": _claims_text(claims)})
+                         "claims": claims_text(claims)})
         else:
             row = {**base, **it.assess()}
             why = ITEM_WHYS.get((it.paper, it.item))
