@@ -19,7 +19,7 @@ import pandas as pd
 from .registry import method_label
 
 __all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
-           "claims_why", "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
+           "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
            "fig7_why", "special_ranks_why", "sva_accuracy", "sva_why", "Z_NOISE", "ITEM_WHYS"]
 
 #: A gap of at most this many standard errors is called "within sampling noise".
@@ -140,18 +140,6 @@ def rollout_vs_single_why(variants: pd.DataFrame, methods: list[str]
         parts.append(f"for {method_label(m)} above it on {' and on '.join(per)}")
     ev = d.rename(index=method_label)
     return "; ".join(parts) + f" ({d.shape[1]} task x variant cases).", ev
-
-
-def claims_why(claims: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-    """For an item scored by claims with their evidence (frame with claim, holds, evidence,
-    headline; e.g. the ``paper-examples`` run): the failed claims with their evidence, headline
-    first. Rule: quote the evidence the run recorded for each failed claim."""
-    ev = claims.set_index("claim")[["holds", "evidence"]]
-    failed = claims[~claims["holds"].astype(bool)].sort_values("headline", ascending=False)
-    if failed.empty:
-        return "every claim holds.", ev
-    return "; ".join(f"not {c} ({e})" for c, e in zip(failed["claim"], failed["evidence"])) \
-        + ".", ev
 
 
 # ---- the status page's whys: numbers cited, an alternative cause, the measurement -----------
@@ -367,12 +355,11 @@ def _globenc_table2():
     return f"{text} Over every task and rollout variant: {text2}", ev
 
 
-def _example(item: str):
+def _claims(paper: str, item: str, *run):
     def why():
-        from .book_runs import run
+        from .claims.status import claims_why as claims_outcome_why
 
-        r = run("paper-examples").result
-        return claims_why(r[r["item"] == item])
+        return claims_outcome_why(paper, item, *run)
     return why
 
 
@@ -387,7 +374,18 @@ ITEM_WHYS = {
     ("ALTI", "Figure 7"): _alti_fig7,
     ("ALTI", "Table 2 (SVA)"): _alti_sva,
     ("GlobEnc", "Table 2"): _globenc_table2,
-    ("Value Zeroing", "Table 1"): _example("VZ Table 1"),
-    ("Value Zeroing", "Figure 4, Figures A.5-A.18"): _example("VZ Figure 4"),
-    ("ALTI", "Tables 1, 3-9"): _example("ALTI Tables 1, 3-9"),
+    **{(p, i): _claims(p, i, *run) for p, i, run in (
+        ("Value Zeroing", "Table 1", ("paper-examples",)),
+        ("Value Zeroing", "Figure 4, Figures A.5-A.18", ("paper-examples",)),
+        ("ALTI", "Tables 1, 3-9", ("paper-examples",)),
+        ("Value Zeroing", "Figure 3", ("mdl-probing", "finetuned")),
+        ("Value Zeroing", "Text §5", ("rollout-depth", "pretrained")),
+        ("Value Zeroing", "Text §9", ("cue-alignment", "pretrained")),
+        ("ALTI", "Figure 3", ("alti-fig3",)), ("ALTI", "Figures 8-10", ("alti-figs8-10",)),
+        ("ALTI", "Text §5", ("alti-table2",)), ("ALTI", "Text §6", ("alti-table2",)),
+        ("GlobEnc", "Figure 1", ("globenc-correlations",)),
+        ("GlobEnc", "Figures A.1-A.4", ("globenc-correlations",)),
+        ("GlobEnc", "Figure 3", ("globenc-correlations",)),
+        ("GlobEnc", "Figure 4", ("globenc-fig4",)),
+        ("GlobEnc", "Figure 5", ("globenc-correlations",)))},
 }

@@ -172,3 +172,20 @@ def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch)
     assert A.alti_fig6_special().outcome == "holds"
     res.loc[0, "mean"] = 0.45
     assert A.alti_fig6_special().outcome == "fails"
+
+
+def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch):
+    import cmixlib.book_runs as B
+    from cmixlib.claims import status as S
+
+    rows = _claims("holds", "fails", "reversed", "tie")
+    rows = [(c, Outcome(o.outcome, f"numbers {k}")) for k, (c, o) in enumerate(rows)]
+    monkeypatch.setattr(S, "claim_rows", lambda paper, item: rows)
+    meta = {"model": "m (bert, 6 layers); accuracy 0.912", "data_size": 5,
+            "experiment": "alti-fig3-anisotropy", "settings": {}}
+    monkeypatch.setattr(B, "run", lambda name, condition=None: SimpleNamespace(meta=meta))
+    text, ev = S.claims_why("ALTI", "Figure 3", "alti-fig3")
+    assert "fails: w (c1): numbers 1; reversed: w (c2): numbers 2." in text
+    assert "numbers 0" not in text and "numbers 3" not in text
+    assert text.endswith("told apart by its accuracy: 0.912.")
+    assert list(ev["outcome"]) == ["holds", "fails", "reversed", "tie"]

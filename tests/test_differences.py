@@ -102,14 +102,6 @@ def test_rollout_vs_single_why_over_tasks_and_variants():
     assert ev.shape == (2, 4)
 
 
-def test_claims_why_quotes_failed_evidence():
-    c = pd.DataFrame({"claim": ["a", "b"], "holds": [True, False], "evidence": ["x", "y"],
-                      "headline": [False, True]})
-    assert D.claims_why(c)[0] == "not b (y)."
-    c["holds"] = True
-    assert D.claims_why(c)[0] == "every claim holds."
-
-
 def test_homogeneity_and_special_mass():
     n = 5
     same = np.tile(np.arange(1.0, n + 1), (n, 1))

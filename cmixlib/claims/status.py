@@ -11,7 +11,7 @@ from . import claims_for
 from .rules import CLAIM_ONLY, claims_verdict, evaluate, outcome_line, table_verdict
 from .runs import MAIN_MODEL, same_model, short_model, status_row
 
-__all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models"]
+__all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why"]
 
 
 def claim_rows(paper: str, item: str) -> list:
@@ -73,3 +73,24 @@ def fig7_models(res) -> str:
     short = {k: short_model(m.loc[k, "description"]) for k in m.index}
     return (f"A: {short['A']} ({int(m.loc['A', 'layers'])} layers) | B: the distilled student "
             f"of A ({int(m.loc['B', 'layers'])} layers; the paper's B: DistilBERT)")
+
+
+def claims_why(paper: str, item: str, name: str, condition: str | None = None):
+    """``(sentence, evidence)`` for an item decided by its claims: the claims that fail or are
+    reversed, each with our numbers, and the alternative cause that the model does not do the
+    task the claims assume, told apart by its accuracy (the status row's, beside the paper's
+    where it prints one). Evidence: every claim with its outcome."""
+    import pandas as pd
+
+    from ..book_runs import run
+
+    rows = claim_rows(paper, item)
+    bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")]
+    acc = status_row(run(name, condition), ("", ""))["accuracy"] or "not stated by the run"
+    text = ("; ".join(f"{o.outcome}: {c.where} ({c.id}): {o.ours}" for c, o in bad)
+            or "no claim fails") + "."
+    text += (f" Alternative cause: the model does not do the task the claims assume; told apart "
+             f"by its accuracy: {acc}.")
+    ev = pd.DataFrame([{"claim": c.id, "where": c.where, "headline": c.headline,
+                        "outcome": o.outcome, "ours": o.ours} for c, o in rows])
+    return text, ev.set_index("claim")
