@@ -379,6 +379,12 @@ ITEM_WHYS = {
         ("Value Zeroing", "Figure 4, Figures A.5-A.18", ("paper-examples",)),
         ("ALTI", "Tables 1, 3-9", ("paper-examples",)),
         ("Value Zeroing", "Figure 3", ("mdl-probing", "finetuned")),
+        ("Value Zeroing", "Figure A.1", ("distance-ablation",)),
+        ("Value Zeroing", "Table 2 (pre-trained)", ("mdl-probing", "pretrained")),
+        ("Value Zeroing", "Table 2 (fine-tuned)", ("mdl-probing", "finetuned")),
+        ("ALTI", "Table 2 (SST-2)", ("alti-table2",)),
+        *(("GlobEnc", f"Table 1 ({t})", ("globenc-correlations",))
+          for t in ("SST-2", "MNLI", "HateXplain")),
         ("Value Zeroing", "Text §5", ("rollout-depth", "pretrained")),
         ("Value Zeroing", "Text §9", ("cue-alignment", "pretrained")),
         ("ALTI", "Figure 3", ("alti-fig3",)), ("ALTI", "Figures 8-10", ("alti-figs8-10",)),

@@ -334,7 +334,7 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
             row = {**base, **it.assess()}
             why = ITEM_WHYS.get((it.paper, it.item))
             if why is not None and "why" not in row and str(row["verdict"]).startswith(
-                    ("differs", "reversed")):
+                    ("differs", "reversed", "not decided")):
                 row["why"] = why()[0]
             rows.append(row)
     cols = ["paper", "item", "shows", "paper value", "ours", "model", "accuracy", "n",
