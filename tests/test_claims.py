@@ -189,3 +189,11 @@ def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch)
     assert "numbers 0" not in text and "numbers 3" not in text
     assert text.endswith("told apart by its accuracy: 0.912.")
     assert list(ev["outcome"]) == ["holds", "fails", "reversed", "tie"]
+
+
+def test_every_assessed_item_has_a_why():
+    from cmixlib.differences import ITEM_WHYS
+
+    for it in R.ITEMS:
+        if it.assess is not None and not it.item.startswith("Table 3"):
+            assert (it.paper, it.item) in ITEM_WHYS, (it.paper, it.item)
