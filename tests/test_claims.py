@@ -139,6 +139,8 @@ def test_paired_bootstrap_is_seeded_and_covers_the_mean():
     d, lo, hi = C.paired_bootstrap(a, b)
     assert (d, lo, hi) == C.paired_bootstrap(a, b)
     assert lo < d < hi and lo < 0.3 < hi
+    d1, lo1, hi1 = C.paired_bootstrap(a[:1], b[:1])          # one example: no interval
+    assert np.isfinite(d1) and np.isnan(lo1) and np.isnan(hi1)
 
 
 # ---- the tests on hand-made run frames --------------------------------------------------------

@@ -144,11 +144,12 @@ def combine(outcomes: Sequence[str]) -> str:
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, seed: int = 0,
                      level: float = 0.95) -> tuple[float, float, float]:
     """``(mean difference, low, high)``: the mean of a - b over paired examples and its
-    percentile interval from :data:`BOOTSTRAP` resamples of the examples (seeded)."""
+    percentile interval from :data:`BOOTSTRAP` resamples of the examples (seeded); with fewer
+    than 2 examples the interval is undefined (NaN): one example says nothing of the spread."""
     d = np.asarray(a, float) - np.asarray(b, float)
     d = d[np.isfinite(d)]
-    if not len(d):
-        return float("nan"), float("nan"), float("nan")
+    if len(d) < 2:
+        return (float(d.mean()) if len(d) else float("nan")), float("nan"), float("nan")
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, len(d), size=(BOOTSTRAP, len(d)))].mean(axis=1)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
