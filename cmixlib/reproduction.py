@@ -146,8 +146,15 @@ def _alti_table2(task: str) -> Callable[[], dict]:
             _, rv = _ranking(res, compared(repo))
             detail += (". Authors' repository JSON (not the paper; with raw attention): "
                        f"{rv[0]}, {rv[1]}")
-        return _row(res, (v[0], detail), f"ALTI {comp.loc['alti', 'paper']:.2f}",
-                    f"ALTI {comp.loc['alti', 'ours']:.2f}")
+        row = _row(res, (v[0], detail), f"ALTI {comp.loc['alti', 'paper']:.2f}",
+                   f"ALTI {comp.loc['alti', 'ours']:.2f}")
+        if task == "SVA":                 # the masked LM's, on the sentences used
+            from .book import quick_mode
+            from .differences import sva_accuracy
+
+            acc, n = sva_accuracy(quick_mode())
+            row["accuracy"] = f"{row['accuracy']}, sva LM {acc:.2f} on {n:,} sentences"
+        return row
     return assess
 
 
