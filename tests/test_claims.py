@@ -199,3 +199,10 @@ def test_every_assessed_item_has_a_why():
     for it in R.ITEMS:
         if it.assess is not None and not it.item.startswith("Table 3"):
             assert (it.paper, it.item) in ITEM_WHYS, (it.paper, it.item)
+
+
+def test_every_claims_args_fit_its_test():
+    import inspect
+
+    for c in load_claims():
+        inspect.signature(rules.TESTS[c.test]).bind(**c.args)      # raises on a wrong name
