@@ -68,6 +68,7 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "vz_compression_jumps": V.vz_compression_jumps,
     "vz_table_best": V.vz_table_best,
     "vz_table2_gradients_negative": V.vz_table2_gradients_negative,
+    "vz_table2_high": V.vz_table2_high,
     "vz_overall": V.vz_overall,
     "alti_outperforms": A.alti_outperforms,
     "alti_sva_lower": A.alti_sva_lower,
