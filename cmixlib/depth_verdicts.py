@@ -21,7 +21,7 @@ from .registry import method_label
 __all__ = ["DEFAULT_VARIANT", "pinned_variant", "SE_FACTOR", "TABLE3_AGGREGATION",
            "clear_difference", "depth_curves", "neighbour_layers", "describe_depth_faithfulness",
            "describe_offset_profile", "describe_identity_effect", "describe_sensitivity",
-           "describe_drift", "final_variants", "table3_reason"]
+           "describe_drift", "final_variants", "table3_reason", "table3_alternatives"]
 
 #: The evaluation's pinned choices (chapter 11): [UNK] replacement, [CLS]/[SEP]/[MASK] dropped.
 DEFAULT_VARIANT = {"replacement": "unk", "exclude": "special+target"}
@@ -249,3 +249,53 @@ def table3_reason(frames: Mapping[str, pd.DataFrame], method: str = "value_zeroi
                    f"{int(v.above.sum())} of {len(v)} evaluation variants put it clearly above "
                    "nearness")
     return text + ": " + "; ".join(clauses) + "."
+
+
+def table3_alternatives(frames: Mapping[str, pd.DataFrame], table3: pd.Series, n_row: int,
+                        paper_value: float, method: str = "value_zeroing") -> str:
+    """The numbers behind :func:`table3_reason` and the alternative causes it must beat, in
+    sentences generated from the runs (``frames``: ``vz-rollout-depth``; ``table3``: the
+    ``vz-faithfulness`` row values by Table 3 method, on ``n_row`` pairs; ``paper_value``: the
+    paper's value for ``method``'s rollout). Rule, pinned variant, layer L:
+
+    * the numbers: the [MASK] row's self weight in the layer maps (offset 0, mean over layers);
+      the rollout's value on the depth run's pairs beside the row's value on ``n_row`` pairs;
+    * alternative 1, the layer maps themselves: the single layer-L map's value -- "as low as"
+      the rollout when not clearly above it (:func:`clear_difference`), else "above it";
+    * alternative 2, drift: the methods whose rolled-out [MASK] row moves away from the [MASK]
+      at least as much as ``method``'s (Spearman with nearness, layer 1 minus layer L) and
+      their Table 3 values: drift alone does not explain a low value when they score higher;
+    * the mechanism's prediction: a deeper model drifts more, yet the paper's 12-layer BERT
+      scores ``paper_value``."""
+    r, p, n = frames["result"], frames["profile"], frames["nearness"]
+    d = pinned_variant(r)
+    L = int(d.layer.max())
+    own = p[(p.method == method) & (p.rows == "mask") & (p.offset == 0)]["weight"].mean()
+    roll, single = _cell(d, method, "rollout", L), _cell(d, method, "single", L)
+    name = TABLE3_AGGREGATION[method][1]
+    nums = (f"Numbers: the [MASK] row's self weight in {method_label(method)}'s layer maps "
+            f"{own:.2f} (mean over layers); its rollout {roll['mean']:+.2f} on these "
+            f"{int(roll['n'])} pairs, {table3[name]:+.2f} on the row's {n_row:,}.")
+    alt1 = (f" Alternative 1, the layer maps themselves: the single layer-{L} map scores "
+            f"{single['mean']:+.2f}, "
+            + ("above the rollout: the aggregation lowers it." if clear_difference(single, roll)
+               else "not clearly above the rollout: the maps, not the aggregation, may be "
+                    "the cause."))
+    drift = {}
+    for m in TABLE3_AGGREGATION:
+        if m in set(n.method):
+            a, b = _cell(n, m, "rollout", 1), _cell(n, m, "rollout", L)
+            drift[m] = float(a["mean"] - b["mean"])
+    peers = [m for m in drift if m != method and drift[m] >= drift[method]
+             and TABLE3_AGGREGATION[m][1] in table3.index]
+    alt2 = (f" Alternative 2, drift away from the [MASK] ({method_label(method)}: "
+            f"{drift[method]:+.2f} from layer 1 to {L}): "
+            + ("; ".join(f"{method_label(m)} drifts {drift[m]:+.2f} and scores "
+                         f"{table3[TABLE3_AGGREGATION[m][1]]:+.2f}" for m in peers)
+               if peers else "no other method drifts as much")
+            + ("; drift alone does not explain the low value."
+               if any(table3[TABLE3_AGGREGATION[m][1]] > table3[name] for m in peers) else "."))
+    mech = (f" The mechanism predicts that a deeper model drifts more, yet the paper's "
+            f"12-layer BERT scores {paper_value:+.2f}: the depth of our {L}-layer model does not "
+            "explain the gap by itself.")
+    return nums + alt1 + alt2 + mech

@@ -11,13 +11,16 @@ Layers are numbered from 1 (the first layer's output) in every sentence and tabl
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
 from .registry import method_label
 
-__all__ = ["alignment_why", "probes_why", "consistency_why", "rollout_vs_single_why",
-           "claims_why", "Z_NOISE", "ITEM_WHYS"]
+__all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
+           "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
+           "fig7_why", "special_ranks_why", "sva_accuracy", "sva_why", "Z_NOISE", "ITEM_WHYS"]
 
 #: A gap of at most this many standard errors is called "within sampling noise".
 Z_NOISE = 2.0
@@ -85,25 +88,6 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
     return text + ".", ev
 
 
-def probes_why(results: dict[str, pd.DataFrame], method: str = "value_zeroing"
-               ) -> tuple[str, pd.DataFrame]:
-    """Why "``method`` needs the fewest probes" fails, per model condition (``results``:
-    condition label -> ``vz-cue-alignment`` result). Evidence: the mean over layers of the mean
-    probes needed (tokens scored above the best cue; fewer is better) per method and condition,
-    and ``method``'s rank. Rule for the sentence: per condition, ``method``'s mean and rank and
-    the methods needing fewer probes."""
-    cols, parts = {}, []
-    for cond, r in results.items():
-        p = r[r["metric"] == "probes_needed"].groupby("method")["mean"].mean()
-        cols[cond] = p
-        fewer = p[p < p[method]].sort_values()
-        parts.append(f"{cond}: {method_label(method)} {p[method]:.2f} probes on average, rank "
-                     f"{int((p < p[method]).sum()) + 1} of {len(p)}"
-                     + (f", behind {_labels(fewer.index)}" if len(fewer) else ""))
-    ev = pd.DataFrame(cols).rename(index=method_label).sort_values(next(iter(cols)))
-    return "; ".join(parts) + ".", ev
-
-
 def consistency_why(result: pd.DataFrame, vs_reference: pd.DataFrame,
                     reference: str = "alti") -> tuple[str, pd.DataFrame]:
     """Why "``reference`` is the most consistent method" (ALTI Figure 7) fails: from
@@ -158,58 +142,224 @@ def rollout_vs_single_why(variants: pd.DataFrame, methods: list[str]
     return "; ".join(parts) + f" ({d.shape[1]} task x variant cases).", ev
 
 
-def claims_why(claims: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-    """For an item scored by claims with their evidence (frame with claim, holds, evidence,
-    headline; e.g. the ``paper-examples`` run): the failed claims with their evidence, headline
-    first. Rule: quote the evidence the run recorded for each failed claim."""
-    ev = claims.set_index("claim")[["holds", "evidence"]]
-    failed = claims[~claims["holds"].astype(bool)].sort_values("headline", ascending=False)
-    if failed.empty:
-        return "every claim holds.", ev
-    return "; ".join(f"not {c} ({e})" for c, e in zip(failed["claim"], failed["evidence"])) \
-        + ".", ev
+# ---- the status page's whys: numbers cited, an alternative cause, the measurement -----------
+def _alt(cause: str, measurement: str, result: str) -> str:
+    """The clause every why ends with: "Alternative cause: ...; told apart by ...: ..."."""
+    return f" Alternative cause: {cause}; told apart by {measurement}: {result}."
+
+
+def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
+                         method: str = "value_zeroing") -> tuple[str, pd.DataFrame]:
+    """Where "``method`` above the other context-mixing methods in every layer" fails, on both
+    metrics the paper plots (dot product, average precision): per metric the layers and the
+    method that ties or beats it (:func:`alignment_why` restricted to ``context_mixing``), and
+    the layers where it is at or below Random. Alternative cause: sampling noise, told apart by
+    the gap in standard errors (z, the evidence table; |z| <= :data:`Z_NOISE` cannot be told
+    from noise)."""
+    keep = [*context_mixing, method]
+    parts, evs, noise = [], [], []
+    for metric in ("dot", "ap"):
+        r = result[result["method"].isin(keep)]
+        text, ev = alignment_why(r, metric=metric, method=method)
+        rnd = result[(result["metric"] == metric) & result["method"].isin([method, "random"])]
+        t = rnd.pivot(index="layer", columns="method", values="mean")
+        low = [int(l) + 1 for l in t.index[t[method] <= t["random"]]]
+        parts.append(f"{metric}: {text.rstrip('.')}"
+                     + (f"; at or below Random in layer(s) {_layers(low)}" if low else ""))
+        bad = ev[ev["gap"] > 0]
+        noise += [bool(z <= Z_NOISE) for z in bad["z"]]
+        evs.append(ev.assign(metric=metric))
+    verdict = ("every such layer is within noise" if noise and all(noise) else
+               "at least one is not" if noise else "no layer to explain")
+    return ("; ".join(parts) + "." + _alt("sampling noise", "the gap in standard errors (z)",
+                                           verdict), pd.concat(evs))
+
+
+def probes_vs_n_why(results: dict[str, pd.DataFrame], method: str = "value_zeroing",
+                    rival: str = "attn_norm") -> tuple[str, pd.DataFrame]:
+    """Figure A.2 (probes needed, fewer is better): per condition, the layers where ``rival``
+    (N) needs as few probes as ``method`` or fewer, with both means. Alternative cause: the
+    gradient methods (an earlier reading) -- told apart by restricting the comparison to the
+    context-mixing methods: the rival is one of them."""
+    rows, parts = [], []
+    for cond, r in results.items():
+        p = r[r["metric"] == "probes_needed"]
+        t = p.pivot(index="layer", columns="method", values="mean")
+        t.index = t.index.astype(int) + 1
+        worse = [int(l) for l in t.index if t.loc[l, rival] <= t.loc[l, method]]
+        parts.append(f"{cond}: {method_label(rival)} needs as few probes as "
+                     f"{method_label(method)} or fewer in {len(worse)} of {len(t)} layers"
+                     + (f" ({_layers(worse)}; e.g. layer {worse[0]}: {t.loc[worse[0], rival]:.2f}"
+                        f" vs {t.loc[worse[0], method]:.2f})" if worse else ""))
+        rows.append(t[[method, rival]].rename(columns=method_label).assign(condition=cond))
+    ev = pd.concat(rows)
+    return ("; ".join(parts) + "." + _alt(
+        "the gradient methods needing fewer probes", "the same comparison among the "
+        "context-mixing methods only", f"{method_label(rival)}, a context-mixing method, is "
+        "the one level with or ahead"), ev)
+
+
+def globenc_table2_why(result: pd.DataFrame, paper: pd.DataFrame,
+                       methods: tuple[str, ...]) -> tuple[str, pd.DataFrame]:
+    """GlobEnc Table 2 against the paper's values at the last layer (ours L, the paper's 12):
+    per method and aggregation, ours, the paper's and the difference; the cell furthest from
+    the paper's is named, and whether each rollout is within 0.10 of the paper's. Alternative
+    cause: "rollout is weaker on our model" -- told apart by comparing each cell with the
+    paper's: the outlier is the cell far from its paper value."""
+    r = result[(result.task == "SST-2") & (result.layer == result.layer.max())
+               & result.method.isin(methods)]
+    ours = r.pivot(index="method", columns="aggregation", values="mean")
+    pv = paper[(paper.condition == "L12") & paper.cmix_method.isin(methods)].copy()
+    pv["aggregation"] = pv["metric"].str.rsplit("_", n=1).str[-1]
+    theirs = pv.pivot(index="cmix_method", columns="aggregation", values="value")
+    rows = [{"method": method_label(m), "aggregation": a, "ours": ours.loc[m, a],
+             "paper (layer 12)": theirs.loc[m, a], "ours - paper": ours.loc[m, a]
+             - theirs.loc[m, a]} for m in methods for a in ("individual", "rollout")]
+    ev = pd.DataFrame(rows)
+    far = ev.loc[ev["ours - paper"].abs().idxmax()]
+    near = ev[(ev.aggregation == "rollout") & (ev["ours - paper"].abs() <= 0.10)]
+    text = (f"At our last layer {int(result.layer.max())} the cell furthest from the paper's "
+            f"layer 12 is {far['method']} {far['aggregation']} ({far['ours']:+.2f} vs "
+            f"{far['paper (layer 12)']:+.2f}); rollouts within 0.10 of the paper's: "
+            + (", ".join(f"{m} ({o:+.2f} vs {p:+.2f})" for m, o, p in
+                         zip(near["method"], near["ours"], near["paper (layer 12)"])) or "none")
+            + ".")
+    alt = ("the single layer" if far["aggregation"] == "individual" else "the rollout")
+    return text + _alt("a weaker rollout on our model", "each cell against the paper's value",
+                       f"the outlier is {alt}"), ev
+
+
+def fig7_why(res) -> tuple[str, pd.DataFrame]:
+    """ALTI Figure 7: :func:`consistency_why`, and the alternative cause that IG's step count
+    (fewer than the authors' 100) changes IG's consistency, told apart by the run's check at more
+    steps (frame ``ig_check``: rho(A, B) at both step counts)."""
+    text, ev = consistency_why(res.result, res.frames["vs_alti"])
+    ig = res.frames.get("ig_check")
+    if ig is not None and len(ig):
+        q = ig.set_index("quantity")
+        c, cr = q.loc["consistency"], q.loc["consistency_ref"]
+        res_txt = (f"IG's consistency {c['mean']:.2f} at {int(c['steps'])} steps vs "
+                   f"{cr['mean']:.2f} at {int(cr['reference_steps'])} on {int(c['n'])} sentences")
+    else:
+        res_txt = "the run has no step check"
+    return text + _alt("IG's smaller step count", "the run's check at more steps", res_txt), ev
+
+
+def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[str, pd.DataFrame]:
+    """ALTI Figure 6: ALTI's mean normalised rank of the special tokens against each method the
+    claim names, with z. Alternative cause: sampling noise, told apart by z."""
+    t = result.set_index("method")
+    rows = []
+    for m in others:
+        gap = float(t.loc[m, "mean"] - t.loc["alti", "mean"])
+        se = float(np.sqrt(t.loc[m, "std"] ** 2 / t.loc[m, "n"]
+                           + t.loc["alti", "std"] ** 2 / t.loc["alti", "n"]))
+        rows.append({"method": method_label(m), "rank": t.loc[m, "mean"],
+                     "ALTI": t.loc["alti", "mean"], "method - ALTI": gap,
+                     "z": gap / se if se else np.inf})
+    ev = pd.DataFrame(rows).set_index("method")
+    below = ev.index[ev["method - ALTI"] < 0]
+    text = (f"ALTI gives the special tokens a mean normalised rank of "
+            f"{t.loc['alti', 'mean']:.3f}; " + ", ".join(
+                f"{m} {r['rank']:.3f}" for m, r in ev.iterrows())
+            + (f": {', '.join(below)} below ALTI" if len(below) else ": all above ALTI") + ".")
+    within = bool(len(below)) and bool((ev.loc[below, "z"].abs() <= Z_NOISE).all())
+    return text + _alt("sampling noise", "z", "within noise" if within else
+                       "outside noise" if len(below) else "nothing to explain"), ev
+
+
+@lru_cache(maxsize=2)
+def sva_accuracy(quick: bool) -> tuple[float, int]:
+    """The SVA masked LM's accuracy on the sentences ``alti-table2`` used: the share where it
+    gives the correct verb form a higher probability than the other (p > 0.5 over the two),
+    loaded and sized as the book run loads them (``quick``: the mode, for the cache only)."""
+    from .book_runs import run_arguments
+    from .saliency import experiment_inputs, target_probabilities
+
+    exp, limit, settings = run_arguments("alti-table2")
+    mlm, _, examples = experiment_inputs(exp, settings, "sva", limit=limit)
+    p = np.asarray(target_probabilities(mlm, examples), float)
+    return float((p > 0.5).mean()), int(len(p))
+
+
+def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
+            ) -> tuple[str, pd.DataFrame]:
+    """ALTI Table 2 on SVA: each method's value (the paper's ALTI beside), the sanity baselines
+    and the methods not above them. Alternative cause: the masked LM does not get the agreement
+    right on these sentences (then blank-out measures noise), told apart by its accuracy on the
+    sentences used (``accuracy``: share, n)."""
+    t = result[result.task == "SVA"].set_index("method")
+    from .verdicts import below_sanity_baselines
+
+    flagged = below_sanity_baselines(t["mean"])
+    text = (f"SVA: ALTI {t.loc['alti', 'mean']:+.3f} (the paper's BERT {paper_alti:+.2f}); "
+            + ", ".join(f"{method_label(m)} {v:+.3f}" for m, v in t["mean"].items()
+                        if m != "alti")
+            + (f"; not above the sanity baselines: {_labels(flagged)}" if flagged else "")
+            + ".")
+    acc, n = accuracy
+    return text + _alt("the masked LM failing the agreement on these sentences",
+                       "its accuracy on the sentences used", f"{acc:.2f} on {n:,}"), \
+        t[["mean", "std", "n"]].rename(index=method_label)
 
 
 # ---- the status page's items -----------------------------------------------------------------
 def _vz_alignment(condition: str):
     def why():
         from .book_runs import run
-        from .experiments import GRADIENT_METHODS
+        from .claims.rules_vz import CONTEXT_MIXING
 
-        r = run("cue-alignment", condition).result
-        cm = [m for m in r["method"].unique() if m not in GRADIENT_METHODS and m != "random"]
-        return alignment_why(r, context_mixing=cm)
+        return mixing_alignment_why(run("cue-alignment", condition).result, list(CONTEXT_MIXING))
     return why
 
 
 def _vz_probes():
     from .book_runs import CONDITION_LABELS, run
 
-    return probes_why({CONDITION_LABELS[c]: run("cue-alignment", c).result
-                       for c in CONDITION_LABELS})
+    return probes_vs_n_why({CONDITION_LABELS[c]: run("cue-alignment", c).result
+                            for c in CONDITION_LABELS})
 
 
 def _alti_fig7():
     from .book_runs import run
 
-    res = run("alti-fig7")
-    return consistency_why(res.result, res.frames["vs_alti"])
+    return fig7_why(run("alti-fig7"))
+
+
+def _alti_fig6():
+    from .book_runs import run
+    from .claims.rules_alti import FIG6_OTHERS
+
+    return special_ranks_why(run("alti-fig6").result, FIG6_OTHERS)
+
+
+def _alti_sva():
+    from . import paper_numbers as pn
+    from .book import quick_mode
+    from .book_runs import run
+
+    p = pn.alti_table2()
+    paper = p[(p.task == "SVA") & (p.cmix_method == "alti")
+              & (p.model == "bert-base-uncased")]["value"].iloc[0]
+    return sva_why(run("alti-table2").result, float(paper), sva_accuracy(quick_mode()))
 
 
 def _globenc_table2():
+    from . import paper_numbers as pn
     from .book_runs import run
-    from .reproduction import GLOBENC_TABLE2_METHODS
+    from .claims.rules_globenc import TABLE2_METHODS
 
     res = run("globenc-correlations")
-    return rollout_vs_single_why(res.frames["variants"], list(GLOBENC_TABLE2_METHODS))
+    text, ev = globenc_table2_why(res.result, pn.globenc_table2(), TABLE2_METHODS)
+    text2, ev2 = rollout_vs_single_why(res.frames["variants"], list(TABLE2_METHODS))
+    return f"{text} Over every task and rollout variant: {text2}", ev
 
 
-def _example(item: str):
+def _claims(paper: str, item: str, *run):
     def why():
-        from .book_runs import run
+        from .claims.status import claims_why as claims_outcome_why
 
-        r = run("paper-examples").result
-        return claims_why(r[r["item"] == item])
+        return claims_outcome_why(paper, item, *run)
     return why
 
 
@@ -220,10 +370,28 @@ ITEM_WHYS = {
     ("Value Zeroing", "Figure 1"): _vz_alignment("pretrained"),
     ("Value Zeroing", "Figure 2"): _vz_alignment("finetuned"),
     ("Value Zeroing", "Figure A.2"): _vz_probes,
+    ("ALTI", "Figure 6"): _alti_fig6,
     ("ALTI", "Figure 7"): _alti_fig7,
+    ("ALTI", "Table 2 (SVA)"): _alti_sva,
     ("GlobEnc", "Table 2"): _globenc_table2,
-    ("Value Zeroing", "Table 1"): _example("VZ Table 1"),
-    ("Value Zeroing", "Figure 4, Figures A.5-A.18"): _example("VZ Figure 4"),
-    ("ALTI", "Tables 1, 3-9"): _example("ALTI Tables 1, 3-9"),
-    ("GlobEnc", "Figure 1"): _example("GlobEnc Figure 1"),
+    **{(p, i): _claims(p, i, *run) for p, i, run in (
+        ("Value Zeroing", "Table 1", ("paper-examples",)),
+        ("Value Zeroing", "Figure 4, Figures A.5-A.18", ("paper-examples",)),
+        ("ALTI", "Tables 1, 3-9", ("paper-examples",)),
+        ("Value Zeroing", "Figure 3", ("mdl-probing", "finetuned")),
+        ("Value Zeroing", "Figure A.1", ("distance-ablation",)),
+        ("Value Zeroing", "Table 2 (pre-trained)", ("mdl-probing", "pretrained")),
+        ("Value Zeroing", "Table 2 (fine-tuned)", ("mdl-probing", "finetuned")),
+        ("ALTI", "Table 2 (SST-2)", ("alti-table2",)),
+        *(("GlobEnc", f"Table 1 ({t})", ("globenc-correlations",))
+          for t in ("SST-2", "MNLI", "HateXplain")),
+        ("Value Zeroing", "Text §5", ("rollout-depth", "pretrained")),
+        ("Value Zeroing", "Text §9", ("cue-alignment", "pretrained")),
+        ("ALTI", "Figure 3", ("alti-fig3",)), ("ALTI", "Figures 8-10", ("alti-figs8-10",)),
+        ("ALTI", "Text §5", ("alti-table2",)), ("ALTI", "Text §6", ("alti-table2",)),
+        ("GlobEnc", "Figure 1", ("globenc-correlations",)),
+        ("GlobEnc", "Figures A.1-A.4", ("globenc-correlations",)),
+        ("GlobEnc", "Figure 3", ("globenc-correlations",)),
+        ("GlobEnc", "Figure 4", ("globenc-fig4",)),
+        ("GlobEnc", "Figure 5", ("globenc-correlations",)))},
 }

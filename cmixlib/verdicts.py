@@ -8,8 +8,8 @@ docstring states its rule, and the chapters name the function next to the senten
 * :func:`describe_ranking` -- our order of methods against the paper's;
 * :func:`describe_depth_trend` -- whether a per-layer quantity rises with depth;
 * :func:`describe_model_difference` -- the run's model against the paper's (shape);
-* :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2, tested on a
-  layer x method table (chapter 9 and the reproduction status);
+* :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2 on a layer x method
+  table (chapter 9); it lives with the other claim rules in :mod:`cmixlib.claims.rules_vz`;
 * :func:`ranking_verdict` -- the verdict of a table of numbers: reproduced / same ranking /
   same direction / too few methods / differs, with an exact permutation p-value;
 * :func:`claims_verdict` -- the verdict of a figure from its qualitative claims and its
@@ -31,6 +31,17 @@ import pandas as pd
 from .evaluation import spearman
 from .models import DEFAULT_MODEL
 
+
+def __getattr__(name: str):
+    """Value Zeroing's Figure 1-2 claims live with the other claim rules
+    (:mod:`cmixlib.claims.rules_vz`); ``verdicts.alignment_claims`` and
+    ``verdicts.ALIGNMENT_HEADLINE`` still name them."""
+    if name in ("alignment_claims", "ALIGNMENT_HEADLINE"):
+        from .claims import rules_vz
+
+        return getattr(rules_vz, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
            "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
            "holds_every_layer", "permutation_p", "with_model_condition", "ALIGNMENT_HEADLINE",
@@ -44,10 +55,13 @@ NO_CLAIM = "no claim to test"
 #: The mark of a verdict on another model than the paper's (:func:`with_model_condition`).
 OTHER_MODEL = " (other model)"
 _BASE = ("reproduced", "same ranking", "same direction", "too few methods", "differs")
-#: The verdict vocabulary of the reproduction status, best first; every assessed verdict but
-#: "reproduced" has an "(other model)" form (the run's model is not the paper's).
-VERDICTS = tuple(w for b in _BASE for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))
-                 ) + ("not run",)
+#: The verdict vocabulary of the reproduction status: the ranking words (tables of numbers) best
+#: first, then the claim words (:func:`claims_verdict`, :mod:`cmixlib.claims.rules`); every
+#: assessed verdict but "reproduced" has an "(other model)" form (the run's model is not the
+#: paper's).
+_CLAIM_WORDS = ("claims hold", "headline holds", "most claims hold", "not decided", "reversed")
+VERDICTS = tuple(w for b in _BASE + _CLAIM_WORDS
+                 for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))) + ("not run",)
 #: "same ranking": Spearman of our values with the paper's over the methods at least this (and
 #: significant, :data:`ALPHA`, and the same best method).
 RANKING_AGREEMENT = 0.8
@@ -65,9 +79,6 @@ EXACT_UP_TO = 8
 #: Monte-Carlo permutations (seed 0) for more than :data:`EXACT_UP_TO` methods.
 MONTE_CARLO_PERMUTATIONS = 20_000
 _EPS = 1e-9
-
-#: The headline claim of :func:`alignment_claims` (Value Zeroing's Figures 1-2).
-ALIGNMENT_HEADLINE = "Value Zeroing has the highest alignment of all methods in every layer"
 
 
 def describe_claims(table: pd.DataFrame, who: str = "the paper's claims") -> str:
@@ -90,25 +101,27 @@ def _claims_held(claims: pd.Series, noun: str) -> str:
 
 
 def claims_verdict(claims: pd.Series, headline: str | None = None) -> tuple[str, str]:
-    """Verdict of a figure from its boolean claims (index = the claims' text).
+    """Verdict of a figure from its boolean claims (index = the claims' text). A figure ranks
+    nothing, so the words are those of :data:`cmixlib.claims.rules.CLAIM_VERDICTS`, never a
+    ranking word.
 
     Rule with a ``headline`` (one claim's text, the paper's main claim about the figure):
 
     * the headline fails -> "differs", whatever the other claims;
-    * every claim holds -> "same ranking";
-    * the headline holds and at least half of the other claims hold -> "same direction";
+    * every claim holds -> "claims hold";
+    * the headline holds and at least half of the other claims hold -> "headline holds";
     * else "differs".
 
     Without a headline (fallback, for a table of claims none of which is the main one): all
-    hold -> "same ranking"; at least half -> "same direction"; else "differs".
+    hold -> "claims hold"; at least half -> "most claims hold"; else "differs".
     Detail: "k of m claims hold", the headline and whether it holds, and the failed claims."""
     ok = claims.astype(bool)
     k, m = int(ok.sum()), len(ok)
     detail = _claims_held(claims, "claims")
     if headline is None:
         if k == m:
-            return "same ranking", detail
-        return ("same direction" if 2 * k >= m else "differs"), detail
+            return "claims hold", detail
+        return ("most claims hold" if 2 * k >= m else "differs"), detail
     if headline not in ok.index:
         raise KeyError(f"the headline {headline!r} is not one of the claims")
     held = bool(ok[headline])
@@ -117,8 +130,8 @@ def claims_verdict(claims: pd.Series, headline: str | None = None) -> tuple[str,
     if not held:
         return "differs", detail
     if k == m:
-        return "same ranking", detail
-    return ("same direction" if 2 * int(others.sum()) >= len(others) else "differs"), detail
+        return "claims hold", detail
+    return ("headline holds" if 2 * int(others.sum()) >= len(others) else "differs"), detail
 
 
 def holds_every_layer(values_by_layer: pd.DataFrame | pd.Series,
@@ -211,37 +224,6 @@ def describe_ranking(ours: Mapping[str, float], paper: Mapping[str, float], *,
     return (f"The paper's top {top}: {fmt(p_order)}; ours: {fmt(o_order)}. The paper's best "
             f"method, {label(best)}, is our number {o_order.index(best) + 1} of {len(shared)}; "
             f"{agree} (Spearman over {len(shared)} methods).")
-
-
-def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = None,
-                     label: Any = str) -> pd.Series:
-    """Value Zeroing's claims about its Figures 1-2 (§5), tested on one condition's layer x method
-    table of mean dot products (rows: layers in order; columns: method names).
-
-    Rules: Value Zeroing is above every other column **in every layer** (the paper's headline:
-    "the best-aligned method at every layer"; :func:`holds_every_layer`, not a mean); on the
-    means over layers, as signs of differences: raw attention is below the random baseline; N is
-    above raw attention; N-ResLN is below N; single-layer GlobEnc and ALTI are below Value
-    Zeroing; each gradient method is higher in the first third of the layers than in the last
-    third. Returns one boolean per claim (index = the claim's text; the first is the headline,
-    :data:`ALIGNMENT_HEADLINE`)."""
-    mean = table.mean()
-    third = max(1, len(table) // 3)
-    first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
-    out = {
-        ALIGNMENT_HEADLINE: holds_every_layer(
-            table, lambda row: row["value_zeroing"] > row.drop("value_zeroing").max()),
-        "raw attention is below the random baseline": mean["attention"] - mean["random"] < 0,
-        "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
-        "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
-        "single-layer GlobEnc and ALTI are below Value Zeroing":
-            max(mean["globenc_layer"], mean["alti_layer"]) - mean["value_zeroing"] < 0,
-    }
-    for g in [m for m in (gradient_methods or []) if m in table]:
-        out[f"{label(g)} is higher in the first third of the layers than in the last"] = \
-            bool(first[g] - last[g] > 0)
-    return pd.Series({k: bool(v) for k, v in out.items()})
-
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -35,12 +35,43 @@ def test_alignment_why_locates_the_failing_layers_and_tests_noise():
     assert text.startswith("Value Zeroing is above every other method in every layer")
 
 
-def test_probes_why_ranks_the_method():
-    r = pd.DataFrame([{"method": m, "layer": 0, "metric": "probes_needed", "mean": v}
-                      for m, v in {"value_zeroing": 2.0, "deeplift": 1.0, "attention": 3.0}.items()])
-    text, ev = D.probes_why({"pre-trained": r})
-    assert "rank 2 of 3" in text and "behind DeepLift" in text
-    assert list(ev.index) == ["DeepLift", "Value Zeroing", "Attention"]
+def test_probes_vs_n_why_names_the_layers_where_n_ties_or_beats():
+    rows = [{"method": m, "layer": k, "metric": "probes_needed", "mean": v}
+            for m, vals in {"value_zeroing": [2.0, 1.0, 3.0], "attn_norm": [2.0, 2.0, 1.0],
+                            "deeplift": [0.5, 0.5, 0.5]}.items() for k, v in enumerate(vals)]
+    text, ev = D.probes_vs_n_why({"pre-trained": pd.DataFrame(rows)})
+    assert "in 2 of 3 layers (1 and 3; e.g. layer 1: 2.00 vs 2.00)" in text
+    assert "Alternative cause: the gradient methods" in text and len(ev) == 3
+
+
+def test_mixing_alignment_why_uses_both_metrics_and_only_the_named_methods():
+    r = pd.concat([_alignment({"value_zeroing": [0.1, 0.3], "attention": [0.05, 0.1],
+                               "random": [0.2, 0.1], "deeplift": [0.9, 0.9]}),
+                   _alignment({"value_zeroing": [0.5, 0.3], "attention": [0.4, 0.6],
+                               "random": [0.1, 0.1], "deeplift": [0.9, 0.9]}
+                              ).assign(metric="ap")])
+    text, ev = D.mixing_alignment_why(r, ["attention"])
+    assert "DeepLift" not in text                        # not a context-mixing method
+    assert "dot: Value Zeroing is above every other method" in text
+    assert "at or below Random in layer(s) 1" in text
+    assert "ap: Value Zeroing is not the best-aligned method in layer(s) 2" in text
+    assert "Alternative cause: sampling noise" in text and set(ev["metric"]) == {"dot", "ap"}
+
+
+def test_globenc_table2_why_names_the_cell_furthest_from_the_paper():
+    from cmixlib import paper_numbers as pn
+
+    methods = ("attn_norm", "attn_norm_res", "globenc_layer")
+    paper = pn.globenc_table2()
+    p12 = paper[paper.condition == "L12"].assign(
+        aggr=lambda d: d.metric.str.rsplit("_", n=1).str[-1])
+    rows = [{"task": "SST-2", "method": m, "aggregation": a, "layer": 6,
+             "mean": float(p12[(p12.cmix_method == m) & (p12["aggr"] == a)]["value"].iloc[0])
+             + (0.3 if (m, a) == ("attn_norm", "individual") else 0.02)}
+            for m in methods for a in ("individual", "rollout")]
+    text, ev = D.globenc_table2_why(pd.DataFrame(rows), paper, methods)
+    assert "furthest from the paper's layer 12 is N individual" in text
+    assert "the outlier is the single layer" in text and len(ev) == 6
 
 
 def test_consistency_why_reports_paired_ci():
@@ -69,14 +100,6 @@ def test_rollout_vs_single_why_over_tasks_and_variants():
     assert "below the single layer for N on every task" in text
     assert "above it on 2 of 2 tasks with the raw rollout and on 0 of 2" in text
     assert ev.shape == (2, 4)
-
-
-def test_claims_why_quotes_failed_evidence():
-    c = pd.DataFrame({"claim": ["a", "b"], "holds": [True, False], "evidence": ["x", "y"],
-                      "headline": [False, True]})
-    assert D.claims_why(c)[0] == "not b (y)."
-    c["holds"] = True
-    assert D.claims_why(c)[0] == "every claim holds."
 
 
 def test_homogeneity_and_special_mass():
@@ -116,25 +139,25 @@ def test_row_spread_against_a_loop():
         row_spread(np.ones((2, 3)))
 
 
-def test_example_item_rows(monkeypatch):
-    """An example item's row: claims_verdict with the headline; no model (the annotation) leaves
-    the model column empty and the verdict unmarked; an offline model marks it "(other model)"."""
+def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
+    """A paper-example claim (cmixlib.claims.rules): the row named by the claim, else the item's
+    headline; every other row for the "all" test; a missing row is "not tested", never a
+    guess."""
     import types
 
     import cmixlib.book_runs as B
-    from cmixlib.reproduction_examples import example_item
+    from cmixlib.claims import rules
 
     frame = pd.DataFrame([
-        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True,
-         "model": float("nan")},             # "" is read back from the cache's CSV as NaN
+        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True},
         {"item": "VZ Table 1", "claim": "other", "holds": False, "evidence": "e2",
-         "headline": False, "model": float("nan")},
-        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True,
-         "model": "all-MiniLM-L6-v2 (bert, 6 layers) -- offline fallback for 'bert-base-uncased'"},
+         "headline": False},
+        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True},
     ])
     monkeypatch.setattr(B, "run", lambda name: types.SimpleNamespace(result=frame))
-    row = example_item("VZ Table 1")()
-    assert row["verdict"] == "differs" and row["model"] is None    # 1 other claim, it fails
-    assert "e2" in row["detail"] and row["ours"] == "1 of 2 claims hold"
-    row = example_item("VZ Figure 4")()
-    assert row["verdict"] == "same ranking (other model)" and row["model"] == "all-MiniLM-L6-v2"
+    assert rules.TESTS["example_item"]("VZ Table 1").outcome == "holds"
+    o = rules.TESTS["example_item"]("VZ Table 1", claim="other")
+    assert o.outcome == "fails" and "e2" in o.ours
+    o = rules.TESTS["example_all"]("VZ Table 1")
+    assert o.outcome == "fails" and "0 of 1 hold" in o.ours
+    assert rules.TESTS["example_item"]("VZ Figure 4", claim="nope").outcome == "not tested"

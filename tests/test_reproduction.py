@@ -6,9 +6,9 @@ from cmixlib.verdicts import claims_verdict
 
 
 def test_claims_verdict_rule():
-    assert claims_verdict(pd.Series({"a": True, "b": True}))[0] == "same ranking"
+    assert claims_verdict(pd.Series({"a": True, "b": True}))[0] == "claims hold"
     v, detail = claims_verdict(pd.Series({"a": True, "b": False}))
-    assert v == "same direction" and "1 of 2 claims hold; not: b" in detail
+    assert v == "most claims hold" and "1 of 2 claims hold; not: b" in detail
     assert claims_verdict(pd.Series({"a": False, "b": False, "c": True}))[0] == "differs"
 
 
@@ -72,6 +72,12 @@ def test_table3_rows_give_the_investigated_reason_and_the_sanity_flags(monkeypat
     assert row["why"].startswith("pre-trained, 200 test pairs: Value Zeroing's single-layer maps"
                                  " reach +0.30 (layer 2) but its rollout gives -0.10 at layer 3")
     assert f'href="{R.TABLE3_WHY_LINK}"' in row["why"]
+    # the numbers it cites, the row's own size beside the depth run's, the alternatives
+    assert "Numbers: the [MASK] row's self weight" in row["why"]
+    assert "on these 400 pairs, -0.10 on the row's 9" in row["why"]   # n of the frame's cell
+    assert "Alternative 1, the layer maps themselves: the single layer-3 map" in row["why"]
+    assert "Alternative 2, drift away from the [MASK]" in row["why"]
+    assert "the paper's 12-layer BERT scores +0.26" in row["why"]
     assert row["detail"].endswith("; not above the sanity baselines (Random, Nearness): "
                                   "Value Zeroing rollout, GlobEnc")
     runs["mdl-probing"] = runs["faithfulness"]
