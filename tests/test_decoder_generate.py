@@ -1,0 +1,108 @@
+"""Generation-time attribution (cmixlib.decoder_generate) against its definition: each step's
+row equals decoder_context_mixing run on the prefix alone; padded batches equal the prompts
+run alone; greedy tokens and step scores against a plain loop."""
+import numpy as np
+import pytest
+import torch
+
+from cmixlib.decoder import random_decoder
+from cmixlib.decoder_generate import attribute_generation, greedy_continuation
+from cmixlib.decoder_methods import decoder_context_mixing
+from cmixlib.validation import InputError
+
+METHODS = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
+           "value_zeroing", "value_zeroing_rollout", "alti_logit"]
+EPS = np.finfo(np.float64).eps
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model(request):
+    return random_decoder(request.param, dtype=torch.float64, seed=3)
+
+
+def _tol(a: np.ndarray, L: int, n: int) -> np.ndarray:
+    """Rounding bound for maps computed from two different-length forward passes: each entry
+    is a result of O(L n d) float64 operations on values of magnitude |a| (and the row's
+    scale), so 1e3 * L * n * eps relative to the row's largest entry (d = 48 inside 1e3)."""
+    scale = np.abs(a).max(axis=-1, keepdims=True) + 1.0
+    return 1e3 * L * n * EPS * scale
+
+
+@torch.no_grad()
+def test_each_step_row_equals_the_prefix_run_alone(model):
+    prompt = torch.tensor([0, 5, 17, 42, 8])
+    res = attribute_generation(model, None, {"input_ids": prompt}, METHODS, max_new_tokens=4)
+    gen = torch.as_tensor(res.generated_ids)
+    assert res.maps["alti"].shape == (3, 4, 5 + 3)
+    for t in range(4):
+        prefix = torch.cat([prompt, gen[:t]])
+        target = torch.cat([prefix[1:], gen[t:t + 1]])
+        ref = decoder_context_mixing(model, None, {"input_ids": prefix}, METHODS,
+                                     logit_target=target)
+        p = len(prefix) - 1
+        for m in METHODS:
+            got = res.maps[m][:, t]
+            want = ref[m][:, p]
+            assert np.all(got[:, p + 1:] == 0), m            # no source beyond the prefix
+            err = np.abs(got[:, : p + 1] - want)
+            assert np.all(err <= _tol(want, 3, p + 1)), (m, t, err.max())
+            assert np.array_equal(res.step_row(m, t), got[-1, : p + 1])
+        logits = model(input_ids=prefix.reshape(1, -1)).logits[0, -1]
+        assert int(gen[t]) == int(logits.argmax())                  # greedy
+        z = float(logits[gen[t]])
+        pr = float(torch.softmax(logits, -1)[gen[t]])
+        assert abs(res.logit[t] - z) <= 1e3 * EPS * (abs(z) + 1)
+        assert abs(res.probability[t] - pr) <= 1e3 * EPS
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@torch.no_grad()
+def test_padded_batch_equals_the_prompts_alone(model, side):
+    prompts = [[0, 5, 17, 42, 8], [0, 9, 3]]
+    width = max(map(len, prompts))
+    ids = torch.full((2, width), 7)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        sl = slice(width - len(p), width) if side == "left" else slice(0, len(p))
+        ids[b, sl], mask[b, sl] = torch.tensor(p), 1
+    methods = ["alti", "value_zeroing", "alti_logit"]
+    batch = attribute_generation(model, None, {"input_ids": ids, "attention_mask": mask},
+                                 methods, max_new_tokens=3)
+    assert isinstance(batch, list) and len(batch) == 2
+    for p, got in zip(prompts, batch):
+        alone = attribute_generation(model, None, {"input_ids": torch.tensor(p)}, methods,
+                                     max_new_tokens=3)
+        assert got.prompt_ids.tolist() == p
+        assert np.array_equal(got.generated_ids, alone.generated_ids)
+        for m in methods:      # the same unpadded forward passes: bitwise equal
+            assert np.array_equal(got.maps[m], alone.maps[m]), m
+        assert np.array_equal(got.logit, alone.logit)
+
+
+@torch.no_grad()
+def test_given_continuation_and_scores(model):
+    prompt = torch.tensor([0, 5, 17])
+    cont = [11, 12, 13]
+    res = attribute_generation(model, None, {"input_ids": prompt}, ["attention"],
+                               continuation=cont)
+    assert res.generated_ids.tolist() == cont
+    full = torch.tensor([0, 5, 17, 11, 12])
+    logp = torch.log_softmax(model(input_ids=full.reshape(1, -1)).logits[0, 2:], -1)
+    want = logp[torch.arange(3), torch.tensor(cont)].exp().numpy()
+    assert np.allclose(res.probability, want, rtol=0, atol=1e3 * EPS)
+    frame = res.step_scores()
+    assert frame["id"].tolist() == cont and len(frame) == 3
+    assert greedy_continuation(model, prompt, 2).shape == (2,)
+
+
+@torch.no_grad()
+def test_bad_arguments_are_refused(model):
+    ids = {"input_ids": torch.tensor([0, 1, 2])}
+    with pytest.raises(InputError, match="set by attribute_generation"):
+        attribute_generation(model, None, ids, ["alti"], rows=[0])
+    with pytest.raises(InputError, match="max_new_tokens"):
+        attribute_generation(model, None, ids, ["alti"], max_new_tokens=0)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        attribute_generation(model, None, ids, ["alti"], continuation=[10 ** 6])
+    with pytest.raises(InputError, match="is text"):
+        attribute_generation(model, None, ids, ["alti"], continuation="hello")
