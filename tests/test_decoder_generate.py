@@ -106,3 +106,23 @@ def test_bad_arguments_are_refused(model):
         attribute_generation(model, None, ids, ["alti"], continuation=[10 ** 6])
     with pytest.raises(InputError, match="is text"):
         attribute_generation(model, None, ids, ["alti"], continuation="hello")
+
+
+@torch.no_grad()
+def test_generation_figure_and_matrix(model):
+    import matplotlib
+    matplotlib.use("Agg")
+    from cmixlib.plotting.generation import generation_matrix, plot_generation
+
+    res = attribute_generation(model, None, {"input_ids": torch.tensor([0, 5, 17])},
+                               ["alti", "alti_logit"], max_new_tokens=3)
+    mat = generation_matrix(res, "alti")
+    assert mat.shape == (3, 5) and np.isnan(mat[0, 3:]).all() and np.isnan(mat[1, 4])
+    assert np.allclose(np.nansum(mat, 1), 1)
+    out = generation_matrix(res, "alti", bos_out=True)
+    assert out.shape == (3, 4) and np.allclose(np.nansum(out, 1), 1)
+    assert np.allclose(out[0, :2], mat[0, 1:3] / mat[0, 1:3].sum())
+    raw = generation_matrix(res, "alti_logit", bos_out=True)
+    assert np.array_equal(raw[~np.isnan(raw)], res.maps["alti_logit"][-1][:, 1:][~np.isnan(raw)])
+    fig = plot_generation(res, bos_out=True)
+    assert len([a for a in fig.axes if a.get_title()]) == 2
