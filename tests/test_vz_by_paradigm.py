@@ -26,3 +26,20 @@ def test_result_by_paradigm_pools_back_to_the_result():
     want = res[res.metric == "dot"].set_index(["method", "layer"])["mean"]
     assert np.allclose(pooled.reindex(want.index), want, rtol=1e-12, atol=0)
     assert list(res.columns) == ["condition", "method", "layer", "metric", "mean", "std", "n"]
+
+
+def test_pooled_over_paradigms_is_the_mean_over_those_examples():
+    import pandas as pd
+    import pytest
+
+    from cmixlib.decoder_report import pooled_over_paradigms
+
+    per_ex = pd.DataFrame({"uid": ["a", "a", "b", "c"], "method": ["m"] * 4, "layer": [0] * 4,
+                           "dot": [0.1, 0.3, 0.9, 0.5]})
+    from cmixlib import evaluation as ev
+    byp = ev.aggregate_alignment(per_ex, metrics=("dot",), by=("uid", "method", "layer"))
+    got = pooled_over_paradigms(byp, ["a", "b"])
+    assert got["mean"].item() == pytest.approx((0.1 + 0.3 + 0.9) / 3, rel=1e-12)
+    assert got["n"].item() == 3
+    with pytest.raises(ValueError, match="no rows"):
+        pooled_over_paradigms(byp, ["z"])
