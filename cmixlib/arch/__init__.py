@@ -40,9 +40,9 @@ from .encoders import (FAMILIES, PART_NAMES, SUPPORTED_FAMILIES, Family, LayerPa
 
 __all__ = ["Family", "FAMILIES", "SUPPORTED_FAMILIES", "UnsupportedModelError", "LayerParts",
            "DecoderFamily", "DECODER_FAMILIES", "DecoderParts", "decoder_family_of",
-           "is_decoder_lm", "norm_params", "linear_weights",
-           "decoder_parts", "decoder_final_norm", "decoder_unembed", "random_decoder_config",
-           "DECODER_REFUSED", "decoder_norm_params", "apply_decoder_norm", "require_decoder",
-           "decoder_logits_divisor", "get_path", "has_path",
-           "family_of", "layer_holder", "layer_list", "layer_parts", "parts_of_layer", "num_layers", "num_heads",
+           "is_decoder_lm", "norm_params", "linear_weights", "decoder_parts",
+           "decoder_final_norm", "decoder_unembed", "random_decoder_config", "DECODER_REFUSED",
+           "decoder_norm_params", "apply_decoder_norm", "require_decoder",
+           "decoder_logits_divisor", "get_path", "has_path", "family_of", "layer_holder",
+           "layer_list", "layer_parts", "parts_of_layer", "num_layers", "num_heads",
            "embedding_output_module", "mlm_head", "position_offset", "random_config"]
