@@ -126,3 +126,56 @@ def test_generation_figure_and_matrix(model):
     assert np.array_equal(raw[~np.isnan(raw)], res.maps["alti_logit"][-1][:, 1:][~np.isnan(raw)])
     fig = plot_generation(res, bos_out=True)
     assert len([a for a in fig.axes if a.get_title()]) == 2
+
+
+# ------------------------------------------------------------------ the real model (SmolLM2)
+def _needs_smollm2():
+    import importlib.util
+
+    from cmixlib import offline_models as om
+    deps = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
+    return pytest.mark.skipif(om.smollm2_gguf_path() is None or not deps,
+                              reason="SmolLM2's GGUF or its readers are not installed")
+
+
+@_needs_smollm2()
+@torch.no_grad()
+def test_smollm2_text_prompts_padded_ids_and_a_text_continuation():
+    """As a user runs it: text prompts (BOS rule), the same prompts as a left-padded tokenizer
+    batch (BOS prefixed), a text continuation; step 1's row against the prefix run alone."""
+    import cmixlib
+
+    dec = cmixlib.load_model("smollm2", device="cpu")
+    prompts = ["The keys to the cabinet", "A dog"]
+    methods = ["alti", "alti_logit"]
+    by_text = attribute_generation(dec.model, dec.tokenizer, prompts, methods,
+                                   max_new_tokens=2)
+    enc = [dec.encode_for_decoder(p)["input_ids"][0] for p in prompts]
+    width = max(len(e) for e in enc)
+    ids = torch.zeros(2, width, dtype=torch.long)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for b, e in enumerate(enc):
+        ids[b, width - len(e):], mask[b, width - len(e):] = e, 1
+    by_ids = attribute_generation(dec.model, dec.tokenizer,
+                                  {"input_ids": ids, "attention_mask": mask}, methods,
+                                  max_new_tokens=2)
+    for a, b in zip(by_text, by_ids):
+        assert np.array_equal(a.prompt_ids, b.prompt_ids)
+        assert np.array_equal(a.generated_ids, b.generated_ids)
+        for m in methods:
+            assert np.array_equal(a.maps[m], b.maps[m]), m
+    given = attribute_generation(dec.model, dec.tokenizer, prompts[0], methods,
+                                 continuation=" are on the table")
+    want = dec.tokenizer(" are on the table", add_special_tokens=False)["input_ids"]
+    assert given.generated_ids.tolist() == want
+    assert given.tokens[given.n_prompt:] == dec.tokenizer.convert_ids_to_tokens(want)
+    prefix = torch.cat([torch.as_tensor(given.prompt_ids),
+                        torch.as_tensor(given.generated_ids[:1])])
+    ref = decoder_context_mixing(dec.model, None, {"input_ids": prefix}, methods,
+                                 logit_target=torch.cat([prefix[1:],
+                                                         torch.tensor(want[1:2])]))
+    for m in methods:      # float32: bound from the row's scale and the model's depth
+        got = given.maps[m][:, 1, : len(prefix)]
+        err = np.abs(got - ref[m][:, -1]).max()
+        scale = np.abs(ref[m]).max() + 1
+        assert err <= 1e-4 * scale, (m, err)
