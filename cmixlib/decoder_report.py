@@ -110,7 +110,8 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     """Mean dot product over layers, decoder beside encoder. Rule: the best method of each
     (ties within 0.005 named together), among the methods both have; the Spearman correlation
     of the two orders (3 or more shared methods); and for Value Zeroing and ALTI-Logit (decoder)
-    whether they are above the random baseline of their model."""
+    whether they are above the random baseline of their model (at the printed precision:
+    rounded to 3 decimals, so equal printed values are "not above")."""
     from .evaluation import spearman
 
     dec = pd.Series(decoder, dtype=float).dropna()
@@ -129,7 +130,7 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     out += "."
     for m in ("value_zeroing", "alti_logit"):
         if m in dec and "random" in dec:
-            side = "above" if dec[m] > dec["random"] else "not above"
+            side = "above" if round(dec[m], 3) > round(dec["random"], 3) else "not above"
             out += (f" In {names[0]}, {method_label(m)} ({dec[m]:.3f}) is {side} the random "
                     f"baseline ({dec['random']:.3f}).")
     return out
