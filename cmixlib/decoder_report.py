@@ -3,7 +3,7 @@
 imports this module, so editing a sentence recomputes nothing."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -12,7 +12,8 @@ from .verdicts import below_sanity_baselines
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
-           "short_name", "describe_logit_parts", "describe_alignment_by_paradigm"]
+           "short_name", "describe_logit_parts", "describe_alignment_by_paradigm",
+           "pooled_over_paradigms"]
 
 #: A layer input "has a sink" when the BOS token's norm is at least this many times the mean
 #: norm of the other tokens (averaged over examples).
@@ -88,12 +89,29 @@ def mean_over_layers(result: pd.DataFrame, metric: str = "dot", **where: str) ->
     return d.groupby("method", sort=False)["mean"].mean()
 
 
+def pooled_over_paradigms(by_paradigm: pd.DataFrame, uids: Sequence[str]) -> pd.DataFrame:
+    """An alignment ``result`` frame (method, layer, metric: mean, n) pooled over the paradigms
+    ``uids`` of a ``result_by_paradigm`` frame: mean = sum_u n_u mean_u / sum_u n_u (the mean
+    over those paradigms' examples), n = sum_u n_u. Other columns (exclude, condition) keep
+    their groups. Raises ValueError for a uid the frame lacks."""
+    missing = [u for u in uids if u not in set(by_paradigm["uid"])]
+    if missing:
+        raise ValueError(f"result_by_paradigm has no rows for {missing}; it has "
+                         f"{sorted(set(by_paradigm['uid']))}.")
+    d = by_paradigm[by_paradigm["uid"].isin(list(uids))]
+    keys = [c for c in d.columns if c not in ("uid", "mean", "std", "n")]
+    d = d.assign(weighted=d["mean"] * d["n"])
+    g = d.groupby(keys, sort=False)[["weighted", "n"]].sum().reset_index()
+    return g.assign(mean=g["weighted"] / g["n"]).drop(columns="weighted")
+
+
 def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping[str, float],
                                   names: tuple[str, str]) -> str:
     """Mean dot product over layers, decoder beside encoder. Rule: the best method of each
     (ties within 0.005 named together), among the methods both have; the Spearman correlation
     of the two orders (3 or more shared methods); and for Value Zeroing and ALTI-Logit (decoder)
-    whether they are above the random baseline of their model."""
+    whether they are above the random baseline of their model (at the printed precision:
+    rounded to 3 decimals, so equal printed values are "not above")."""
     from .evaluation import spearman
 
     dec = pd.Series(decoder, dtype=float).dropna()
@@ -112,7 +130,7 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     out += "."
     for m in ("value_zeroing", "alti_logit"):
         if m in dec and "random" in dec:
-            side = "above" if dec[m] > dec["random"] else "not above"
+            side = "above" if round(dec[m], 3) > round(dec["random"], 3) else "not above"
             out += (f" In {names[0]}, {method_label(m)} ({dec[m]:.3f}) is {side} the random "
                     f"baseline ({dec['random']:.3f}).")
     return out

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
-from .arch import (FAMILIES, LayerParts, UnsupportedModelError, _get, _has,
+from .arch import (FAMILIES, LayerParts, UnsupportedModelError, get_path, has_path,
                    embedding_output_module, is_decoder_lm)
 from .decoder import LAYER_POINTS as DECODER_LAYER_POINTS
 from .decoder import MODEL_POINTS as DECODER_MODEL_POINTS
@@ -308,8 +308,8 @@ def _point_module(layer: Any, point: str) -> torch.nn.Module:
     if point == "resid_out" and isinstance(layer, torch.nn.Module):
         return layer
     for fam in FAMILIES.values():
-        if all(_has(layer, path) for path in fam.layer.values()):
-            return _get(layer, fam.layer[EDITABLE_POINTS[point]])
+        if all(has_path(layer, path) for path in fam.layer.values()):
+            return get_path(layer, fam.layer[EDITABLE_POINTS[point]])
     raise UnsupportedModelError(
         f"{type(layer).__name__} is not an encoder layer of a supported family: pass "
         "cmixlib.encoder.encoder_layers(model)[l] or a layer state instead.")

@@ -357,6 +357,8 @@ def test_sentences_follow_their_rules():
     assert "best-aligned method is Value Zeroing in D and ALTI (layer) in E" in text
     assert "3 shared methods correlate with Spearman -0.50" in text
     assert "Value Zeroing (0.600) is above" in text and "ALTI-Logit (0.450) is not above" in text
+    text = R.describe_alignment_comparison({**dec, "value_zeroing": 0.5001}, enc, ("D", "E"))
+    assert "Value Zeroing (0.500) is not above the random baseline (0.500)" in text
 
     text = R.describe_decoder_faithfulness({"random": 0.0, "nearness": 0.2, "alti": 0.3,
                                             "attention_rollout": 0.2}, "M")

@@ -46,17 +46,23 @@ def cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
     precision, probes-needed. Gradients are taken w.r.t. each layer's input representations of the
     MLM score (``grad_score``: "prob" = softmax over target and foil). ``exclude``: "none" (default,
     as the paper), "special", "target" or "special+target", with renormalisation. The paper shows
-    these as heat maps only (no printed numbers)."""
+    these as heat maps only (no printed numbers). Frames: ``result`` (mean, std, n per method,
+    layer and metric over every example) and ``result_by_paradigm`` (the same per BLiMP
+    paradigm ``uid``, so that another model can be compared on the same paradigms)."""
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
-    rows = []
+    rows, uids = [], {}
     for i, ex, m in batched_rows(ctx, bundle, examples, level="layers", desc=f"cue alignment ({s['condition']})"):
         rows += ev.alignment_rows(m, ex["cue_indices"], example_id=i,
                                   exclude=exclude_positions(ex, s["exclude"]), ties=s["ties"])
+        uids[i] = ex.get("uid")
     per_ex = pd.DataFrame(rows).sort_values("example", kind="stable")
     agg = ev.aggregate_alignment(per_ex)
     agg.insert(0, "condition", s["condition"])
-    return {"result": agg}
+    by_paradigm = ev.aggregate_alignment(per_ex.assign(uid=per_ex["example"].map(uids)),
+                                         by=("uid", "method", "layer"))
+    by_paradigm.insert(0, "condition", s["condition"])
+    return {"result": agg, "result_by_paradigm": by_paradigm}
 
 
 def _alignment_summary(frames) -> str:
