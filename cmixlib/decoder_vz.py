@@ -7,20 +7,37 @@ pair j <= i at once (:func:`value_zeroing_layer`), either through the model's ow
 modules (``"batched"``) or with the MLP's input projections applied per head instead of per pair
 (``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.decoder_methods`; measured in
 ``benchmarks/bench_decoder_value_zeroing.py``.
+
+Conventions (``convention`` of :func:`cmixlib.decoder_methods.decoder_context_mixing`):
+``"default"`` compares block outputs x' at every layer, last included, and normalises every
+row by its sum. ``"inseq"`` reproduces inseq 0.7.1's decoder ``value_zeroing`` (read with
+transformers 4.53; tested against its committed outputs in ``tests/data/inseq/``): at the last
+layer the distance is taken after the model's final norm (inseq reads the last block's output
+from ``hidden_states[-1]``, which transformers returns normed), scores below
+:data:`INSEQ_MIN_SCORE` are set to 0, and a row whose scores are all 0 stays 0
+(:func:`inseq_normalize`); the default convention would divide the sub-threshold distances by
+their sum (a one-token row becomes [1]). inseq computes the similarity in float32 and leaves
+NaN above the diagonal (0 here); for a text of n tokens its map covers the n - 1 prediction
+positions (the last token is only predicted), i.e. cmixlib's map of ``ids[:-1]``.
 """
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 
+import numpy as np
 import torch
 
 from .decoder import DecoderLayerState
 from .validation import InputError
 
-__all__ = ["VZ_METHODS", "CHUNK_ELEMENTS", "mlp_head_maps", "factored_pays",
-           "value_zeroing_layer"]
+__all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
+           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_normalize"]
 
 VZ_METHODS = ("auto", "factored", "batched")
+VZ_CONVENTIONS = ("default", "inseq")
+#: inseq 0.7.1's ``min_score_threshold``: distances below it are set to 0 before normalising.
+INSEQ_MIN_SCORE = 1e-5
 #: Elements of the largest (keys x queries x d_ff) block of one chunk (kept cache-sized).
 CHUNK_ELEMENTS = 2 ** 20
 _HEAD_MAPS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
@@ -133,7 +150,7 @@ def factored_pays(st: DecoderLayerState) -> bool:
 
 @torch.no_grad()
 def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standardize=None,
-                        method: str = "auto") -> torch.Tensor:
+                        method: str = "auto", post: Callable | None = None) -> torch.Tensor:
     """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i, 0 above.
 
     x'^(not j)_i = m_i - F_ij + MLP(LN2(m_i - F_ij)): v_j zeroed in every key-value head (bias
@@ -143,7 +160,10 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     B^h_j) / s_ij + W_k beta + b_k, A_i = W_k(gamma P m_i), B^h_j = M_k^h v^h_j, s_ij the real
     LN2 scale of the pair; :func:`mlp_head_maps`), or ``"auto"`` (:func:`factored_pays`).
     ``standardize``: None/False, True (per-dimension mean and std of this sentence's x'), or a
-    (mean, std) pair of (d,) arrays. Both forms are exact; they agree to rounding.
+    (mean, std) pair of (d,) arrays. ``post``: a map applied to x' and every x'^(not j) before
+    the distance (the final norm at the last layer in the ``"inseq"`` convention):
+    C_ij = distance(post(x'^(not j)_i), post(x'_i)). Both forms are exact; they agree to
+    rounding.
     """
     from .value_zeroing import DISTANCE_FUNCTIONS
 
@@ -157,6 +177,8 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     if method == "auto":
         method = "factored" if factored_pays(st) else "batched"
     orig = _vz_original(st, method)
+    if post is not None:
+        orig = post(orig)
     mean = std = None
     if standardize is True:
         mean, std = orig.mean(dim=0), orig.std(dim=0, unbiased=False).clamp_min(
@@ -168,7 +190,18 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
         orig = (orig - mean) / std
     out = torch.zeros(st.n, st.n, dtype=orig.dtype, device=orig.device)
     for ip, jp, o in _vz_pairs(st, method):
+        if post is not None:
+            o = post(o)
         if mean is not None:
             o = (o - mean) / std
         out[ip, jp] = dist_fn(o, orig[ip])
     return out
+
+
+def inseq_normalize(maps: np.ndarray, min_score: float = INSEQ_MIN_SCORE) -> np.ndarray:
+    """inseq's normalisation of Value Zeroing distances (..., n, n): C_ij < ``min_score`` set to
+    0, then each row divided by its sum, a row summing to 0 left at 0:
+    C_ij / sum_k C_ik if sum_k C_ik > 0, else 0."""
+    out = np.where(maps < min_score, 0.0, maps)
+    total = out.sum(axis=-1, keepdims=True)
+    return out / np.where(total == 0, 1.0, total)
