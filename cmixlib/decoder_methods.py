@@ -253,7 +253,8 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
             if name == "value_zeroing":
                 raw[name].append(value_zeroing_layer(st, options["vz_distance"],
                                                      options["vz_standardize"],
-                                                     options["vz_method"], last_norm))
+                                                     options["vz_method"], last_norm,
+                                                     options["vz_convention"]))
             elif name == "n_fixedres":
                 raw[name].append(_fixed_residual(raw["attn_norm"][-1]))
             elif name not in VECTOR_METHODS:
@@ -312,8 +313,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
     (:mod:`cmixlib.decoder_inputs`). ``vz_convention``: ``"default"`` (block outputs compared
     at every layer; every row normalised by its sum) or ``"inseq"`` (inseq 0.7.1's outputs: the
-    last layer compared after the final norm, distances below 1e-5 set to 0, all-zero rows
-    left at 0; cosine only; :mod:`cmixlib.decoder_vz`). Text follows the BOS rule of
+    last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
+    set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.decoder_vz`). Text follows the BOS rule of
     :mod:`cmixlib.decoder_inputs`. Each sentence is run alone (no padding enters the forward
     pass). Memory: the layers are streamed (:func:`_one_sentence`).
 

