@@ -8,19 +8,26 @@ modules (``"batched"``) or with the MLP's input projections applied per head ins
 (``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.decoder_methods`; measured in
 ``benchmarks/bench_decoder_value_zeroing.py``.
 
-Conventions (``convention`` of :func:`cmixlib.decoder_methods.decoder_context_mixing`):
-``"default"`` compares block outputs x' at every layer, last included, and normalises every
-row by its sum. ``"inseq"`` reproduces inseq 0.7.1's decoder ``value_zeroing`` (read with
-transformers 4.53; tested against its committed outputs in ``tests/data/inseq/``): at the last
-layer the distance is taken after the model's final norm (inseq reads the last block's output
-from ``hidden_states[-1]``, which transformers returns normed), the distance is 1 - cos of
-states cast to float32 (:func:`inseq_cosine_distance`; the default keeps the model's dtype and
-a cancellation-free form), the layer is re-run through the model's own modules, scores below
-:data:`INSEQ_MIN_SCORE` are set to 0, and a row whose scores are all 0 stays 0
-(:func:`inseq_normalize`); the default convention would divide the sub-threshold distances by
-their sum (a one-token row becomes [1]). inseq computes the similarity in float32 and leaves
-NaN above the diagonal (0 here); for a text of n tokens its map covers the n - 1 prediction
-positions (the last token is only predicted), i.e. cmixlib's map of ``ids[:-1]``.
+Conventions (``vz_convention`` of :func:`cmixlib.decoder_methods.decoder_context_mixing`).
+``"default"``: distances between block outputs x' at every layer, the last included, in the
+model's dtype and a cancellation-free cosine; every row divided by its sum. ``"inseq"``:
+inseq 0.7.1's decoder ``value_zeroing`` (read with transformers 4.53; tested against its
+outputs committed in ``tests/data/inseq/``). It differs from the default in that
+
+- at the last layer the states are compared after the model's final norm (inseq reads the
+  last block's output from ``hidden_states[-1]``, which transformers returns normed);
+- the distance is 1 - cos of float32 states (:func:`inseq_cosine_distance`), so distances
+  below ~1e-7 are rounding; the layer is re-run through the model's own modules (``"auto"``
+  is ``"batched"``);
+- distances below :data:`INSEQ_MIN_SCORE` are set to 0, and a row whose distances are all 0
+  stays 0 (:func:`inseq_normalize`); the default divides the small distances by their sum,
+  so a one-token row becomes [1];
+- only the cosine distance, no standardisation, no rollout (refused otherwise).
+
+Not conventions but inputs: inseq puts its tokenizer's ``bos_token`` first (SmolLM2:
+``<|im_start|>``, id 1; cmixlib's BOS rule uses ``<|endoftext|>``, id 0), and for a text of n
+tokens its map covers the n - 1 positions that predict (NaN above the diagonal; 0 here): to
+compare, give cmixlib inseq's ids without the last one.
 """
 from __future__ import annotations
 
@@ -155,7 +162,8 @@ def factored_pays(st: DecoderLayerState) -> bool:
 def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standardize=None,
                         method: str = "auto", post: Callable | None = None,
                         convention: str = "default") -> torch.Tensor:
-    """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i, 0 above.
+    """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i,
+    0 above.
 
     x'^(not j)_i = m_i - F_ij + MLP(LN2(m_i - F_ij)): v_j zeroed in every key-value head (bias
     included), alpha unchanged, only this layer recomputed. ``method``: ``"batched"`` (all pairs
@@ -221,8 +229,8 @@ def inseq_cosine_distance(a: torch.Tensor, b: torch.Tensor, last: bool = False
     original: ``1 - torch.nn.CosineSimilarity(dim=-1)(b.float(), a')``, stored in float32.
     a' = a.float() below the last layer; at the last layer inseq reads the zeroed state from
     the model's output without the cast, so there a' = a and the cosine is torch's of the
-    float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to cancellation
-    (an absolute error of a few float32 ulps of 1); the default's
+    float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to
+    cancellation (an absolute error of a few float32 ulps of 1); the default's
     :func:`cmixlib.value_zeroing.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
     dtype, keeps full relative precision."""
     if not last:

