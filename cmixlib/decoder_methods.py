@@ -61,11 +61,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from .arch import decoder_unembed
+from .arch import decoder_final_norm, decoder_unembed
 from .decoder import DecoderCapture, DecoderLayerState
 from .decoder_inputs import TokenIds, decoder_sentences, resolve_targets
 from .decoder_logit import AltiLogit, alti_logit, explain_logit  # noqa: F401 (API)
 from .decoder_vz import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
+from .decoder_vz import INSEQ_MIN_SCORE, VZ_CONVENTIONS, inseq_normalize
 from .validation import InputError
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
@@ -242,14 +243,18 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
         need.add("attn_norm")
     vec = [m for m in VECTOR_METHODS if m in need]
     raw: dict[str, list] = {name: [] for name in need}
-    for st in cap.layers:                  # streamed: one layer's derived tensors at a time
+    inseq = options.get("vz_convention") == "inseq"
+    for layer, st in enumerate(cap.layers):  # streamed: one layer's derived tensors at a time
+        last_norm = decoder_final_norm(model) if inseq and layer == len(cap.layers) - 1 \
+            else None
         for name, m in vector_maps(st, vec).items() if vec else ():
             raw[name].append(m)
         for name in need:
             if name == "value_zeroing":
                 raw[name].append(value_zeroing_layer(st, options["vz_distance"],
                                                      options["vz_standardize"],
-                                                     options["vz_method"]))
+                                                     options["vz_method"], last_norm,
+                                                     options["vz_convention"]))
             elif name == "n_fixedres":
                 raw[name].append(_fixed_residual(raw["attn_norm"][-1]))
             elif name not in VECTOR_METHODS:
@@ -266,7 +271,10 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
 
     out = {}
     for name in methods:
-        if name in layer_names:
+        if name == "value_zeroing" and inseq:
+            out[name] = place(inseq_normalize(raw[name]) if options["normalize"] else
+                              np.where(raw[name] < INSEQ_MIN_SCORE, 0.0, raw[name]))
+        elif name in layer_names:
             out[name] = place(normalize_rows(raw[name]) if options["normalize"] else raw[name])
         elif name == "attention_rollout":
             out[name] = rollout(raw["attention"], add_identity=True)
@@ -291,7 +299,7 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                            normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
                            vz_standardize: Any = None, rollout_normalize: bool = True,
                            logit_target: TokenIds = None, logit_foil: TokenIds = None,
-                           vz_method: str = "auto"
+                           vz_method: str = "auto", vz_convention: str = "default"
                            ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a dict name ->
     (L, n, n) array per sentence (a list for a batch), rows i = receiving positions, columns
@@ -303,7 +311,10 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
     and bias terms go to no token; :func:`explain_logit` returns all of them (the explanation,
     the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
-    (:mod:`cmixlib.decoder_inputs`). Text follows the BOS rule of
+    (:mod:`cmixlib.decoder_inputs`). ``vz_convention``: ``"default"`` (block outputs compared
+    at every layer; every row normalised by its sum) or ``"inseq"`` (inseq 0.7.1's outputs: the
+    last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
+    set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.decoder_vz`). Text follows the BOS rule of
     :mod:`cmixlib.decoder_inputs`. Each sentence is run alone (no padding enters the forward
     pass). Memory: the layers are streamed (:func:`_one_sentence`).
 
@@ -335,7 +346,14 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                                             "vz_distance", what="Value Zeroing distance"),
                    vz_standardize=check_standardize(vz_standardize,
                                                      model.get_input_embeddings().embedding_dim),
-                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"))
+                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
+                   vz_convention=check_choice(vz_convention, VZ_CONVENTIONS, "vz_convention"))
+    if options["vz_convention"] == "inseq" and (
+            options["vz_distance"] != "cosine" or options["vz_standardize"] is not None
+            or "value_zeroing_rollout" in methods):
+        raise InputError("vz_convention='inseq' reproduces inseq 0.7.1's decoder Value Zeroing: "
+                         "cosine distance, no standardisation, layer maps only (no rollout); "
+                         "use vz_convention='default' for the others.")
     seqs, is_batch = decoder_sentences(model, tokenizer, text)
     lengths = [len(s) for s in seqs]
     vocab = decoder_unembed(model).weight.shape[0] if has_head else 0

@@ -7,20 +7,47 @@ pair j <= i at once (:func:`value_zeroing_layer`), either through the model's ow
 modules (``"batched"``) or with the MLP's input projections applied per head instead of per pair
 (``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.decoder_methods`; measured in
 ``benchmarks/bench_decoder_value_zeroing.py``.
+
+Conventions (``vz_convention`` of :func:`cmixlib.decoder_methods.decoder_context_mixing`).
+``"default"``: distances between block outputs x' at every layer, the last included, in the
+model's dtype and a cancellation-free cosine; every row divided by its sum. ``"inseq"``:
+inseq 0.7.1's decoder ``value_zeroing`` (read with transformers 4.53; tested against its
+outputs committed in ``tests/data/inseq/``). It differs from the default in that
+
+- at the last layer the states are compared after the model's final norm (inseq reads the
+  last block's output from ``hidden_states[-1]``, which transformers returns normed);
+- the distance is 1 - cos of float32 states (:func:`inseq_cosine_distance`), so distances
+  below ~1e-7 are rounding; the layer is re-run through the model's own modules (``"auto"``
+  is ``"batched"``);
+- distances below :data:`INSEQ_MIN_SCORE` are set to 0, and a row whose distances are all 0
+  stays 0 (:func:`inseq_normalize`); the default divides the small distances by their sum,
+  so a one-token row becomes [1];
+- only the cosine distance, no standardisation, no rollout (refused otherwise).
+
+Not conventions but inputs: inseq puts its tokenizer's ``bos_token`` first (SmolLM2:
+``<|im_start|>``, id 1; cmixlib's BOS rule uses ``<|endoftext|>``, id 0), and for a text of n
+tokens its map covers the n - 1 positions that predict (NaN above the diagonal; 0 here): to
+compare, give cmixlib inseq's ids without the last one.
 """
 from __future__ import annotations
 
 import weakref
+from typing import Callable
 
+import numpy as np
 import torch
 
 from .decoder import DecoderLayerState
 from .validation import InputError
 
-__all__ = ["VZ_METHODS", "CHUNK_ELEMENTS", "mlp_head_maps", "factored_pays",
-           "value_zeroing_layer"]
+__all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
+           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_cosine_distance",
+           "inseq_normalize"]
 
 VZ_METHODS = ("auto", "factored", "batched")
+VZ_CONVENTIONS = ("default", "inseq")
+#: inseq 0.7.1's ``min_score_threshold``: distances below it are set to 0 before normalising.
+INSEQ_MIN_SCORE = 1e-5
 #: Elements of the largest (keys x queries x d_ff) block of one chunk (kept cache-sized).
 CHUNK_ELEMENTS = 2 ** 20
 _HEAD_MAPS: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
@@ -133,8 +160,10 @@ def factored_pays(st: DecoderLayerState) -> bool:
 
 @torch.no_grad()
 def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standardize=None,
-                        method: str = "auto") -> torch.Tensor:
-    """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i, 0 above.
+                        method: str = "auto", post: Callable | None = None,
+                        convention: str = "default") -> torch.Tensor:
+    """Value Zeroing of one layer, (n, n): C_ij = distance(x'^(not j)_i, x'_i) for j <= i,
+    0 above.
 
     x'^(not j)_i = m_i - F_ij + MLP(LN2(m_i - F_ij)): v_j zeroed in every key-value head (bias
     included), alpha unchanged, only this layer recomputed. ``method``: ``"batched"`` (all pairs
@@ -143,12 +172,28 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     B^h_j) / s_ij + W_k beta + b_k, A_i = W_k(gamma P m_i), B^h_j = M_k^h v^h_j, s_ij the real
     LN2 scale of the pair; :func:`mlp_head_maps`), or ``"auto"`` (:func:`factored_pays`).
     ``standardize``: None/False, True (per-dimension mean and std of this sentence's x'), or a
-    (mean, std) pair of (d,) arrays. Both forms are exact; they agree to rounding.
+    (mean, std) pair of (d,) arrays. ``post``: a map applied to x' and every x'^(not j) before
+    the distance (the final norm at the last layer in the ``"inseq"`` convention):
+    C_ij = distance(post(x'^(not j)_i), post(x'_i)). ``convention="inseq"``: the cosine distance
+    as inseq takes it (:func:`inseq_cosine_distance`; ``post`` given marks the last layer), and
+    ``"auto"`` is ``"batched"``: the model's own modules, whose norms may compute in float32
+    inside (transformers' RMSNorm does) as in inseq's forward passes. Both forms are exact;
+    they agree to rounding.
     """
     from .value_zeroing import DISTANCE_FUNCTIONS
 
+    if convention not in VZ_CONVENTIONS:
+        raise InputError(f"Unknown Value Zeroing convention {convention!r}; choose one of "
+                         f"{VZ_CONVENTIONS}.")
+    if convention == "inseq" and (distance != "cosine" or standardize not in (None, False)):
+        raise InputError("The 'inseq' convention is inseq's cosine distance, unstandardised.")
+    if convention == "inseq" and method == "auto":
+        method = "batched"                # the model's own modules, as inseq re-runs them
     try:
         dist_fn = DISTANCE_FUNCTIONS[distance]
+        if convention == "inseq":
+            def dist_fn(a, b):
+                return inseq_cosine_distance(a, b, last=post is not None)
     except KeyError:
         raise InputError(f"Unknown Value Zeroing distance {distance!r}; choose one of "
                          f"{tuple(DISTANCE_FUNCTIONS)}.") from None
@@ -157,6 +202,8 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     if method == "auto":
         method = "factored" if factored_pays(st) else "batched"
     orig = _vz_original(st, method)
+    if post is not None:
+        orig = post(orig)
     mean = std = None
     if standardize is True:
         mean, std = orig.mean(dim=0), orig.std(dim=0, unbiased=False).clamp_min(
@@ -168,7 +215,35 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
         orig = (orig - mean) / std
     out = torch.zeros(st.n, st.n, dtype=orig.dtype, device=orig.device)
     for ip, jp, o in _vz_pairs(st, method):
+        if post is not None:
+            o = post(o)
         if mean is not None:
             o = (o - mean) / std
-        out[ip, jp] = dist_fn(o, orig[ip])
+        out[ip, jp] = dist_fn(o, orig[ip]).to(out.dtype)
     return out
+
+
+def inseq_cosine_distance(a: torch.Tensor, b: torch.Tensor, last: bool = False
+                          ) -> torch.Tensor:
+    """1 - cos(a, b) over the last axis as inseq 0.7.1 takes it, a the zeroed state and b the
+    original: ``1 - torch.nn.CosineSimilarity(dim=-1)(b.float(), a')``, stored in float32.
+    a' = a.float() below the last layer; at the last layer inseq reads the zeroed state from
+    the model's output without the cast, so there a' = a and the cosine is torch's of the
+    float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to
+    cancellation (an absolute error of a few float32 ulps of 1); the default's
+    :func:`cmixlib.value_zeroing.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
+    dtype, keeps full relative precision."""
+    if not last:
+        a = a.float()
+    # mixed float32 / float64 operands at the last layer, as inseq passes them (torch's kernel
+    # then neither promotes b nor casts a: the same call gives the same rounding)
+    return (1 - torch.nn.functional.cosine_similarity(b.float(), a, dim=-1)).float()
+
+
+def inseq_normalize(maps: np.ndarray, min_score: float = INSEQ_MIN_SCORE) -> np.ndarray:
+    """inseq's normalisation of Value Zeroing distances (..., n, n): C_ij < ``min_score`` set to
+    0, then each row divided by its sum, a row summing to 0 left at 0:
+    C_ij / sum_k C_ik if sum_k C_ik > 0, else 0."""
+    out = np.where(maps < min_score, 0.0, maps)
+    total = out.sum(axis=-1, keepdims=True)
+    return out / np.where(total == 0, 1.0, total)
