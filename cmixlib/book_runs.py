@@ -26,7 +26,7 @@ from .book import quick_mode
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
            "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
-           "prewarm_chains", "describe_run"]
+           "prewarm_chains", "describe_run", "is_cached", "announce"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -175,7 +175,33 @@ def run(name: str, condition: str | None = None, *, progress: bool = False, **ex
     from .experiments import run_experiment
 
     experiment, limit, settings = run_arguments(name, condition, **extra)
+    if not is_cached(name, condition, **extra):
+        announce(name, condition)
     return run_experiment(experiment, limit=limit, settings=settings, progress=progress)
+
+
+def is_cached(name: str, condition: str | None = None, **extra: Any) -> bool:
+    """Whether book run ``name`` is already in the result cache (for the default model)."""
+    from .experiments import REGISTRY, cache_key, code_version, results_root
+    from .models import default_model_name
+
+    experiment, limit, settings = run_arguments(name, condition, **extra)
+    merged = {**REGISTRY[experiment].defaults, **settings}
+    key = cache_key(experiment, default_model_name(), limit, merged, code_version(experiment))
+    return (results_root() / experiment / key / "meta.json").exists()
+
+
+def announce(name: str, condition: str | None = None) -> float | None:
+    """Before a run estimated above a minute: print what it computes, on which model and
+    device, its estimated time with the basis, and the switch to quick mode
+    (:func:`cmixlib.costs.announce_run`, on the default model where its size is known)."""
+    from .costs import MODEL_SIZES, announce_run, loadable
+    from .models import default_model_name
+
+    model = default_model_name().rstrip("/").rsplit("/", 1)[-1]
+    if model not in MODEL_SIZES or not loadable(default_model_name()):
+        model = None                    # offline: the packaged model is what runs
+    return announce_run(name, condition, model)
 
 
 def book_calls() -> list[tuple[str, str | None]]:

@@ -178,14 +178,15 @@ def verified_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any
 
 def build_model(task: str, name: str | None = None, *, device: str | None = None):
     """A ``ModelBundle`` with a fresh sequence-classification head whose ``id2label`` /
-    ``label2id`` hold :data:`cmixlib.training.LABELS` ``[task]`` (``name`` None: packaged MiniLM)."""
+    ``label2id`` hold :data:`cmixlib.training.LABELS` ``[task]`` (``name`` None: packaged MiniLM),
+    on ``device`` (None: :func:`cmixlib.models.default_device`, CUDA when available)."""
     from .models import load_model, packaged_model_path
     from .training import LABELS
 
     labels = LABELS[check_task(task)]
     source = name if name is not None else str(packaged_model_path())
     return load_model(source, task="sequence-classification", allow_fallback=False,
-                      device=device or "cpu", num_labels=len(labels),
+                      device=device, num_labels=len(labels),
                       id2label=dict(enumerate(labels)),
                       label2id={lab: i for i, lab in enumerate(labels)})
 
