@@ -26,7 +26,7 @@ from .book import quick_mode
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
            "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
-           "prewarm_chains", "describe_run", "is_cached", "announce"]
+           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -191,17 +191,94 @@ def is_cached(name: str, condition: str | None = None, **extra: Any) -> bool:
     return (results_root() / experiment / key / "meta.json").exists()
 
 
-def announce(name: str, condition: str | None = None) -> float | None:
-    """Before a run estimated above a minute: print what it computes, on which model and
-    device, its estimated time with the basis, and the switch to quick mode
-    (:func:`cmixlib.costs.announce_run`, on the default model where its size is known)."""
-    from .costs import MODEL_SIZES, announce_run, loadable
+def _arguments(name: str, condition: str | None, quick: bool | None):
+    """:func:`run_arguments` in quick (True) or full (False) mode, or the current one (None)."""
+    import os
+
+    from .book import QUICK_ENV_VAR
+
+    if quick is None:
+        return run_arguments(name, condition)
+    old = os.environ.get(QUICK_ENV_VAR)
+    os.environ[QUICK_ENV_VAR] = "1" if quick else "0"
+    try:
+        return run_arguments(name, condition)
+    finally:
+        if old is None:
+            os.environ.pop(QUICK_ENV_VAR, None)
+        else:
+            os.environ[QUICK_ENV_VAR] = old
+
+
+_FIT: dict[str, float] = {}
+
+
+def cost_fit() -> dict[str, float]:
+    """The throughputs and overhead of :func:`cmixlib.costs.fit_throughput`, fitted to every
+    book run's measured :attr:`BookRun.cost` (full mode, the offline model, one core; a
+    conditioned run's cost is per condition, fitted on the pre-trained one)."""
+    from .costs import fit_throughput
+
+    if not _FIT:
+        runs = []
+        for name, spec in BOOK_RUNS.items():
+            _, limit, settings = _arguments(name, CONDITIONS[0] if spec.conditioned else None,
+                                            False)
+            runs.append((name, limit, settings, spec.cost))
+        _FIT.update(fit_throughput(runs))
+    return dict(_FIT)
+
+
+def estimate(name: str, condition: str | None = None, model: str | None = None, *,
+             scale: float = 1.0, quick: bool | None = None) -> float:
+    """Estimated seconds of book run ``name`` on ``model`` (a name of
+    :data:`cmixlib.costs.MODEL_SIZES`; None: the offline model) on a device ``scale`` times
+    one core of the build machine (:func:`cmixlib.costs.predict` with :func:`cost_fit`), in
+    quick or full mode (None: the current one)."""
+    from .costs import predict, run_flops
+
+    _, limit, settings = _arguments(name, condition, quick)
+    return predict(*run_flops(name, limit, settings, model), cost_fit(), scale)
+
+
+def announce(name: str, condition: str | None = None, model: str | None = None, *,
+             device: str | None = None, above: float | None = None) -> float | None:
+    """Before a run estimated above ``above`` seconds (default
+    :data:`cmixlib.costs.ANNOUNCE_ABOVE_S`, a minute): print what it computes, on which model
+    and device, the estimate with its basis, the papers' model's estimate (offline) and the
+    switch to quick mode. ``model`` None: the default model where it loads and has a recorded
+    size, else the offline model. Returns the estimate (None: no cost model for the run)."""
+    from . import costs
     from .models import default_model_name
 
-    model = default_model_name().rstrip("/").rsplit("/", 1)[-1]
-    if model not in MODEL_SIZES or not loadable(default_model_name()):
-        model = None                    # offline: the packaged model is what runs
-    return announce_run(name, condition, model)
+    if model is None:
+        wanted = default_model_name().rstrip("/").rsplit("/", 1)[-1]
+        if wanted in costs.MODEL_SIZES and costs.loadable(default_model_name()):
+            model = wanted
+    try:
+        scale, where = costs.device_scale(device)
+        est = estimate(name, condition, model, scale=scale)
+    except KeyError:
+        return None
+    if est < (costs.ANNOUNCE_ABOVE_S if above is None else above):
+        return est
+    experiment, limit, settings = run_arguments(name, condition)
+    fp, fj = costs.run_flops(name, limit, settings, model)
+    fit = cost_fit()
+    label = name if condition is None else f"{name} ({condition})"
+    print(f"Run {label}: {experiment} on {limit or 'all'} examples, model "
+          f"{model or 'all-MiniLM-L6-v2 (offline)'}, on {where}.")
+    print(f"  estimate: about {costs.human(est)} ({(fp + fj) / 1e12:.1f} TFLOP; one build core "
+          f"does {fit['pass'] / 1e9:.0f} GFLOP/s of passes"
+          + (f", {fit['jac'] / 1e9:.0f} of HTA Jacobians" if fj else "")
+          + f", +{fit['overhead']:.0f} s a run: fitted to this build's measured runs, "
+          "cmixlib.costs)")
+    if model is None and name != "decoder-blimp":
+        paper = estimate(name, condition, "bert-base-uncased", scale=scale)
+        print(f"  the papers' BERT-base instead: CMIX_MODEL=bert-base-uncased (where it loads), "
+              f"about {costs.human(paper)} here")
+    print(f"  quick mode (2 examples, only shows the code runs): {costs.QUICK_SWITCH}")
+    return est
 
 
 def book_calls() -> list[tuple[str, str | None]]:

@@ -28,11 +28,13 @@ and DistilBERT use the same vocabulary). The time is
     t = \\frac{W_\\text{pass}}{\\tau_\\text{pass}} + \\frac{W_\\text{jac}}{\\tau_\\text{jac}}
 
 with one throughput per kind of kernel (``pass``: batched short-sequence passes; ``jac``: the
-large ``d x d`` products of HTA), fitted (:func:`fitted_throughput`) to the one-core run times
-of :attr:`cmixlib.book_runs.BookRun.cost` (the README's "Build time, measured" table) as the
-geometric mean of measured / predicted. On another device the throughputs scale by the ratio of
+large ``d x d`` products of HTA), and a fixed overhead per run, fitted (:func:`fit_throughput`)
+to the one-core run times of :attr:`cmixlib.book_runs.BookRun.cost` (the README's "Build time,
+measured" table; :func:`cmixlib.book_runs.estimate` does this). On another device the throughputs scale by the ratio of
 a matrix-product benchmark there to the same benchmark on the build machine
-(:data:`BUILD_GEMM_FLOPS`; :func:`device_scale`). What the model leaves out (probe training,
+(:data:`BUILD_GEMM_FLOPS`; :func:`device_scale`). On a GPU the book's short-sequence passes
+rarely reach its matrix-product speed, so a GPU estimate is a lower bound (no GPU run of the
+book has been measured). What the model leaves out (probe training,
 attention flow's max-flow, data loading) is inside the fitted throughput, not modelled: the test
 checks every offline estimate is within 2x of its measured time.
 """
@@ -40,20 +42,22 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["ModelSize", "MODEL_SIZES", "DATA_TOKENS", "RUN_WORK", "Work", "run_flops",
-           "fitted_throughput", "estimate_seconds", "device_scale", "gemm_flops",
-           "announce_run", "loadable", "ANNOUNCE_ABOVE_S", "BUILD_GEMM_FLOPS", "QUICK_SWITCH"]
+__all__ = ["ModelSize", "MODEL_SIZES", "DATA_TOKENS", "Work", "run_flops", "fit_throughput",
+           "predict", "device_scale", "gemm_flops", "loadable", "human", "ANNOUNCE_ABOVE_S",
+           "BUILD_GEMM_FLOPS", "QUICK_SWITCH"]
 
 #: Runs estimated above this many seconds are announced before they start (:func:`announce_run`).
 ANNOUNCE_ABOVE_S = 60.0
 #: The one-line switch to quick mode (:func:`cmixlib.book.quick_mode`).
 QUICK_SWITCH = "import os; os.environ['CMIX_QUICK'] = '1'   (or CMIX_QUICK=1 in the shell)"
-#: FLOP/s of :func:`gemm_flops` on this build's machine, one torch thread (measured at 3a94c27
-#: with ``OMP_NUM_THREADS=1``; the base of :func:`device_scale`).
-BUILD_GEMM_FLOPS = 7.0e10
+#: FLOP/s of :func:`gemm_flops` on one core of this build's machine (AMD EPYC, one torch thread):
+#: measured at 3a94c27 between 25 and 47 GFLOP/s (sizes 768 and 2048, best of 5-15 products)
+#: while other processes shared the two cores; the highest is taken as the uncontended speed.
+#: The base of :func:`device_scale`.
+BUILD_GEMM_FLOPS = 4.7e10
 
 
 @dataclass(frozen=True)
@@ -154,10 +158,6 @@ def _work(name: str, settings: Mapping, limit: int | None) -> list[Work]:
     raise KeyError(f"No cost model for book run {name!r}: add it to cmixlib.costs._work.")
 
 
-#: The default model of each run's parts in the book (offline): the papers' models replace them.
-RUN_WORK = _work
-
-
 def _flops(size: ModelSize, data: str, count: int | None, w: Work) -> tuple[float, float]:
     """``(pass FLOPs, Jacobian FLOPs)`` of ``w`` on ``size`` (the module docstring's sums)."""
     total, m1, m2, m3 = DATA_TOKENS[data]
@@ -179,25 +179,11 @@ def _sizes(name: str, model: str | None) -> dict[str, ModelSize]:
     return {"main": main, "b": b}
 
 
-def run_flops(name: str, condition: str | None = None, model: str | None = None, *,
-              quick: bool | None = None) -> tuple[float, float]:
-    """``(pass FLOPs, Jacobian FLOPs)`` of book run ``name`` on ``model`` (a name of
-    :data:`MODEL_SIZES`; None: the offline model) with the settings of the current mode."""
-    from .book_runs import run_arguments
-
-    if quick is None:
-        _, limit, settings = run_arguments(name, condition)
-    else:
-        from . import book
-        old = os.environ.get(book.QUICK_ENV_VAR)
-        os.environ[book.QUICK_ENV_VAR] = "1" if quick else "0"
-        try:
-            _, limit, settings = run_arguments(name, condition)
-        finally:
-            if old is None:
-                os.environ.pop(book.QUICK_ENV_VAR, None)
-            else:
-                os.environ[book.QUICK_ENV_VAR] = old
+def run_flops(name: str, limit: int | None, settings: Mapping,
+              model: str | None = None) -> tuple[float, float]:
+    """``(pass FLOPs, Jacobian FLOPs)`` of book run ``name`` with its ``limit`` and
+    ``settings`` (:func:`cmixlib.book_runs.run_arguments`) on ``model`` (a name of
+    :data:`MODEL_SIZES`; None: the offline model). KeyError for a run or model without one."""
     if model is not None and model not in MODEL_SIZES:
         raise KeyError(f"No size recorded for model {model!r}; known: {', '.join(MODEL_SIZES)}.")
     sizes = _sizes(name, model)
@@ -208,37 +194,37 @@ def run_flops(name: str, condition: str | None = None, model: str | None = None,
     return fp, fj
 
 
-_FIT: dict[str, float] = {}
-
-
-def fitted_throughput() -> dict[str, float]:
-    """``{"pass": FLOP/s, "jac": FLOP/s, "overhead": s}`` of one core of the build machine,
-    fitted to the measured seconds :attr:`BookRun.cost` (full mode, the offline model): a run
-    takes ``overhead + W_pass / pass + W_jac / jac`` (the overhead: loading models and data,
-    the same for every run). For each overhead on a 0.5 s grid up to 20 s, each throughput is
-    the geometric mean of FLOPs / (measured - overhead) over the runs dominated (> 90 % of
-    FLOPs) by its kind; the overhead kept is the one with the smallest worst ratio."""
-    if _FIT:
-        return dict(_FIT)
-    from .book_runs import BOOK_RUNS, CONDITIONS
-
-    runs = []
-    for name, spec in BOOK_RUNS.items():
-        fp, fj = run_flops(name, CONDITIONS[0] if spec.conditioned else None, quick=False)
-        runs.append(("jac" if fj > 0.9 * (fp + fj) else "pass", fp + fj, fp, fj, spec.cost))
+def fit_throughput(runs: Iterable[tuple[str, int | None, Mapping, float]]) -> dict[str, float]:
+    """``{"pass": FLOP/s, "jac": FLOP/s, "overhead": s}`` fitted to measured runs
+    ``(name, limit, settings, seconds)`` on the offline model: a run takes
+    ``overhead + W_pass / pass + W_jac / jac`` (the overhead: loading models and data, the same
+    for every run). For each overhead on a 0.5 s grid up to 20 s, each throughput is the
+    geometric mean of FLOPs / (measured - overhead) over the runs dominated (> 90 % of FLOPs) by
+    its kind; the overhead kept is the one with the smallest worst ratio."""
+    rows = []
+    for name, limit, settings, seconds in runs:
+        fp, fj = run_flops(name, limit, settings)
+        rows.append(("jac" if fj > 0.9 * (fp + fj) else "pass", fp + fj, fp, fj, seconds))
     best: tuple[float, dict[str, float]] | None = None
     for step in range(41):
         c = 0.5 * step
         logs: dict[str, list[float]] = {"pass": [], "jac": []}
-        for kind, w, _, _, t in runs:
+        for kind, w, _, _, t in rows:
             logs[kind].append(math.log(w / max(t - c, 0.5 * t)))
-        fit = {k: math.exp(sum(v) / len(v)) for k, v in logs.items()}
-        worst = max(abs(math.log((c + fp / fit["pass"] + fj / fit["jac"]) / t))
-                    for _, _, fp, fj, t in runs)
+        fit = {k: math.exp(sum(v) / len(v)) for k, v in logs.items() if v}
+        worst = max(abs(math.log(predict(fp, fj, {**fit, "overhead": c}) / t))
+                    for _, _, fp, fj, t in rows)
         if best is None or worst < best[0]:
             best = (worst, {**fit, "overhead": c})
-    _FIT.update(best[1])
-    return dict(_FIT)
+    assert best is not None, "no measured runs to fit"
+    return best[1]
+
+
+def predict(fp: float, fj: float, fit: Mapping[str, float], scale: float = 1.0) -> float:
+    """Seconds of ``fp`` pass FLOPs and ``fj`` Jacobian FLOPs with throughputs ``fit``
+    (:func:`fit_throughput`) on a device ``scale`` times one build core:
+    :math:`(c + W_\\text{pass}/\\tau_\\text{pass} + W_\\text{jac}/\\tau_\\text{jac}) / s`."""
+    return (fit["overhead"] + fp / fit["pass"] + (fj / fit["jac"] if fj else 0.0)) / scale
 
 
 def gemm_flops(device: str = "cpu", size: int = 768, repeats: int = 5) -> float:
@@ -273,51 +259,9 @@ def device_scale(device: str | None = None, *, threads: int | None = None) -> tu
         g = gemm_flops(dev, size=2048)
         return g / BUILD_GEMM_FLOPS, (f"{torch.cuda.get_device_name(dev)}: matrix products "
                                       f"{g / 1e12:.1f} TFLOP/s, {g / BUILD_GEMM_FLOPS:.0f}x "
-                                      "one build core")
+                                      "one build core (a lower bound of the time)")
     t = threads or torch.get_num_threads()
     return float(t), f"CPU, {t} thread(s)"
-
-
-def estimate_seconds(name: str, condition: str | None = None, model: str | None = None, *,
-                     scale: float = 1.0, quick: bool | None = None) -> float:
-    """Estimated seconds of book run ``name`` on ``model`` (None: offline) on a device
-    ``scale`` times one build core: :math:`c + W_\\text{pass}/\\tau_\\text{pass} +
-    W_\\text{jac}/\\tau_\\text{jac}`, divided by ``scale``."""
-    fp, fj = run_flops(name, condition, model, quick=quick)
-    tau = fitted_throughput()
-    return (tau["overhead"] + fp / tau["pass"] + fj / tau["jac"]) / scale
-
-
-def announce_run(name: str, condition: str | None = None, model: str | None = None, *,
-                 device: str | None = None, above: float = ANNOUNCE_ABOVE_S) -> float | None:
-    """Print, before a run estimated above ``above`` seconds, what it computes, on which model
-    and device, the estimate with its basis, and the switch to quick mode. Returns the estimate
-    (None for a run the cost model does not know, or a model without a recorded size)."""
-    from .book_runs import run_arguments
-
-    try:
-        scale, where = device_scale(device)
-        est = estimate_seconds(name, condition, model, scale=scale)
-        fp, fj = run_flops(name, condition, model)
-    except KeyError:
-        return None
-    if est < above:
-        return est
-    experiment, limit, _ = run_arguments(name, condition)
-    label = name if condition is None else f"{name} ({condition})"
-    tau = fitted_throughput()
-    print(f"Run {label}: {experiment} on {limit or 'all'} examples, model "
-          f"{model or 'all-MiniLM-L6-v2 (offline)'}, on {where}.")
-    print(f"  estimate: about {_human(est)} ({(fp + fj) / 1e12:.1f} TFLOP at "
-          f"{tau['pass'] / 1e9:.0f} GFLOP/s per build core for passes"
-          + (f", {tau['jac'] / 1e9:.0f} for HTA Jacobians" if fj else "")
-          + f"; x{scale:.1f} here; fitted to this build's measured runs, cmixlib.costs)")
-    if model is None and name != "decoder-blimp":
-        paper = estimate_seconds(name, condition, "bert-base-uncased", scale=scale)
-        print(f"  the papers' BERT-base instead: CMIX_MODEL=bert-base-uncased (where it loads), "
-              f"about {_human(paper)} here")
-    print(f"  quick mode (2 examples, only shows the code runs): {QUICK_SWITCH}")
-    return est
 
 
 def loadable(name: str, timeout: float = 2.0) -> bool:
@@ -338,5 +282,5 @@ def loadable(name: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _human(seconds: float) -> str:
+def human(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

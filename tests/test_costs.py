@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from cmixlib import costs
+from cmixlib import book_runs, costs
 from cmixlib.book_runs import BOOK_RUNS, CONDITIONS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -33,7 +33,7 @@ def _readme_times() -> dict[str, list[float]]:
 
 def _estimate(name):
     cond = CONDITIONS[0] if BOOK_RUNS[name].conditioned else None
-    return costs.estimate_seconds(name, cond, quick=False)
+    return book_runs.estimate(name, cond, quick=False)
 
 
 @pytest.mark.parametrize("name", list(BOOK_RUNS))
@@ -53,8 +53,8 @@ def test_readme_table_parsed():
 
 
 def test_bert_base_costs_more_and_hta_grows_fastest():
-    ratio = {n: costs.estimate_seconds(n, "pretrained" if BOOK_RUNS[n].conditioned else None,
-                                       "bert-base-uncased", quick=False) / _estimate(n)
+    ratio = {n: book_runs.estimate(n, "pretrained" if BOOK_RUNS[n].conditioned else None,
+                                   "bert-base-uncased", quick=False) / _estimate(n)
              for n in ("globenc-fig4", "alti-table2")}
     assert ratio["alti-table2"] > 3 and ratio["globenc-fig4"] > ratio["alti-table2"]
 
@@ -62,7 +62,7 @@ def test_bert_base_costs_more_and_hta_grows_fastest():
 def test_quick_mode_is_short():
     for name, spec in BOOK_RUNS.items():
         cond = CONDITIONS[0] if spec.conditioned else None
-        assert costs.estimate_seconds(name, cond, quick=True) < costs.ANNOUNCE_ABOVE_S, name
+        assert book_runs.estimate(name, cond, quick=True) < costs.ANNOUNCE_ABOVE_S, name
 
 
 def test_token_table_matches_data():
@@ -80,16 +80,50 @@ def test_token_table_matches_data():
 
 def test_announce_prints_model_device_estimate_and_switch(capsys, monkeypatch):
     monkeypatch.delenv("CMIX_QUICK", raising=False)
-    est = costs.announce_run("globenc-fig4", device="cpu")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CMIX_MODEL", "no-such-org/no-such-model")
+    est = book_runs.announce("globenc-fig4", device="cpu")
     out = capsys.readouterr().out
     assert est > costs.ANNOUNCE_ABOVE_S
     assert "globenc-fig4-hta on 256 examples" in out and "all-MiniLM-L6-v2" in out
     assert "CPU" in out and "TFLOP" in out and "CMIX_QUICK" in out
     assert "CMIX_MODEL=bert-base-uncased" in out
-    assert costs.announce_run("alti-figs8-10", device="cpu") < costs.ANNOUNCE_ABOVE_S
+    assert book_runs.announce("alti-figs8-10", device="cpu") < costs.ANNOUNCE_ABOVE_S
     assert capsys.readouterr().out == ""
 
 
-def test_unknown_run_refused():
+def test_unknown_run_or_model_refused():
     with pytest.raises(KeyError):
-        costs.run_flops("no-such-run")
+        costs.run_flops("no-such-run", None, {})
+    with pytest.raises(KeyError):
+        costs.run_flops("alti-fig3", 500, {}, "no-such-model")
+
+
+def test_run_announces_only_what_it_computes(tmp_path, monkeypatch, capsys):
+    """book_runs.run: an uncached run over a minute is announced before it starts, a cached
+    one is not (run_experiment replaced by a stub that records its call)."""
+    import cmixlib.experiments as X
+
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path))
+    monkeypatch.delenv("CMIX_QUICK", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CMIX_DEVICE", "cpu")
+    calls = []
+    monkeypatch.setattr(X, "run_experiment", lambda *a, **k: calls.append((a, k)) or "result")
+    assert not book_runs.is_cached("globenc-fig4")
+    assert book_runs.run("globenc-fig4") == "result"
+    out = capsys.readouterr().out
+    assert out.startswith("Run globenc-fig4:") and calls[0][0] == ("globenc-fig4-hta",)
+    monkeypatch.setattr(book_runs, "is_cached", lambda *a, **k: True)
+    book_runs.run("globenc-fig4")
+    assert capsys.readouterr().out == "" and len(calls) == 2
+
+
+def test_gpu_scale_uses_a_measured_matrix_product(monkeypatch):
+    monkeypatch.setattr(costs, "gemm_flops", lambda device, size=768, repeats=5: 4.7e12)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Fake GPU")
+    scale, where = costs.device_scale("cuda")
+    assert scale == pytest.approx(4.7e12 / costs.BUILD_GEMM_FLOPS) and "Fake GPU" in where
+    assert costs.device_scale("cpu", threads=2)[0] == 2.0
