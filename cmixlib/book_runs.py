@@ -26,7 +26,8 @@ from .book import quick_mode
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
            "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
-           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit"]
+           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit",
+           "save_results", "load_results", "DRIVE_FOLDER"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -381,3 +382,64 @@ def describe_run(res, *, settings: bool = False) -> None:
     print(f"wall time  : {m['wall_time_s']:.1f} s{cached}")
     for note in m.get("notes", []):
         print(f"note       : {note}")
+
+
+#: Where :func:`save_results` and :func:`load_results` keep the cache in Colab (Google Drive).
+DRIVE_FOLDER = "/content/drive/MyDrive/cmix_cache"
+
+
+def _drive(folder) -> "Path":
+    from pathlib import Path
+
+    from .book import in_colab
+
+    if folder is not None:
+        return Path(folder)
+    if not in_colab():
+        raise ValueError("Give a folder: without one, the cache is kept on Google Drive, which "
+                         "is only there in Colab.")
+    if not Path(DRIVE_FOLDER).parent.exists():
+        from google.colab import drive  # type: ignore[import-not-found]
+
+        drive.mount(str(Path(DRIVE_FOLDER).parents[1]))
+    return Path(DRIVE_FOLDER)
+
+
+def _copy_new(src, dst) -> int:
+    """Copy every file of ``src`` missing in ``dst`` (or of another size) there; the count."""
+    import shutil
+
+    copied = 0
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dst / path.relative_to(src)
+        if not target.exists() or target.stat().st_size != path.stat().st_size:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+    return copied
+
+
+def save_results(folder=None) -> int:
+    """Copy the result cache (:func:`cmixlib.cache.cache_root`: runs' results, trained models)
+    to ``folder`` (default in Colab: :data:`DRIVE_FOLDER` on Google Drive, mounted if needed),
+    adding what is not there yet; returns the number of files copied. A later runtime gets them
+    back with :func:`load_results`; results are keyed by code version, so a changed book
+    recomputes instead of reading stale ones."""
+    from .cache import cache_root
+
+    n = _copy_new(cache_root(), _drive(folder))
+    print(f"save_results: {n} file(s) copied to {_drive(folder)}")
+    return n
+
+
+def load_results(folder=None) -> int:
+    """Copy a cache saved by :func:`save_results` from ``folder`` (default in Colab: Google
+    Drive) into this runtime's cache, adding what is missing; returns the number of files."""
+    from .cache import cache_root
+
+    src = _drive(folder)
+    if not src.is_dir():
+        raise FileNotFoundError(f"No saved cache at {src}: run save_results() first.")
+    n = _copy_new(src, cache_root())
+    print(f"load_results: {n} file(s) copied from {src}")
+    return n

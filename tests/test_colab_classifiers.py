@@ -123,3 +123,14 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
     with pytest.raises(cmixlib.models.ModelLoadError, match="train=True"):
         cmixlib.load_classifier("sst2", "bert-base-uncased", allow_fallback=False)
     assert not calls
+
+
+def test_building_page_lists_every_public_checkpoint():
+    from pathlib import Path
+
+    from cmixlib.classifier_weights import PUBLIC_CHECKPOINTS
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "building.md").read_text()
+    for c in PUBLIC_CHECKPOINTS.values():
+        assert f"`{c.id}`" in page and f"`{c.revision[:7]}`" in page, c.id
+        assert (c.licence or "not stated").lower() in page.lower()
