@@ -8,7 +8,7 @@ import torch
 
 import fake_hub
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def test_every_entry_has_sources_and_says_what_is_unverified():
                 assert any(u.startswith(field) for u in c.unverified), (c.id, field)
 
 
+@pytest.mark.slow
 def test_a_measured_class_order_recovers_the_swapped_classifier(hub):
     import cmixlib
 
@@ -83,6 +84,7 @@ def test_a_measured_class_order_recovers_the_swapped_classifier(hub):
     assert any("public checkpoint textattack/bert-base-uncased-SST-2" in n for n in b.notes)
 
 
+@pytest.mark.slow
 def test_config_names_give_the_order_of_distilbert_sst2(hub):
     import cmixlib
 
@@ -93,6 +95,7 @@ def test_config_names_give_the_order_of_distilbert_sst2(hub):
     assert b.model.config.id2label == {0: "negative", 1: "positive"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["mnli", "hatexplain"])
 def test_random_checkpoints_without_names_are_refused(hub, task):
     import cmixlib
@@ -102,6 +105,7 @@ def test_random_checkpoints_without_names_are_refused(hub, task):
         cmixlib.load_classifier(task, "bert-base-uncased")
 
 
+@pytest.mark.slow
 def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
     import huggingface_hub.constants as hub_constants
 

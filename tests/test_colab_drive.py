@@ -5,6 +5,7 @@ import pytest
 from cmixlib import book_runs
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_a_saved_run_loads_from_the_cache_of_a_fresh_runtime(tmp_path, monkeypatch):
     import cmixlib

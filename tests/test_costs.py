@@ -127,3 +127,16 @@ def test_gpu_scale_uses_a_measured_matrix_product(monkeypatch):
     scale, where = costs.device_scale("cuda")
     assert scale == pytest.approx(4.7e12 / costs.BUILD_GEMM_FLOPS) and "Fake GPU" in where
     assert costs.device_scale("cpu", threads=2)[0] == 2.0
+
+
+@pytest.mark.slow
+def test_is_cached_finds_what_run_wrote(tmp_path, monkeypatch):
+    """A real book run (chapter 16's, quick mode: SmolLM2 offline) in an empty cache: not
+    cached before, cached after, as run_experiment's own key says."""
+    monkeypatch.setenv("CMIX_CACHE", str(tmp_path))
+    monkeypatch.setenv("CMIX_QUICK", "1")
+    monkeypatch.setenv("CMIX_DEVICE", "cpu")
+    assert not book_runs.is_cached("decoder-blimp")
+    res = book_runs.run("decoder-blimp")
+    assert not res.from_cache and book_runs.is_cached("decoder-blimp")
+    assert book_runs.run("decoder-blimp").from_cache
