@@ -102,7 +102,8 @@ PUBLIC_CHECKPOINTS: dict[tuple[str, str], PublicCheckpoint] = {(c.task, c.base):
          "its tokenizer_config.json sets do_lower_case false (a cased tokenizer over an "
          "uncased vocabulary)")),
     PublicCheckpoint(
-        "sst2", "distilbert-base-uncased", "distilbert/distilbert-base-uncased-finetuned-sst-2-english",
+        "sst2", "distilbert-base-uncased",
+        "distilbert/distilbert-base-uncased-finetuned-sst-2-english",
         "1f4bc97efbebc9ebd075e3bf19ca9801601c0670", "apache-2.0", ("negative", "positive"),
         0.9105504587155964, "GLUE sst2 validation (model-index, verified: true)",
         ("https://huggingface.co/distilbert/distilbert-base-uncased-finetuned-sst-2-english/blob/"
@@ -444,7 +445,8 @@ def load_public(entry: PublicCheckpoint, *, device: str | None = None, n_check: 
     card = ("" if entry.card_accuracy is None
             else f"; its card: {entry.card_accuracy:.3f} on {entry.accuracy_split}")
     bundle.notes.append(f"Classifier for {entry.task}: the public checkpoint {entry.id} "
-                        f"(revision {revision or 'unknown'}, licence {entry.licence or 'not stated'}"
+                        f"(revision {revision or 'unknown'}, licence "
+                        f"{entry.licence or 'not stated'}"
                         f"), class order from {how}; accuracy {acc:.3f} on the first "
                         f"{min(n_check, len(split['eval'][1]))} evaluation rows{card}.")
     bundle.heldout_indices = split["heldout_indices"]

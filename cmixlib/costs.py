@@ -30,7 +30,8 @@ and DistilBERT use the same vocabulary). The time is
 with one throughput per kind of kernel (``pass``: batched short-sequence passes; ``jac``: the
 large ``d x d`` products of HTA), and a fixed overhead per run, fitted (:func:`fit_throughput`)
 to the one-core run times of :attr:`cmixlib.book_runs.BookRun.cost` (the README's "Build time,
-measured" table; :func:`cmixlib.book_runs.estimate` does this). On another device the throughputs scale by the ratio of
+measured" table; :func:`cmixlib.book_runs.estimate` does this). On another device the
+throughputs scale by the ratio of
 a matrix-product benchmark there to the same benchmark on the build machine
 (:data:`BUILD_GEMM_FLOPS`; :func:`device_scale`). On a GPU the book's short-sequence passes
 rarely reach its matrix-product speed, so a GPU estimate is a lower bound (no GPU run of the
