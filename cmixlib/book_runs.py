@@ -26,7 +26,8 @@ from .book import quick_mode
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
            "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
-           "prewarm_chains", "describe_run"]
+           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit",
+           "save_results", "load_results", "DRIVE_FOLDER"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -175,7 +176,110 @@ def run(name: str, condition: str | None = None, *, progress: bool = False, **ex
     from .experiments import run_experiment
 
     experiment, limit, settings = run_arguments(name, condition, **extra)
+    if not is_cached(name, condition, **extra):
+        announce(name, condition)
     return run_experiment(experiment, limit=limit, settings=settings, progress=progress)
+
+
+def is_cached(name: str, condition: str | None = None, **extra: Any) -> bool:
+    """Whether book run ``name`` is already in the result cache (for the default model)."""
+    from .experiments import REGISTRY, cache_key, code_version, results_root
+    from .models import default_model_name
+
+    experiment, limit, settings = run_arguments(name, condition, **extra)
+    merged = {**REGISTRY[experiment].defaults, **settings}
+    key = cache_key(experiment, default_model_name(), limit, merged, code_version(experiment))
+    return (results_root() / experiment / key / "meta.json").exists()
+
+
+def _arguments(name: str, condition: str | None, quick: bool | None):
+    """:func:`run_arguments` in quick (True) or full (False) mode, or the current one (None)."""
+    import os
+
+    from .book import QUICK_ENV_VAR
+
+    if quick is None:
+        return run_arguments(name, condition)
+    old = os.environ.get(QUICK_ENV_VAR)
+    os.environ[QUICK_ENV_VAR] = "1" if quick else "0"
+    try:
+        return run_arguments(name, condition)
+    finally:
+        if old is None:
+            os.environ.pop(QUICK_ENV_VAR, None)
+        else:
+            os.environ[QUICK_ENV_VAR] = old
+
+
+_FIT: dict[str, float] = {}
+
+
+def cost_fit() -> dict[str, float]:
+    """The throughputs and overhead of :func:`cmixlib.costs.fit_throughput`, fitted to every
+    book run's measured :attr:`BookRun.cost` (full mode, the offline model, one core; a
+    conditioned run's cost is per condition, fitted on the pre-trained one)."""
+    from .costs import fit_throughput
+
+    if not _FIT:
+        runs = []
+        for name, spec in BOOK_RUNS.items():
+            _, limit, settings = _arguments(name, CONDITIONS[0] if spec.conditioned else None,
+                                            False)
+            runs.append((name, limit, settings, spec.cost))
+        _FIT.update(fit_throughput(runs))
+    return dict(_FIT)
+
+
+def estimate(name: str, condition: str | None = None, model: str | None = None, *,
+             scale: float = 1.0, quick: bool | None = None) -> float:
+    """Estimated seconds of book run ``name`` on ``model`` (a name of
+    :data:`cmixlib.costs.MODEL_SIZES`; None: the offline model) on a device ``scale`` times
+    one core of the build machine (:func:`cmixlib.costs.predict` with :func:`cost_fit`), in
+    quick or full mode (None: the current one)."""
+    from .costs import predict, run_flops
+
+    _, limit, settings = _arguments(name, condition, quick)
+    return predict(*run_flops(name, limit, settings, model), cost_fit(), scale)
+
+
+def announce(name: str, condition: str | None = None, model: str | None = None, *,
+             device: str | None = None, above: float | None = None) -> float | None:
+    """Before a run estimated above ``above`` seconds (default
+    :data:`cmixlib.costs.ANNOUNCE_ABOVE_S`, a minute): print what it computes, on which model
+    and device, the estimate with its basis, the papers' model's estimate (offline) and the
+    switch to quick mode. ``model`` None: the default model where it loads and has a recorded
+    size, else the offline model. Returns the estimate (None: no cost model for the run)."""
+    from . import costs
+    from .models import default_model_name
+
+    if model is None:
+        wanted = default_model_name().rstrip("/").rsplit("/", 1)[-1]
+        if wanted in costs.MODEL_SIZES and costs.loadable(default_model_name()):
+            model = wanted
+    try:
+        scale, where = costs.device_scale(device)
+        est = estimate(name, condition, model, scale=scale)
+    except KeyError:
+        return None
+    if est < (costs.ANNOUNCE_ABOVE_S if above is None else above):
+        return est
+    experiment, limit, settings = run_arguments(name, condition)
+    fp, fj = costs.run_flops(name, limit, settings, model)
+    fit = cost_fit()
+    label = name if condition is None else f"{name} ({condition})"
+    print(f"Run {label}: {experiment} on {limit or 'all'} examples, model "
+          f"{model or 'all-MiniLM-L6-v2 (offline)'}, on {where}.")
+    print(f"  estimate: about {costs.human(est)} ({(fp + fj) / 1e12:.1f} TFLOP; one build core "
+          f"does {fit['pass'] / 1e9:.0f} GFLOP/s of passes"
+          + (f", {fit['jac'] / 1e9:.0f} of HTA Jacobians" if fj else "")
+          + f", +{fit['overhead']:.0f} s a run: fitted to this build's measured runs, "
+          "cmixlib.costs)")
+    if model is None and name != "decoder-blimp":
+        paper = estimate(name, condition, "bert-base-uncased", scale=scale)
+        print(f"  the papers' BERT-base instead: CMIX_MODEL=bert-base-uncased (where it loads), "
+              f"about {costs.human(paper)} here")
+    print(f"  quick mode (2 examples, only shows the code runs): {costs.QUICK_SWITCH}")
+    return est
 
 
 def book_calls() -> list[tuple[str, str | None]]:
@@ -278,3 +382,64 @@ def describe_run(res, *, settings: bool = False) -> None:
     print(f"wall time  : {m['wall_time_s']:.1f} s{cached}")
     for note in m.get("notes", []):
         print(f"note       : {note}")
+
+
+#: Where :func:`save_results` and :func:`load_results` keep the cache in Colab (Google Drive).
+DRIVE_FOLDER = "/content/drive/MyDrive/cmix_cache"
+
+
+def _drive(folder) -> "Path":
+    from pathlib import Path
+
+    from .book import in_colab
+
+    if folder is not None:
+        return Path(folder)
+    if not in_colab():
+        raise ValueError("Give a folder: without one, the cache is kept on Google Drive, which "
+                         "is only there in Colab.")
+    if not Path(DRIVE_FOLDER).parent.exists():
+        from google.colab import drive  # type: ignore[import-not-found]
+
+        drive.mount(str(Path(DRIVE_FOLDER).parents[1]))
+    return Path(DRIVE_FOLDER)
+
+
+def _copy_new(src, dst) -> int:
+    """Copy every file of ``src`` missing in ``dst`` (or of another size) there; the count."""
+    import shutil
+
+    copied = 0
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dst / path.relative_to(src)
+        if not target.exists() or target.stat().st_size != path.stat().st_size:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied += 1
+    return copied
+
+
+def save_results(folder=None) -> int:
+    """Copy the result cache (:func:`cmixlib.cache.cache_root`: runs' results, trained models)
+    to ``folder`` (default in Colab: :data:`DRIVE_FOLDER` on Google Drive, mounted if needed),
+    adding what is not there yet; returns the number of files copied. A later runtime gets them
+    back with :func:`load_results`; results are keyed by code version, so a changed book
+    recomputes instead of reading stale ones."""
+    from .cache import cache_root
+
+    n = _copy_new(cache_root(), _drive(folder))
+    print(f"save_results: {n} file(s) copied to {_drive(folder)}")
+    return n
+
+
+def load_results(folder=None) -> int:
+    """Copy a cache saved by :func:`save_results` from ``folder`` (default in Colab: Google
+    Drive) into this runtime's cache, adding what is missing; returns the number of files."""
+    from .cache import cache_root
+
+    src = _drive(folder)
+    if not src.is_dir():
+        raise FileNotFoundError(f"No saved cache at {src}: run save_results() first.")
+    n = _copy_new(src, cache_root())
+    print(f"load_results: {n} file(s) copied from {src}")
+    return n

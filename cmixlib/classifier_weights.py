@@ -27,6 +27,7 @@ dev-matched rows beyond the first :data:`MNLI_HELDOUT` of the seeded permutation
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,66 @@ SST2_VAL, MNLI_VAL, VAL_SEED = 2000, 600, 1234
 
 class ClassifierWeightsError(RuntimeError):
     """The committed classifier weights are missing, altered, or do not fit the model."""
+
+
+@dataclass(frozen=True)
+class PublicCheckpoint:
+    """A public fine-tuned checkpoint for ``task`` on base model ``base``, as its Hub pages state
+    them (read through a search index of stored pages: the Hub itself could not be reached from
+    this build). ``label_names``: our labels in the checkpoint's class order where a source states
+    it, else None (then :func:`load_classifier` establishes the order by measuring, see
+    :func:`label_order`). ``unverified``: what could not be checked against a source."""
+
+    task: str
+    base: str
+    id: str
+    revision: str | None
+    licence: str | None
+    label_names: tuple[str, ...] | None
+    card_accuracy: float | None
+    accuracy_split: str | None
+    sources: tuple[str, ...]
+    unverified: tuple[str, ...] = ()
+
+
+#: Public fine-tuned checkpoints by ``(task, base model)``. The papers' classifiers are BERT-base
+#: (bert-base-uncased) fine-tuned per task; ALTI Figure 7's second model is DistilBERT's SST-2.
+PUBLIC_CHECKPOINTS: dict[tuple[str, str], PublicCheckpoint] = {(c.task, c.base): c for c in (
+    PublicCheckpoint(
+        "sst2", "bert-base-uncased", "textattack/bert-base-uncased-SST-2",
+        "38de35daf69cc69359cd1389a0bccb67e0a964cd", None, None, 0.9243119266055045,
+        "eval set (eval_results_sst-2.txt: eval_acc, epoch 3.0)",
+        ("https://huggingface.co/textattack/bert-base-uncased-SST-2/blob/"
+         "38de35daf69cc69359cd1389a0bccb67e0a964cd/eval_results_sst-2.txt",),
+        ("licence (none found)", "label order (config not seen)", "revision of the weights "
+         "(the revision is that of eval_results_sst-2.txt)")),
+    PublicCheckpoint(
+        "mnli", "bert-base-uncased", "textattack/bert-base-uncased-MNLI",
+        "ac99b3eed0b81199599c15f9919f4cb6ffa2ea70", None, None, None, None,
+        ("https://huggingface.co/textattack/bert-base-uncased-MNLI/commits/"
+         "ac99b3eed0b81199599c15f9919f4cb6ffa2ea70",),
+        ("licence (none found)", "accuracy (no model card or eval file found)",
+         "label order (config not seen; TextAttack's own NLI wrappers remap outputs, e.g. "
+         "[1, 2, 0] for SNLI)")),
+    PublicCheckpoint(
+        "hatexplain", "bert-base-uncased", "Hate-speech-CNERG/bert-base-uncased-hatexplain",
+        "0b1f0b7931c48f43b0c6c01b77a2812d9138ddaa", "apache-2.0", None, None, None,
+        ("https://huggingface.co/Hate-speech-CNERG/bert-base-uncased-hatexplain",
+         "https://huggingface.co/Hate-speech-CNERG/bert-base-uncased-hatexplain/commits/"
+         "0b1f0b7931c48f43b0c6c01b77a2812d9138ddaa"),
+        ("accuracy (the card states none)", "label order (config not seen)",
+         "its tokenizer_config.json sets do_lower_case false (a cased tokenizer over an "
+         "uncased vocabulary)")),
+    PublicCheckpoint(
+        "sst2", "distilbert-base-uncased",
+        "distilbert/distilbert-base-uncased-finetuned-sst-2-english",
+        "1f4bc97efbebc9ebd075e3bf19ca9801601c0670", "apache-2.0", ("negative", "positive"),
+        0.9105504587155964, "GLUE sst2 validation (model-index, verified: true)",
+        ("https://huggingface.co/distilbert/distilbert-base-uncased-finetuned-sst-2-english/blob/"
+         "1f4bc97efbebc9ebd075e3bf19ca9801601c0670/README.md",),
+        ("label order NEGATIVE, POSITIVE seen only in configs of checkpoints derived from it; "
+         "the card's text says 91.3 on the dev set",)),
+)}
 
 
 def check_task(task: str) -> str:
@@ -178,14 +239,15 @@ def verified_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any
 
 def build_model(task: str, name: str | None = None, *, device: str | None = None):
     """A ``ModelBundle`` with a fresh sequence-classification head whose ``id2label`` /
-    ``label2id`` hold :data:`cmixlib.training.LABELS` ``[task]`` (``name`` None: packaged MiniLM)."""
+    ``label2id`` hold :data:`cmixlib.training.LABELS` ``[task]`` (``name`` None: packaged MiniLM),
+    on ``device`` (None: :func:`cmixlib.models.default_device`, CUDA when available)."""
     from .models import load_model, packaged_model_path
     from .training import LABELS
 
     labels = LABELS[check_task(task)]
     source = name if name is not None else str(packaged_model_path())
     return load_model(source, task="sequence-classification", allow_fallback=False,
-                      device=device or "cpu", num_labels=len(labels),
+                      device=device, num_labels=len(labels),
                       id2label=dict(enumerate(labels)),
                       label2id={lab: i for i, lab in enumerate(labels)})
 
@@ -198,7 +260,7 @@ def trained_dir(task: str, name: str) -> Path:
 
 
 def load_classifier(task: str, name: str | None = None, *, folder: str | Path | None = None,
-                    device: str | None = None, allow_fallback: bool = True):
+                    device: str | None = None, allow_fallback: bool = True, train: bool = False):
     """A sequence classifier that does ``task`` (``"sst2"``, ``"mnli"`` or ``"hatexplain"``).
 
     ``name`` None (default): the packaged ``all-MiniLM-L6-v2`` with the committed weights of
@@ -213,6 +275,14 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
     falls back, with a warning, to the committed classifier, as :func:`cmixlib.load_model` falls
     back to the packaged encoder (``bundle.is_fallback``; ``allow_fallback=False``:
     :class:`~cmixlib.models.ModelLoadError` instead).
+
+    A ``name`` with a public fine-tuned checkpoint for ``task`` (:data:`PUBLIC_CHECKPOINTS`, e.g.
+    ``"bert-base-uncased"``) loads that checkpoint (:func:`load_public`) where it loads (the
+    Hub reachable, or in the Hugging Face cache), its classes reordered to ours; it is trained by
+    the recipe only with ``train=True`` (or when a trained copy is already in the cache), and
+    where the checkpoint does not load the committed classifier is used (with a warning) or,
+    ``allow_fallback=False``, :class:`~cmixlib.models.ModelLoadError`. ``bundle.variant`` and
+    ``bundle.notes`` say which was used.
 
     Examples
     --------
@@ -230,7 +300,24 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
 
     task = check_task(task)
     check_bool(allow_fallback, "allow_fallback")
+    check_bool(train, "train")
     requested, bundle = name, None
+    entry = PUBLIC_CHECKPOINTS.get((task, name)) if folder is None else None
+    if entry is not None and not train and not (trained_dir(task, name) / "manifest.json").exists():
+        try:
+            return load_public(entry, device=device)
+        except ModelLoadError:
+            if not allow_fallback:
+                raise ModelLoadError(f"The public checkpoint {entry.id} for {task} does not load "
+                                     "here (offline and not cached); load_classifier(..., "
+                                     f"train=True) fine-tunes {name} by the recipe instead "
+                                     "(hours on a CPU).") from None
+            warnings.warn(f"cmixlib: the public checkpoint {entry.id} is not available (offline "
+                          f"and not cached); using the committed {task} classifier of the "
+                          f"packaged '{FALLBACK_NAME}' instead (train=True would fine-tune "
+                          f"{name} by the recipe). Results below come from that model.",
+                          stacklevel=2)
+            name = None
     if folder is None and name is not None:
         try:
             bundle = build_model(task, name, device=device)
@@ -281,3 +368,90 @@ def _train_with_recipe(task: str, name: str, out: Path) -> None:
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     mod.train_task(task, base=name, out_dir=out, work_dir=out / "work")
 
+
+
+def label_order(bundle, task: str, names: tuple[str, ...] | None = None,
+                n: int = 200) -> tuple[list[int], float, str]:
+    """``(order, accuracy, how)``: ``order[k]`` is our class (:data:`LABELS` ``[task]``) of
+    the checkpoint's class ``k``, from its ``config.id2label`` names where they are ours (any
+    case), else from ``names``, else measured: the order with the highest accuracy on the first
+    ``n`` evaluation rows (:func:`task_splits`), refused (:class:`ClassifierWeightsError`)
+    unless it beats chance by 0.15 and every other order by 0.1. ``accuracy``: on those rows."""
+    from itertools import permutations
+
+    from .models import model_device
+    from .training import LABELS
+
+    labels = LABELS[task]
+    given = [str(v).lower() for _, v in sorted(bundle.model.config.id2label.items())]
+    xs, ys = task_splits(task)["eval"]
+    xs, ys = xs[:n], np.asarray(ys[:n])
+    pred = []
+    with torch.no_grad():
+        for k in range(0, len(xs), 32):
+            part = xs[k:k + 32]
+            args = ([a for a, _ in part], [b for _, b in part]) if isinstance(part[0], tuple) \
+                else (part,)
+            enc = bundle.tokenizer(*args, padding=True, truncation=True, max_length=512,
+                                   return_tensors="pt").to(model_device(bundle.model))
+            pred.append(bundle.model(**enc).logits.argmax(-1).cpu().numpy())
+    p = np.concatenate(pred)
+    acc = {o: float((np.asarray(o)[p] == ys).mean()) for o in permutations(range(len(labels)))}
+    if sorted(given) == sorted(labels):
+        order, how = tuple(labels.index(g) for g in given), "the checkpoint's config.json names"
+    elif names is not None:
+        order, how = tuple(labels.index(g) for g in names), "the label order its sources state"
+    else:
+        ranked = sorted(acc.items(), key=lambda kv: -kv[1])
+        (order, best), second = ranked[0], ranked[1][1]
+        if best < 1 / len(labels) + 0.15 or best - second < 0.1:
+            raise ClassifierWeightsError(
+                f"The class order of this {task} checkpoint cannot be established: its config "
+                f"names {given}, and on {len(ys)} evaluation rows the best order scores "
+                f"{best:.2f} (next {second:.2f}). Use load_classifier(..., train=True) instead.")
+        how = f"measured: the best of {len(acc)} orders on {len(ys)} evaluation rows"
+    return list(order), acc[tuple(order)], how
+
+
+def load_public(entry: PublicCheckpoint, *, device: str | None = None, n_check: int = 200):
+    """The public checkpoint ``entry`` as a classifier of ``entry.task`` with our class order:
+    the rows of its output layer are permuted by :func:`label_order` so that class ``j`` is
+    :data:`LABELS` ``[task][j]``; ``bundle.manifest`` records the entry, the revision loaded,
+    how the order was found and the accuracy measured on ``n_check`` evaluation rows."""
+    from dataclasses import asdict
+
+    from .models import load_model
+    from .training import LABELS
+
+    bundle = load_model(entry.id, task="sequence-classification", allow_fallback=False,
+                        device=device)
+    head = getattr(bundle.model, "classifier", None)
+    labels = LABELS[entry.task]
+    if not isinstance(head, torch.nn.Linear) or head.out_features != len(labels):
+        raise ClassifierWeightsError(f"{entry.id} has no {len(labels)}-class linear classifier.")
+    order, acc, how = label_order(bundle, entry.task, entry.label_names, n_check)
+    inv = [order.index(j) for j in range(len(labels))]
+    with torch.no_grad():
+        head.weight.copy_(head.weight[inv].clone())
+        head.bias.copy_(head.bias[inv].clone())
+    bundle.model.config.id2label = dict(enumerate(labels))
+    bundle.model.config.label2id = {lab: i for i, lab in enumerate(labels)}
+    bundle.model.eval()
+    revision = getattr(bundle.model.config, "_commit_hash", None)
+    split = task_splits(entry.task)
+    bundle.variant = f"public checkpoint {entry.id} (fine-tuned on {entry.task})"
+    bundle.head_is_pretrained = True
+    bundle.notes = [n for n in bundle.notes if "initialised randomly" not in n]
+    card = ("" if entry.card_accuracy is None
+            else f"; its card: {entry.card_accuracy:.3f} on {entry.accuracy_split}")
+    bundle.notes.append(f"Classifier for {entry.task}: the public checkpoint {entry.id} "
+                        f"(revision {revision or 'unknown'}, licence "
+                        f"{entry.licence or 'not stated'}"
+                        f"), class order from {how}; accuracy {acc:.3f} on the first "
+                        f"{min(n_check, len(split['eval'][1]))} evaluation rows{card}.")
+    bundle.heldout_indices = split["heldout_indices"]
+    bundle.manifest = {"task": entry.task, "public_checkpoint": asdict(entry),
+                       "revision_loaded": revision, "label_order": how, "class_order": order,
+                       "evaluation": {"accuracy": acc, "split": "first rows of the evaluation "
+                                      "split", "n": min(n_check, len(split["eval"][1]))}}
+    return bundle

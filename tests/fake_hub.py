@@ -102,6 +102,54 @@ HUB_MODELS: dict[str, HubModel] = {m.name: m for m in (
              "ElectraForMaskedLM", "wordpiece-uncased"),
 )}
 
+def _labels(*names: str) -> dict:
+    return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+
+
+#: The public fine-tuned checkpoints of :data:`cmixlib.classifier_weights.PUBLIC_CHECKPOINTS`,
+#: with their base model's config and a classification head. Label names: DistilBERT's SST-2
+#: config names NEGATIVE/POSITIVE (seen in configs derived from it); the other three configs
+#: were not seen, so they carry transformers' default names (LABEL_0, ...), the case that
+#: :func:`cmixlib.classifier_weights.label_order` must resolve by measuring.
+CLASSIFIER_MODELS: dict[str, HubModel] = {m.name: m for m in (
+    HubModel("textattack/bert-base-uncased-SST-2", "BertConfig",
+             {**_BERT_BASE, **_labels("LABEL_0", "LABEL_1"),
+              "architectures": ["BertForSequenceClassification"]},
+             "BertForSequenceClassification", "wordpiece-uncased", mlm_head=False),
+    HubModel("textattack/bert-base-uncased-MNLI", "BertConfig",
+             {**_BERT_BASE, **_labels("LABEL_0", "LABEL_1", "LABEL_2"),
+              "architectures": ["BertForSequenceClassification"]},
+             "BertForSequenceClassification", "wordpiece-uncased", mlm_head=False),
+    HubModel("Hate-speech-CNERG/bert-base-uncased-hatexplain", "BertConfig",
+             {**_BERT_BASE, **_labels("LABEL_0", "LABEL_1", "LABEL_2"),
+              "architectures": ["BertForSequenceClassification"]},
+             "BertForSequenceClassification", "wordpiece-uncased", mlm_head=False),
+    HubModel("distilbert/distilbert-base-uncased-finetuned-sst-2-english", "DistilBertConfig",
+             {"activation": "gelu", "attention_dropout": 0.1, "dim": 768, "dropout": 0.1,
+              "hidden_dim": 3072, "initializer_range": 0.02, "max_position_embeddings": 512,
+              "n_heads": 12, "n_layers": 6, "pad_token_id": 0, "qa_dropout": 0.1,
+              "seq_classif_dropout": 0.2, "sinusoidal_pos_embds": False, "tie_weights_": True,
+              "vocab_size": 30522, "finetuning_task": "sst-2",
+              **_labels("NEGATIVE", "POSITIVE"),
+              "architectures": ["DistilBertForSequenceClassification"]},
+             "DistilBertForSequenceClassification", "wordpiece-uncased", depth_key="n_layers",
+             mlm_head=False),
+)}
+
+
+def save_checkpoint(cache: str | Path, name: str, model, tokenizer) -> Path:
+    """Save ``model`` and ``tokenizer`` into the cache ``cache`` under the Hub name ``name``
+    (snapshot and ``refs/main``), as :func:`build_fake_hub` does; returns the snapshot."""
+    snap = snapshot_dir(Path(cache), name)
+    snap.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(snap)
+    tokenizer.save_pretrained(snap)
+    refs = Path(cache) / repo_folder(name) / "refs"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "main").write_text(_commit(name))
+    return snap
+
+
 #: The family :func:`cmixlib.arch.family_of` must report for each name.
 FAMILY = {"bert-base-uncased": "bert", "distilbert-base-uncased": "distilbert",
           "roberta-base": "roberta", "google/electra-base-discriminator": "electra",
@@ -193,7 +241,8 @@ def _tokenizer(kind: str, work: Path):
 
 
 def build_fake_hub(cache: str | Path, names=None, *, layers: int = LAYERS, seed: int = 0) -> Path:
-    """Write the checkpoints ``names`` (default: all of :data:`HUB_MODELS`) into the Hugging Face
+    """Write the checkpoints ``names`` (default: all of :data:`HUB_MODELS`; also any of
+    :data:`CLASSIFIER_MODELS`) into the Hugging Face
     cache folder ``cache`` (what ``HF_HUB_CACHE`` will point at) and return it."""
     import torch
     import transformers as tf
@@ -204,7 +253,7 @@ def build_fake_hub(cache: str | Path, names=None, *, layers: int = LAYERS, seed:
     work = cache.parent / (cache.name + "-work")
     tokenizers: dict[str, object] = {}
     for name in names or HUB_MODELS:
-        spec = HUB_MODELS[name]
+        spec = {**HUB_MODELS, **CLASSIFIER_MODELS}[name]
         config = getattr(tf, spec.config_class)(**{**spec.config, spec.depth_key: layers})
         torch.manual_seed(seed)
         model = getattr(tf, spec.model_class)(config)
