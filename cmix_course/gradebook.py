@@ -40,7 +40,7 @@ from .grading import PASSED, SubmissionGrade, draw_seeds, grade_submission
 def grade_class(paths, assignment=None, *, root=".", timeout: float = 600,
                 cell_timeout: float = 300, check_timeout: float = 60, quick: bool = False,
                 batch_seed: int | None = None, random_tests: int = 4, id_pattern: str | None = None,
-                progress=None) -> list[SubmissionGrade]:
+                progress=None, answers_only: bool = False) -> list[SubmissionGrade]:
     """Grade every notebook of ``paths`` (one ``SubmissionGrade`` each, in order).
 
     The randomised tests use the same ``random_tests`` seeds for every student, drawn from
@@ -51,7 +51,8 @@ def grade_class(paths, assignment=None, *, root=".", timeout: float = 600,
     for path in paths:
         g = grade_submission(path, assignment, root=root, timeout=timeout,
                              cell_timeout=cell_timeout, check_timeout=check_timeout, quick=quick,
-                             random_seeds=seeds, id_pattern=id_pattern)
+                             random_seeds=seeds, id_pattern=id_pattern,
+                             answers_only=answers_only)
         g.seeds = seeds
         out.append(g)
         if progress:
