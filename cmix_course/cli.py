@@ -55,7 +55,7 @@ def grade_command(args: argparse.Namespace) -> int:
                          cell_timeout=args.cell_timeout, check_timeout=args.check_timeout,
                          quick=args.quick, batch_seed=args.seed, random_tests=args.random_tests,
                          id_pattern=args.id_pattern, progress=show,
-                         answers_only=args.answers_only)
+                         answers_only=args.answers_only, jobs=args.jobs)
     written = write_gradebook(grades, args.out, settings={
         "timeout_s": args.timeout, "cell_timeout_s": args.cell_timeout,
         "check_timeout_s": args.check_timeout, "quick": args.quick, "batch_seed": args.seed})
@@ -109,6 +109,7 @@ def add_grade(sub) -> None:
     grd.add_argument("--answers-only", action="store_true",
                      help="run only the setup cell, the student's own cells and the book's cells "
                           "they need (fast; the full run is the default)")
+    grd.add_argument("--jobs", type=int, default=1, help="submissions graded at once (1)")
     grd.add_argument("--timeout", type=float, default=900, help="seconds per notebook (900)")
     grd.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell (600)")
     grd.add_argument("--check-timeout", type=float, default=60, help="seconds per test (60)")

@@ -357,27 +357,29 @@ def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
 
 def interpretive_answer(nb, ex: Exercise, known: frozenset[str] | set[str] = frozenset()) -> str:
     """The student's text for an interpretive exercise: the markdown cells after its
-    statement (found by its heading, ``### Exercise <id>``) up to the next heading or code
-    cell, less the answer template and less the chapter's own text (``known``: the markdown
-    cells of the instructor's copy). A lost tag or an extra cell changes nothing."""
+    statement (found by its heading, ``### Exercise <id>``) up to the next cell that is the
+    book's own (a markdown cell of the instructor's copy, ``known``, or another exercise's
+    statement) or the next code cell, less the answer template. Whatever headings the
+    student writes are part of the answer; a lost tag or an extra cell changes nothing."""
     head = re.compile(rf"^#+\s*Exercise\s+{re.escape(ex.id)}\b")
-    start = None
-    for k, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown" and head.match(cell.source.lstrip()):
-            start = k
-            break
+    other = re.compile(r"^#+\s*Exercise\s+\d+\.\d+\b")
+    start = next((k for k, cell in enumerate(nb.cells)
+                  if cell.cell_type == "markdown" and head.match(cell.source.lstrip())), None)
     if start is None:
         return ""
+    template = ANSWER_TEXT.split("(")[0].strip()
     parts = []
     for cell in nb.cells[start + 1:]:
-        if cell.cell_type != "markdown" or cell.source.lstrip().startswith("#"):
+        text = cell.source.strip()
+        if cell.cell_type != "markdown" or other.match(text):
             break
-        if (tags(cell) & {"solution", "grading"}) or "{admonition} Model answer" in cell.source \
-                or cell.source.strip() in known:
+        if text in known and text not in (ANSWER_TEXT, template):
+            break                                  # the chapter's own text goes on
+        if (tags(cell) & {"solution", "grading"}) or "{admonition} Model answer" in cell.source:
             continue
-        text = cell.source.replace(ANSWER_TEXT, "").replace(ANSWER_TEXT.split("(")[0].strip(), "")
-        if text.strip():
-            parts.append(text.strip())
+        text = text.replace(ANSWER_TEXT, "").replace(template, "").strip()
+        if text:
+            parts.append(text)
     return "\n\n".join(parts)
 
 
