@@ -262,7 +262,7 @@ class Kernel:
         out = self.box.io / f"out-{k}.json"
         out.unlink(missing_ok=True)
         if args is not None:
-            torch.save(tuple(args), self.box.io / f"args-{k}.pt")
+            save_args(tuple(args), self.box.io / f"args-{k}.pt")
         start = time.monotonic()
         cell = self._run(f"_cmix_call_{self.nonce}({name!r}, {k}, {tuple(forbidden)!r})", limit)
         elapsed = time.monotonic() - start
@@ -282,6 +282,33 @@ class Kernel:
         except ValueError:
             raise CallFailed("lost", "the function's result could not be read back.") from None
         return rec if isinstance(rec, dict) else {}
+
+
+def _without_hooks(arg):
+    """A module's copy without hooks (transformers records outputs with local functions as
+    hooks, which cannot be pickled); anything else unchanged."""
+    import copy
+
+    import torch
+
+    if not isinstance(arg, torch.nn.Module):
+        return arg
+    arg = copy.deepcopy(arg)
+    for m in arg.modules():
+        for name, value in vars(m).items():
+            if name.endswith("hooks") and hasattr(value, "clear"):
+                value.clear()
+    return arg
+
+
+def save_args(args: tuple, path: Path) -> None:
+    """Write one call's arguments (the grader's own objects) for the kernel to load."""
+    import torch
+
+    try:
+        torch.save(args, path)
+    except (AttributeError, TypeError, RuntimeError):   # an unpicklable hook on a module
+        torch.save(tuple(_without_hooks(a) for a in args), path)
 
 
 def new_root() -> Path:

@@ -96,3 +96,35 @@ def test_interpretive_answers_under_the_students_own_headings():
     assert "### My answer" in text and "## Part 2" in text and "flow" in text
     assert "Exercise" not in text
     assert G.interpretive_answer(nbformat.read(ROOT / "editions" / "student" / A, 4), ex, known) == ""
+
+
+def test_the_sandboxed_kernel_sees_no_repository_and_no_grader_file():
+    from cmix_course.sandbox import Kernel, make_sandbox, new_root
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os, sys, json, cmixlib, cmix_course\n"
+        "def probe():\n"
+        "    files = [os.path.join(d, f) for d, _, fs in os.walk('..') for f in fs]\n"
+        "    return {'env': json.dumps(dict(os.environ)), 'lib': cmixlib.__file__,\n"
+        "            'course': cmix_course.__file__, 'cwd': os.getcwd(), 'files': files}")]
+    root = new_root()
+    box = make_sandbox(root)
+    kernel = Kernel(nb, box, timeout=120, cell_timeout=120)
+    with kernel.start():
+        kernel.run_notebook()
+        cell = kernel._run("r = probe(); print(json.dumps({k: r[k] for k in ('lib', 'course', "
+                           "'cwd')})); print(r['env']); print(len([f for f in r['files'] "
+                           "if f.endswith(('.json', '.ipynb', '.pt')) and not '/site/' in f]))", 60)
+    text = "".join(o.get("text", "") for o in cell.outputs)
+    lines = text.splitlines()
+    where, env, n_suspect = json.loads(lines[0]), json.loads(lines[1]), int(lines[2])
+    assert where["lib"].startswith(str(root)) and where["course"].startswith(str(root))
+    assert where["cwd"].startswith(str(root)) and not str(ROOT) in where["cwd"]
+    assert n_suspect == 0                        # no spec, results file or notebook to read
+    leaked = {k: v for k, v in env.items() if str(ROOT) in v and k != "PATH"}
+    assert not leaked and "CMIX_CACHE" not in env
+    assert env["PYTHONPATH"] == str(box.site)
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
