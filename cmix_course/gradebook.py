@@ -55,7 +55,7 @@ def grade_class(paths, assignment=None, *, root=".", timeout: float = 600,
     ``batch_seed`` (random by default; :func:`write_gradebook` records them). ``progress``: a
     function called with each grade as it is done. ``jobs``: submissions graded at the same
     time (each in its own process and kernel). ``answers_only``: see
-    :func:`cmix_course.scan.needed_cells`."""
+    :func:`cmix_course.scan.needed_code`."""
     seeds = draw_seeds(random_tests, batch_seed)
     kwargs = dict(root=root, timeout=timeout, cell_timeout=cell_timeout,
                   check_timeout=check_timeout, quick=quick, random_seeds=seeds,

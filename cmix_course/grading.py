@@ -244,12 +244,12 @@ def check_reports(nb) -> list[dict]:
 
 
 def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float = 300,
-                   quick: bool = False, only: set[int] | None = None,
+                   quick: bool = False, only: dict[int, str | None] | None = None,
                    ) -> tuple[object, dict | None, list[str]]:
     """Run the submission ``nb`` (outputs cleared) in a sandboxed kernel (:mod:`.sandbox`),
     then the instructor's tests in this process (:mod:`.harness`); return the executed
     notebook, the test records by exercise id and notes (cells that timed out).
-    ``only``: run just these code cells (quick grading, :func:`scan.needed_cells`)."""
+    ``only``: run just this code (quick grading, :func:`scan.needed_code`)."""
     import shutil
 
     from . import harness
@@ -434,8 +434,7 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
     seeds = list(random_seeds) if random_seeds is not None else draw_seeds(
         max((e.random_tests for e in found), default=0))
     spec = grading_spec(found, seeds, check_timeout)
-    only = (scan.needed_cells(code, nb, book, [e.answer for e in found if e.answer])
-            if answers_only else None)
+    only = scan.needed_code(code, nb, book) if answers_only else None
     try:
         executed, records, notes = run_submission(nb, spec, timeout=timeout,
                                                   cell_timeout=cell_timeout, quick=quick,

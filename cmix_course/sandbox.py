@@ -219,13 +219,17 @@ class Kernel:
         folder) and shuts it down."""
         return self.client.setup_kernel(env=dict(self.box.env), cwd=str(self.box.work))
 
-    def run_notebook(self, only: set[int] | None = None) -> tuple[list[int], list[int]]:
-        """Run the code cells in order (``only``: just those indices); return the cells
+    def run_notebook(self, only: dict[int, str | None] | None = None,
+                     ) -> tuple[list[int], list[int]]:
+        """Run the code cells in order (``only``: just those cells, each whole (None) or
+        only the given code, see :func:`cmix_course.scan.needed_code`); return the cells
         stopped at their time limit and those skipped because the notebook's time ran out."""
         timed_out, skipped = [], []
         for k, cell in enumerate(self.nb.cells):
             if cell.cell_type != "code" or (only is not None and k not in only):
                 continue
+            if only is not None and only[k] is not None:
+                cell.source = only[k]
             if time.monotonic() >= self.deadline:
                 skipped.append(k)
                 continue

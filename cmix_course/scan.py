@@ -288,39 +288,41 @@ def book_cells(nb, known: set[str]) -> set[int]:
             and normalise(_source(c)) in known}
 
 
-def needed_cells(code: Code, nb, book: set[int], answers: list[str]) -> set[int]:
-    """The code cells that the answers need (quick grading): the first code cell (the setup),
-    every cell of the student's own (not in ``book``) and, transitively, the book's cells
-    that bind a name those cells read at notebook level or in their functions."""
+def _binds(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+
+
+def needed_code(code: Code, nb, book: set[int]) -> dict[int, str | None]:
+    """What to run for quick grading (``answers_only``): cell index -> the code to run
+    (None: the whole cell). The first code cell (the setup) and every cell of the student's
+    own (not in ``book``) run whole; of the book's cells before them, only the top-level
+    statements that bind a name those cells read (:func:`free_loads`), transitively, e.g.
+    ``import numpy as np`` but not the chapter's experiments."""
     trees = dict(code.trees)
-    binds: dict[str, list[int]] = {}
-    for k, tree in code.trees:
-        for node in _top_level(tree.body):
-            names: list[str] = []
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names = [node.name]
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [(a.asname or a.name).split(".")[0] for a in node.names]
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
-                for t in ast.walk(node):
-                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store):
-                        names.append(t.id)
-            for n in names:
-                binds.setdefault(n, []).append(k)
     code_cells = [k for k, c in enumerate(nb.cells) if c.get("cell_type") == "code"]
-    need = set(code_cells[:1]) | {k for k in code_cells if k not in book}
-    todo = list(need)
-    while todo:
-        k = todo.pop()
+    plan: dict[int, str | None] = {}
+    wanted: set[str] = set()
+    for k in reversed(code_cells):
         tree = trees.get(k)
+        if k == code_cells[0] or k not in book:
+            plan[k] = None
+            if tree is not None:
+                wanted |= free_loads(tree)
+            continue
         if tree is None:
             continue
-        for name in free_loads(tree):
-            for j in binds.get(name, []):
-                if j < k and j not in need:
-                    need.add(j)
-                    todo.append(j)
-    return need
+        kept: list[ast.stmt] = []
+        for node in reversed(tree.body):
+            if _binds(node) & wanted:
+                kept.append(node)
+                wanted |= free_loads(ast.Module(body=[node], type_ignores=[]))
+        if kept:
+            plan[k] = "\n".join(ast.unparse(n) for n in reversed(kept))
+    return dict(sorted(plan.items()))
 
 
 def free_loads(tree: ast.AST) -> set[str]:
