@@ -59,7 +59,9 @@ book: $(STAMP)
 # The site to publish for a class: the book with no solution at all (solution cells and model
 # answers removed from the chapter pages; downloads and Colab the student edition), in
 # _build/html-student/.
-book-student: book
+# It reuses the site `make book` built (run that first); it never builds the book again.
+book-student: $(STAMP)
+	@test -f _build/html/index.html || { echo "no built book in _build/html: run 'make book' first"; exit 2; }
 	$(PY) -m cmix_course site _build/html --no-solutions _build/html-student
 
 book-clean:
