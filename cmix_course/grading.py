@@ -1,5 +1,5 @@
-"""Autograding from the instructor's copy: run a submission in a fresh kernel, then test each
-answer with the instructor's tests, never with what the notebook printed.
+"""Autograding from the instructor's copy: run a submission in a sandboxed kernel, call its
+answers there, and test the plain numbers they return in this process.
 
 The flow for one submitted notebook (:func:`grade_submission`):
 
@@ -8,31 +8,36 @@ The flow for one submitted notebook (:func:`grade_submission`):
    forbidden functions (``cmix_course.editions.exercises``). Nothing of that is read from
    the submission, so a lost or edited cell tag, a changed point value or a deleted checker call
    changes nothing.
-2. **Reading the code** (:mod:`.scan`, no execution): the answer functions that call a
-   ``reference_*`` function or a library function that computes the answer (reported as
-   *copied*, no points), code that reaches into the grader (*flagged*, to be graded by hand),
-   reports written by hand (ignored, listed), cells with syntax errors, and a ``STUDENT_ID``.
-3. **Running it**: every output is cleared and the notebook runs top to bottom in a fresh
-   ``python3`` kernel (nbclient) in an empty folder, continuing past errors, with a time
-   limit per cell and for the whole notebook (a cell past it is interrupted; the next ones
-   still run while time is left).
-4. **Testing**: one cell added at the end loads :mod:`.harness` by path and runs the checkers
-   on the answer functions found *by name* in the kernel's namespace (a new cell counts),
-   with the visible seed, the instructor's hidden seeds and ``random`` seeds drawn for this
-   batch (so a hard-coded answer fails), each test under its own time limit. It writes the
-   verdicts to a file the grader named, with a nonce; the notebook's outputs are not read.
-5. **Points**: a computational exercise earns its points when every test passes; an
-   interpretive one is *answered (grade by hand)* (its text goes to the feedback) or *not
-   attempted*.
+2. **Reading the code** (:mod:`.scan`, no execution): the cells that are the book's own (equal
+   to a code cell of the instructor's copy or of the student edition: the setup cell, the
+   chapter's cells) are recognised and never flagged; in the student's own cells, code that
+   could stand in for an answer (computed imports, ``exec``, file reading, patching) is listed;
+   an answer that refers to the exercise's library function (names resolved with function
+   scope); reports written by hand; cells with syntax errors.
+3. **Running it** (:mod:`.sandbox`): every output is cleared and the notebook runs top to
+   bottom in a fresh kernel, its own process, in a temporary folder outside the repository with
+   an environment built from nothing and its own copies of the packages, continuing past
+   errors, with a time limit per cell and for the whole notebook. ``answers_only`` runs only
+   the setup cell, the student's cells and the book's statements they need.
+4. **Testing** (:mod:`.harness`): the checkers run in *this* process with the visible seed,
+   the instructor's hidden seeds and ``random`` seeds drawn for this batch (so a hard-coded
+   answer fails); each call of the student's function is sent to the kernel with the grader's
+   inputs and comes back as plain numbers, which the checker compares with its reference.
+   The seeds never leave this process; nothing the notebook patches can change a verdict.
+5. **Points**: a computational exercise earns its points when every test passes; an answer that
+   passes but may not be the student's work (step 2) is *flagged (grade by hand)*, pending with
+   the reason, never 0; one that is a library function, or ran the library's function for the
+   exercise while tested, is *copied* (0). An interpretive one is *answered (grade by hand)*
+   (its text goes to the feedback) or *not attempted*.
 
-Anything that goes wrong with one submission (an unreadable file, a kernel that dies) gives a
-``SubmissionGrade`` with ``error`` set and zero points, never an exception:
-:mod:`.gradebook` grades a whole class and writes the CSV files and the feedback.
+The student's id comes from the file name only (:func:`student_id`). Anything that goes wrong
+with one submission (an unreadable file, a kernel that dies) gives a ``SubmissionGrade`` with
+``error`` set and zero points, never an exception: :mod:`.gradebook` grades a whole class and
+writes the CSV files and the feedback.
 """
 from __future__ import annotations
 
 import copy
-import os
 import random
 import re
 import secrets
@@ -43,9 +48,10 @@ from pathlib import Path
 import pandas as pd
 
 from . import scan
-from .checking import CHECK_MIME, FAILED, NOT_ATTEMPTED, PASSED
-from .editions import (ANSWER, ANSWER_TEXT, EXERCISE, STUDENT_DIR, Exercise, chapter_notebooks,
-                       chapter_number, exercises, tags)
+from .checking import FAILED, NOT_ATTEMPTED, PASSED
+from .running import check_reports, error_cells, execute  # noqa: F401 - used by the book's tests
+from .editions import (ANSWER_TEXT, STUDENT_DIR, Exercise, chapter_notebooks, chapter_number,
+                       exercises, tags)
 
 NOT_RUN = "not run"
 BY_HAND = "answered (grade by hand)"
@@ -192,60 +198,9 @@ def grading_spec(found: list[Exercise], random_seeds: list[int], check_timeout: 
 # running
 # ------------------------------------------------------------------------------------------
 
-def execute(nb, cwd: str | Path, quick: bool = False, timeout: int = 900, *,
-            allow_errors: bool = True, env: dict | None = None, cell_timeout=None,
-            interrupt_on_timeout: bool = False, **client_options):
-    """Execute ``nb`` top to bottom in a fresh ``python3`` kernel (in folder ``cwd``), by
-    default continuing past errors. ``quick`` sets ``CMIX_QUICK=1``; ``env`` adds variables
-    (the kernel inherits this process's environment, restored afterwards). ``cell_timeout``:
-    a function of the cell giving its time limit (else ``timeout`` for every cell);
-    ``interrupt_on_timeout``: interrupt a cell past its limit and go on (else raise).
-    ``client_options`` go to :class:`nbclient.NotebookClient` (hooks, ``skip_cells_with_tag``)."""
-    from nbclient import NotebookClient
-
-    old = dict(os.environ)
-    os.environ.update(env or {})
-    if quick:
-        os.environ["CMIX_QUICK"] = "1"
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    try:
-        NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
-                       allow_errors=allow_errors, interrupt_on_timeout=interrupt_on_timeout,
-                       error_on_timeout={"ename": "TimeoutError",
-                                         "evalue": "the cell ran past its time limit",
-                                         "traceback": []} if interrupt_on_timeout else None,
-                       resources={"metadata": {"path": str(cwd)}},
-                       record_timing=False, **client_options).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    return nb
-
-
-def error_cells(nb) -> list[str]:
-    """``cell k: Error: message`` for every cell whose output is an error."""
-    return [f"cell {k}: {o.get('ename')}: {o.get('evalue')}"
-            for k, cell in enumerate(nb.cells) for o in cell.get("outputs", [])
-            if o.get("output_type") == "error"]
-
-
-def check_reports(nb) -> list[dict]:
-    """Every checker report in an executed notebook's outputs, in cell order (``cell`` added).
-
-    For the book's own tests (every solution passes its checker), never for grading: a
-    notebook can print anything."""
-    found = []
-    for k, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            record = output.get("data", {}).get(CHECK_MIME)
-            if record:
-                found.append({**record, "cell": k})
-    return found
-
-
 def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float = 300,
                    quick: bool = False, only: dict[int, str | None] | None = None,
-                   ) -> tuple[object, dict | None, list[str]]:
+                   cache: str | None = None) -> tuple[object, dict | None, list[str]]:
     """Run the submission ``nb`` (outputs cleared) in a sandboxed kernel (:mod:`.sandbox`),
     then the instructor's tests in this process (:mod:`.harness`); return the executed
     notebook, the test records by exercise id and notes (cells that timed out).
@@ -264,7 +219,8 @@ def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float 
     notes: list[str] = []
     root = new_root()
     try:
-        kernel = Kernel(nb, make_sandbox(root, quick), timeout=timeout, cell_timeout=cell_timeout)
+        kernel = Kernel(nb, make_sandbox(root, quick, cache), timeout=timeout,
+                        cell_timeout=cell_timeout)
         with kernel.start():
             timed_out, skipped = kernel.run_notebook(only)
             records = harness.run(spec, kernel)
@@ -405,11 +361,12 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
                      root: str | Path = ".", timeout: float = 600, cell_timeout: float = 300,
                      check_timeout: float = 60, quick: bool = False,
                      random_seeds: list[int] | None = None, id_pattern: str | None = None,
-                     answers_only: bool = False) -> SubmissionGrade:
+                     answers_only: bool = False, cache: str | None = None) -> SubmissionGrade:
     """Grade one submitted notebook (see the module docstring); never raises on a bad
     submission. ``assignment``: the instructor's copy (default: found by
     ``find_assignment`` under ``root``). ``random_seeds``: the batch's random checker seeds
-    (default: drawn now)."""
+    (default: drawn now). ``answers_only``: quick grading (:func:`scan.needed_code`).
+    ``cache``: a result cache for the kernel (trusted notebooks only, see :mod:`.sandbox`)."""
     import nbformat
 
     start = time.monotonic()
@@ -438,7 +395,7 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
     try:
         executed, records, notes = run_submission(nb, spec, timeout=timeout,
                                                   cell_timeout=cell_timeout, quick=quick,
-                                                  only=only)
+                                                  only=only, cache=cache)
     except Exception as exc:  # noqa: BLE001 - a dead kernel, a broken notebook
         name = type(exc).__name__
         why = ("the kernel died (the notebook exits, crashes or runs out of memory)"

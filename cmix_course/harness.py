@@ -37,7 +37,7 @@ def _student_exception(name: str, message: str) -> Exception:
     name = name if re.fullmatch(r"[A-Za-z_]\w{0,60}", name or "") else "Exception"
     if name == "NotImplementedError":
         return NotImplementedError(message)
-    return type(name, (Exception,), {})(message)
+    return type(name, (Exception,), {"__module__": "builtins"})(message)
 
 
 def to_value(result: dict):

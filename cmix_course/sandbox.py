@@ -150,8 +150,10 @@ def _copy_package(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
-def make_sandbox(root: str | Path, quick: bool = False) -> Sandbox:
-    """Fill the empty folder ``root`` (see the module docstring) and build the environment."""
+def make_sandbox(root: str | Path, quick: bool = False, cache: str | None = None) -> Sandbox:
+    """Fill the empty folder ``root`` (see the module docstring) and build the environment.
+    ``cache``: a result cache folder to pass on as ``CMIX_CACHE`` (for trusted notebooks
+    only, e.g. the book's own tests: a student's kernel could write into it)."""
     import cmixlib
 
     import cmix_course
@@ -177,6 +179,8 @@ def make_sandbox(root: str | Path, quick: bool = False) -> Sandbox:
     env.update({k: os.environ[k] for k in PASS_ON if k in os.environ})
     if quick:
         env["CMIX_QUICK"] = "1"
+    if cache:
+        env["CMIX_CACHE"] = str(cache)
     box.env = env
     return box
 

@@ -1,19 +1,20 @@
 """What a submission's code does, read without running it (Python's ``ast``).
 
-The grader runs the instructor's tests on the function a student wrote; these checks catch the
-answers that pass those tests without being the student's work, and attempts to change the
-grading itself:
+The verdicts come from the grader's own process (:mod:`.harness`), so nothing here decides a
+grade by itself: these checks find answers that pass the tests without, perhaps, being the
+student's work, which the grader then leaves to a human (pending, with the reason):
 
-* :func:`answer_uses` - the library or course functions an answer calls (or refers to): a
+* :func:`answer_uses` - the library or course functions an answer refers to: a
   ``reference_*`` function of :mod:`cmix_course`, or one of the exercise's ``forbidden``
   library functions (e.g. :func:`cmixlib.attention.rollout` for the rollout exercise), also
-  through helper functions of the notebook that the answer calls, import aliases
-  (``from cmixlib import rollout as r``) and module attributes (``cl.attention.rollout``);
-* :func:`tampering` - code that reaches into the grader: assigning attributes of the
-  ``cmix_course``/``cmixlib`` modules, ``sys.modules``, ``builtins``, signals, the kernel's
-  namespace;
-* :func:`forged_reports` - a checker's report written by hand (ignored: the grader reads no
-  output of the notebook, it only lists them in the feedback).
+  through helper functions of the notebook that the answer calls, import aliases and module
+  attributes; names are resolved with function scope (:func:`local_names`);
+* :func:`suspicious` - lines of the student's own cells (the book's cells, recognised by
+  :func:`book_cells`, are not read) that reach code or files by computed names, inspect or
+  rewrite the running program, read files or patch a library;
+* :func:`forged_reports` - a checker's report written by hand (ignored, listed);
+* :func:`needed_code` - what quick grading runs (the setup cell, the student's cells and the
+  book's statements they need).
 
 IPython magics and shell lines (``%...``, ``!...``) are dropped before parsing; a cell that
 still does not parse is reported by ``parse_cells`` and skipped.

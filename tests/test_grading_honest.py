@@ -183,7 +183,9 @@ def my_cls_spearman(maps, saliency, normalize):
         rolled = m if rolled is None else m @ rolled
         out.append(np.corrcoef(rankdata(rolled[0]), rankdata(saliency))[0, 1])
     return out''',
-    "my_blank_out": '''def my_blank_out(model, ids, pos, t_id, f_id, r_id):
+    "my_blank_out": '''import torch
+
+def my_blank_out(model, ids, pos, t_id, f_id, r_id):
     def margin(x):
         with torch.no_grad():
             logits = model(input_ids=x).logits[0, pos]
