@@ -24,8 +24,9 @@ one folder:
     what failed and the checker's diagnosis; the notebook's errors and time-outs.
 ``hand_grades.csv``
     the instructor's file: one row per exercise to grade by hand (interpretive answers,
-    answers flagged for a reason); fill in ``points`` (and ``comment``) and run the grading
-    again: every export then includes them. A regrade keeps every row, adds rows for new
+    answers flagged for a reason) and per failed computational exercise (partial credit as
+    the grading notes define it, the checker's likely cause in ``reason``); fill in
+    ``points`` (and ``comment``) and run the grading again: every export then includes them. A regrade keeps every row, adds rows for new
     pending exercises, and never overwrites a hand grade.
 ``batch.json``
     how the batch was graded: the random seeds, the time limits, the assignment(s).
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .grading import PASSED, SubmissionGrade, draw_seeds, grade_submission
+from .grading import FAILED, PASSED, TIMED_OUT, SubmissionGrade, draw_seeds, grade_submission
 
 #: The status of an exercise once its hand grade is in ``hand_grades.csv``.
 BY_HAND_DONE = "graded by hand"
@@ -158,25 +159,41 @@ def gradescope_results(g: SubmissionGrade) -> dict:
 
 
 HAND_GRADES = "hand_grades.csv"
-HAND_COLUMNS = ["student", "file", "exercise", "max_points", "points", "comment"]
+HAND_COLUMNS = ["student", "file", "exercise", "max_points", "status", "reason", "points",
+                "comment"]
+
+
+def _reason(e) -> str:
+    causes = [f.strip() for f in e.feedback if "likely cause" in f]
+    return (causes or [e.feedback[0] if e.feedback else ""])[0][:300]
+
+
+def _needs_hand(e) -> bool:
+    """Pending exercises, and failed computational ones (partial credit by the grading notes:
+    the likely cause the checker named is in ``reason``)."""
+    return e.points is None or (e.kind == "computational" and e.status in (FAILED, TIMED_OUT))
 
 
 def apply_hand_grades(grades: list[SubmissionGrade], out_dir: str | Path) -> pd.DataFrame:
-    """Read ``hand_grades.csv`` of ``out_dir`` (one row per exercise graded by hand:
-    ``student, file, exercise, max_points, points, comment``), put each filled-in ``points``
-    into the grades (status ``graded by hand``, the comment in the feedback), and return the
-    table with a row added (points empty) for every exercise still pending. The file is the
+    """Read ``hand_grades.csv`` of ``out_dir`` and put each filled-in ``points`` into the
+    grades (status ``graded by hand``, the comment in the feedback); return the table with a
+    row added (``points`` empty) for every exercise that needs a human: each pending one
+    (interpretive answers, flagged answers) and each failed computational one (partial credit
+    as the grading notes define it; left empty, the automatic 0 stands). The file is the
     instructor's: rows are never removed or changed by a regrade, so hand grades survive it."""
     path = Path(out_dir) / HAND_GRADES
     table = (pd.read_csv(path, dtype=str, keep_default_na=False) if path.is_file()
              else pd.DataFrame(columns=HAND_COLUMNS))
+    for col in HAND_COLUMNS:
+        if col not in table:
+            table[col] = ""
     given = {(r.student, r.exercise): r for r in table.itertuples(index=False)
              if str(r.points).strip() != ""}
     known = {(r.student, r.exercise) for r in table.itertuples(index=False)}
     new_rows = []
     for g in grades:
         for e in g.exercises:
-            if e.points is not None:
+            if not _needs_hand(e):
                 continue
             r = given.get((g.student, e.exercise))
             if r is not None:
@@ -189,10 +206,11 @@ def apply_hand_grades(grades: list[SubmissionGrade], out_dir: str | Path) -> pd.
                                   + (f" ({r.comment})" if r.comment else ""))
             elif (g.student, e.exercise) not in known:
                 new_rows.append({"student": g.student, "file": g.file, "exercise": e.exercise,
-                                 "max_points": e.max_points, "points": "", "comment": ""})
+                                 "max_points": e.max_points, "status": e.status,
+                                 "reason": _reason(e), "points": "", "comment": ""})
     if new_rows:
         table = pd.concat([table, pd.DataFrame(new_rows)], ignore_index=True)
-    return table[HAND_COLUMNS] if len(table) else pd.DataFrame(columns=HAND_COLUMNS)
+    return table[HAND_COLUMNS]
 
 
 def mark_duplicates(grades: list[SubmissionGrade]) -> None:

@@ -53,7 +53,9 @@ SKIP_TAG = "cmix-skip"
 #: The driver, defined in the kernel after the notebook's cells; ``call`` writes plain data.
 DRIVER = r'''
 def _cmix_make_driver(io_dir, lib_dirs):
-    import json, os, sys, math
+    import json, os, sys
+    import numpy as np
+    import torch                  # loaded now, not in the first call's time limit
 
     ns = get_ipython().user_ns
 
@@ -63,13 +65,11 @@ def _cmix_make_driver(io_dir, lib_dirs):
         if isinstance(out, dict):
             try:
                 return {"kind": "mapping", "values": {str(k): float(v) for k, v in out.items()}}
-            except Exception as exc:
+            except Exception:
                 return {"kind": "unconvertible", "type": type(out).__name__}
         try:
-            torch = sys.modules.get("torch")
-            if torch is not None and isinstance(out, torch.Tensor):
+            if isinstance(out, torch.Tensor):
                 out = out.detach().cpu().double().numpy()
-            import numpy as np
             arr = np.asarray(out, dtype=float)
         except Exception:
             return {"kind": "unconvertible", "type": type(out).__name__}
@@ -93,7 +93,6 @@ def _cmix_make_driver(io_dir, lib_dirs):
             rec["callable"] = True
             rec["origin"] = origin(fn)
         if k >= 0 and rec.get("callable"):
-            import torch
             args = torch.load(os.path.join(io_dir, f"args-{k}.pt"), weights_only=False)
             seen = []
 
@@ -185,6 +184,68 @@ def make_sandbox(root: str | Path, quick: bool = False, cache: str | None = None
     return box
 
 
+def repository_roots() -> list[Path]:
+    """The folders the kernel must not see: the repositories that hold the grader's
+    packages (``cmix_course``, ``cmixlib``, the target of an editable install), recognised by
+    their ``notebooks/`` or ``.git``."""
+    import cmixlib
+
+    import cmix_course
+
+    roots = {Path(cmix_course.__file__).resolve().parents[1],
+             Path(cmixlib.__file__).resolve().parents[1]}
+    try:
+        from importlib.metadata import distribution
+
+        url = json.loads(distribution("cmixlib").read_text("direct_url.json") or "{}").get("url", "")
+        if url.startswith("file://"):
+            roots.add(Path(url[len("file://"):]).resolve())
+    except Exception:  # noqa: BLE001 - not installed as a distribution: the paths above
+        pass
+    return sorted(r for r in roots if (r / "notebooks").is_dir() or (r / ".git").exists())
+
+
+def _hide_commands(root: Path, keep: Path) -> list[str]:
+    """Shell commands that hide every entry of ``root`` (an empty tmpfs over each folder,
+    ``/dev/null`` over each file) but the one on the way to ``keep`` (the Python environment,
+    when it lives inside the repository)."""
+    import shlex
+
+    out = []
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink():
+            continue
+        if keep == entry or entry in keep.parents:
+            if entry != keep and entry.is_dir():
+                out += _hide_commands(entry, keep)
+            continue
+        q = shlex.quote(str(entry))
+        out.append(f"mount -t tmpfs -o size=16k,mode=555 none {q}" if entry.is_dir()
+                   else f"mount --bind /dev/null {q}")
+    return out
+
+
+def namespace_wrapper() -> list[str] | None:
+    """The command that starts the kernel in its own user, mount and PID namespaces
+    (``unshare``, Linux): the repositories hidden (:func:`repository_roots`), and every
+    process the notebook starts killed with the kernel. None where ``unshare`` cannot do it
+    (then local mode) or ``CMIX_SANDBOX=local``."""
+    import subprocess
+
+    if os.environ.get("CMIX_SANDBOX", "").strip().lower() == "local" or not shutil.which("unshare"):
+        return None
+    base = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child"]
+    try:
+        ok = subprocess.run([*base, "true"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if not ok:
+        return None
+    keep = Path(sys.prefix).resolve()
+    script = ["set -e"] + [c for r in repository_roots() for c in _hide_commands(r, keep)]
+    return [*base, "sh", "-c", "\n".join(script + ['exec "$@"']), "cmix-sandbox"]
+
+
 class CallFailed(BaseException):
     """The kernel gave no answer to a call: ``reason`` is ``timed out`` or ``lost``
     (a BaseException, so that the checkers' ``except Exception`` does not swallow it)."""
@@ -196,9 +257,13 @@ class CallFailed(BaseException):
 
 
 class Kernel:
-    """A running kernel for one submission: :meth:`run_notebook`, then :meth:`call`."""
+    """A running kernel for one submission: :meth:`run_notebook`, then :meth:`call`.
 
-    def __init__(self, nb, box: Sandbox, *, timeout: float, cell_timeout: float):
+    ``wrapper``: the command the kernel is started under (default :func:`namespace_wrapper`;
+    ``[]`` for local mode)."""
+
+    def __init__(self, nb, box: Sandbox, *, timeout: float, cell_timeout: float,
+                 wrapper: list[str] | None = None):
         from nbclient import NotebookClient
 
         self.nb, self.box, self.calls = nb, box, 0
@@ -210,8 +275,30 @@ class Kernel:
             allow_errors=True, interrupt_on_timeout=True, record_timing=False,
             error_on_timeout={"ename": "TimeoutError", "evalue": "the cell ran past its time "
                               "limit", "traceback": []},
-            resources={"metadata": {"path": str(box.work)}}, skip_cells_with_tag=SKIP_TAG)
+            resources={"metadata": {"path": str(box.work)}}, skip_cells_with_tag=SKIP_TAG,
+            on_cell_executed=self._executed)
+        self._timed_out = False
         self.nonce = os.urandom(6).hex()
+        self.wrapper = namespace_wrapper() if wrapper is None else (wrapper or None)
+        if self.wrapper:
+            from jupyter_client.manager import AsyncKernelManager
+
+            prefix = list(self.wrapper)
+
+            class _Wrapped(AsyncKernelManager):
+                def format_kernel_cmd(self, extra_arguments=None):
+                    return [*prefix, *super().format_kernel_cmd(extra_arguments)]
+
+            self.client.kernel_manager_class = _Wrapped
+
+    @property
+    def mode(self) -> str:
+        """``namespace`` (repositories hidden, processes contained) or ``local``."""
+        return "namespace" if self.wrapper else "local"
+
+    def _executed(self, cell, cell_index, execute_reply) -> None:
+        content = (execute_reply or {}).get("content", {})
+        self._timed_out = content.get("status") == "error" and content.get("ename") == "TimeoutError"
 
     def _limit(self, cell) -> int:
         if HARNESS_TAG in cell.metadata.get("tags", []):
@@ -237,9 +324,9 @@ class Kernel:
             if time.monotonic() >= self.deadline:
                 skipped.append(k)
                 continue
+            self._timed_out = False
             self.client.execute_cell(cell, k)
-            if any(o.get("output_type") == "error" and o.get("ename") == "TimeoutError"
-                   for o in cell.get("outputs", [])):
+            if self._timed_out:
                 timed_out.append(k)
         self._run(DRIVER + f"\n_cmix_call_{self.nonce} = _cmix_make_driver("
                   f"{str(self.box.io)!r}, {self.box.lib_dirs!r})\ndel _cmix_make_driver\n", 60)
@@ -251,6 +338,7 @@ class Kernel:
         cell = nbformat.v4.new_code_cell(source)
         cell.metadata["tags"] = [HARNESS_TAG]
         self.call_limit = limit
+        self._timed_out = False
         self.nb.cells.append(cell)           # nbclient writes the executed cell back by index
         try:
             self.client.execute_cell(cell, len(self.nb.cells) - 1, store_history=False)
@@ -263,8 +351,6 @@ class Kernel:
         """Call the kernel's function ``name`` on ``args`` (``args`` None: only say whether it
         exists); return the driver's plain record. Raises :class:`CallFailed` when no answer
         came back in ``limit`` seconds."""
-        import torch
-
         k = self.calls if args is not None else -1
         self.calls += 1
         out = self.box.io / f"out-{k}.json"
@@ -277,8 +363,9 @@ class Kernel:
         if args is not None:
             (self.box.io / f"args-{k}.pt").unlink(missing_ok=True)
         if not out.is_file():
-            if elapsed >= limit - 0.5 or any(o.get("ename") in ("TimeoutError", "KeyboardInterrupt")
-                                             for o in cell.get("outputs", [])):
+            stopped = any(o.get("ename") in ("TimeoutError", "KeyboardInterrupt")
+                          for o in cell.get("outputs", []))
+            if elapsed >= limit - 0.5 or self._timed_out or stopped:
                 raise CallFailed("timed out", f"the function did not return within {limit:g} s "
                                  f"(an endless loop, or far too slow).")
             raise CallFailed("lost", "the function's result never came back (the notebook "

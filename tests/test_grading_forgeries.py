@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cmix_course.gradebook import grade_class
-from cmix_course.grading import COPIED, FAILED, FLAGGED, NOT_ATTEMPTED
+from cmix_course.grading import COPIED, FAILED, FLAGGED, NOT_RUN
 from tests.test_grading_submissions import ROOT, chapter, submission
 
 #: chapter -> (answer name, checker, the library's function as a dotted path, a wrong answer)
@@ -33,12 +33,12 @@ def forgeries(ch: int) -> dict[str, list[str]]:
         "module_dict": [f"import cmix_course\nvars(cmix_course)[{checker!r}] = "
                         "lambda *a, **k: cmix_course.CheckResult('x')",
                         f"def {name}(*args):\n    return {wrong}"],
-        "read_repo": ["import json, pathlib, cmixlib\n"
+        "read_repo": ["import json, pathlib, cmixlib\nimport numpy as np\n"
                       f"p = pathlib.Path(cmixlib.__file__).resolve().parents[1] / 'notebooks' / {nb_name!r}\n"
                       "cells = json.load(open(p))['cells']\n"
                       "src = [c for c in cells if 'solution' in c['metadata'].get('tags', [])][0]\n"
                       "exec(''.join(src['source']).split('check_')[0])"],
-        "read_repo_by_path": ["import json\n"
+        "read_repo_by_path": ["import json\nimport numpy as np\n"
                               f"p = {str(ROOT / 'notebooks' / nb_name)!r}\n"
                               "cells = json.load(open(p))['cells']\n"
                               "src = [c for c in cells if 'solution' in c['metadata'].get('tags', [])][0]\n"
@@ -89,8 +89,9 @@ def forged(tmp_path_factory):
     ("importlib", {COPIED, FLAGGED}),
     ("allclose", {FAILED}),
     ("module_dict", {FAILED}),
-    ("read_repo", {NOT_ATTEMPTED}),            # the kernel's cmixlib is a copy: no notebooks/
-    ("read_repo_by_path", {FLAGGED}),          # local mode: readable, so graded by hand
+    ("read_repo", {NOT_RUN}),                  # the kernel's cmixlib is a copy: no notebooks/
+    # hidden by the namespace sandbox (not run); in local mode readable, so graded by hand
+    ("read_repo_by_path", {NOT_RUN, FLAGGED}),
     ("json_dump", {FAILED}),
     ("atexit", {FAILED}),
     ("write_grader", {FAILED}),

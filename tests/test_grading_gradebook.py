@@ -30,6 +30,9 @@ def _grade(student: str, passed: bool = True, file: str | None = None) -> Submis
 
 def _class_of_ten() -> list[SubmissionGrade]:
     grades = [_grade(f"s{k:02d}", passed=k != 4) for k in range(9)]
+    failed = grades[5].exercises[0]                     # s05: a failed answer, partial credit
+    failed.status, failed.points = G.FAILED, 0.0
+    failed.feedback = ["visible test: failed", "  · likely cause: the map is transposed"]
     grades.append(_grade("s03", file=f"s03-again_{A}"))          # a duplicate id
     return grades
 
@@ -52,6 +55,7 @@ def test_hand_grades_survive_a_regrade_and_reach_every_export(tmp_path):
     write_gradebook(_class_of_ten(), tmp_path)
     hand = pd.read_csv(tmp_path / HAND_GRADES, dtype=str, keep_default_na=False)
     assert set(hand.exercise) == {"3.1", "3.2"} and (hand.points == "").all()
+    assert len(hand) == 10 + 1 + 1            # every 3.2, the flagged 3.1, the failed 3.1
     hand.loc[(hand.student == "s01") & (hand.exercise == "3.2"), ["points", "comment"]] = ["4", "good"]
     hand.loc[(hand.student == "s04") & (hand.exercise == "3.1"), "points"] = "3"
     hand.to_csv(tmp_path / HAND_GRADES, index=False)
@@ -66,6 +70,8 @@ def test_hand_grades_survive_a_regrade_and_reach_every_export(tmp_path):
     assert lms.loc["s01"].iloc[0] == 8
     gs = json.loads((tmp_path / "gradescope" / "s01" / "results.json").read_text())
     assert gs["score"] == 8 and gs["tests"][1]["score"] == 4
+    s05 = again[(again.student == "s05") & (again.exercise == "3.1")].iloc[0]
+    assert "transposed" in s05.reason and s05.points == "" and float(table.loc["s05", "3.1"]) == 0
     assert "graded by hand: 4 / 5 (good)" in (tmp_path / "feedback" / "s01.md").read_text()
 
 
@@ -103,10 +109,12 @@ def test_the_sandboxed_kernel_sees_no_repository_and_no_grader_file():
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "import os, sys, json, cmixlib, cmix_course\n"
+        f"import os, sys, json, cmixlib, cmix_course\nREPO = {str(ROOT)!r}\n"
         "def probe():\n"
         "    files = [os.path.join(d, f) for d, _, fs in os.walk('..') for f in fs]\n"
-        "    return {'env': json.dumps(dict(os.environ)), 'lib': cmixlib.__file__,\n"
+        "    repo = os.path.join(REPO, 'notebooks')\n"
+        "    seen = os.listdir(repo) if os.path.isdir(repo) else []\n"
+        "    return {'env': json.dumps(dict(os.environ)), 'lib': cmixlib.__file__, 'repo': seen,\n"
         "            'course': cmix_course.__file__, 'cwd': os.getcwd(), 'files': files}")]
     root = new_root()
     box = make_sandbox(root)
@@ -114,7 +122,7 @@ def test_the_sandboxed_kernel_sees_no_repository_and_no_grader_file():
     with kernel.start():
         kernel.run_notebook()
         cell = kernel._run("r = probe(); print(json.dumps({k: r[k] for k in ('lib', 'course', "
-                           "'cwd')})); print(r['env']); print(len([f for f in r['files'] "
+                           "'cwd', 'repo')})); print(r['env']); print(len([f for f in r['files'] "
                            "if f.endswith(('.json', '.ipynb', '.pt')) and not '/site/' in f]))", 60)
     text = "".join(o.get("text", "") for o in cell.outputs)
     lines = text.splitlines()
@@ -125,6 +133,11 @@ def test_the_sandboxed_kernel_sees_no_repository_and_no_grader_file():
     leaked = {k: v for k, v in env.items() if str(ROOT) in v and k != "PATH"}
     assert not leaked and "CMIX_CACHE" not in env
     assert env["PYTHONPATH"] == str(box.site)
+    if kernel.mode == "namespace":               # unshare works here: the repository is hidden
+        assert where["repo"] == []
+    else:
+        assert where["repo"]                     # local mode: readable (documented)
+    assert (ROOT / "notebooks").is_dir() and any((ROOT / "notebooks").iterdir())
     import shutil
 
     shutil.rmtree(root, ignore_errors=True)
