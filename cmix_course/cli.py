@@ -56,7 +56,11 @@ def grade_command(args: argparse.Namespace) -> int:
                          quick=args.quick, batch_seed=args.seed, random_tests=args.random_tests,
                          id_pattern=args.id_pattern, progress=show,
                          answers_only=args.answers_only, jobs=args.jobs)
+    from .isolation import namespace_wrapper
+
+    mode = "namespace" if namespace_wrapper() else "local"
     written = write_gradebook(grades, args.out, settings={
+        "sandbox": mode, "answers_only": args.answers_only, "jobs": args.jobs,
         "timeout_s": args.timeout, "cell_timeout_s": args.cell_timeout,
         "check_timeout_s": args.check_timeout, "quick": args.quick, "batch_seed": args.seed})
     print(f"written: {written['grades']}, {written['lms']}, {written['feedback']}/, "

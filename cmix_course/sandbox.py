@@ -26,10 +26,13 @@ and message of an exception, or the name of a type it could not convert). The gr
 unpickles anything the kernel wrote; what it reads is checked by :mod:`.harness` against its
 own reference, in its own process.
 
-What this does not protect against (local mode, see ``book/instructors.md``): the kernel
-runs as the grader's user, so it can read any file that user can read if it knows the path
-(the Python environment's path is visible in ``sys.executable``), use the network if the
-machine has one, and use the CPU and memory until the time limits stop it.
+Where Linux allows it (:func:`cmix_course.isolation.namespace_wrapper`), the kernel starts under ``unshare`` in its
+own user, mount and PID namespaces: the repositories holding the grader's packages are hidden
+(an empty read-only folder over each entry, the Python environment kept) and every process
+the notebook starts dies with the kernel. Otherwise (*local mode*) nothing is hidden. In both,
+the kernel runs as the grader's user: it can read the files that user can read outside the
+hidden folders, use the network, and use the CPU and memory until the time limits stop it
+(``book/instructors.md`` says what that means for a course).
 """
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .isolation import namespace_wrapper
 
 #: The largest result file the grader reads back from a call (bytes).
 MAX_RESULT_BYTES = 64 * 2 ** 20
@@ -182,68 +187,6 @@ def make_sandbox(root: str | Path, quick: bool = False, cache: str | None = None
         env["CMIX_CACHE"] = str(cache)
     box.env = env
     return box
-
-
-def repository_roots() -> list[Path]:
-    """The folders the kernel must not see: the repositories that hold the grader's
-    packages (``cmix_course``, ``cmixlib``, the target of an editable install), recognised by
-    their ``notebooks/`` or ``.git``."""
-    import cmixlib
-
-    import cmix_course
-
-    roots = {Path(cmix_course.__file__).resolve().parents[1],
-             Path(cmixlib.__file__).resolve().parents[1]}
-    try:
-        from importlib.metadata import distribution
-
-        url = json.loads(distribution("cmixlib").read_text("direct_url.json") or "{}").get("url", "")
-        if url.startswith("file://"):
-            roots.add(Path(url[len("file://"):]).resolve())
-    except Exception:  # noqa: BLE001 - not installed as a distribution: the paths above
-        pass
-    return sorted(r for r in roots if (r / "notebooks").is_dir() or (r / ".git").exists())
-
-
-def _hide_commands(root: Path, keep: Path) -> list[str]:
-    """Shell commands that hide every entry of ``root`` (an empty tmpfs over each folder,
-    ``/dev/null`` over each file) but the one on the way to ``keep`` (the Python environment,
-    when it lives inside the repository)."""
-    import shlex
-
-    out = []
-    for entry in sorted(root.iterdir()):
-        if entry.is_symlink():
-            continue
-        if keep == entry or entry in keep.parents:
-            if entry != keep and entry.is_dir():
-                out += _hide_commands(entry, keep)
-            continue
-        q = shlex.quote(str(entry))
-        out.append(f"mount -t tmpfs -o size=16k,mode=555 none {q}" if entry.is_dir()
-                   else f"mount --bind /dev/null {q}")
-    return out
-
-
-def namespace_wrapper() -> list[str] | None:
-    """The command that starts the kernel in its own user, mount and PID namespaces
-    (``unshare``, Linux): the repositories hidden (:func:`repository_roots`), and every
-    process the notebook starts killed with the kernel. None where ``unshare`` cannot do it
-    (then local mode) or ``CMIX_SANDBOX=local``."""
-    import subprocess
-
-    if os.environ.get("CMIX_SANDBOX", "").strip().lower() == "local" or not shutil.which("unshare"):
-        return None
-    base = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child"]
-    try:
-        ok = subprocess.run([*base, "true"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    if not ok:
-        return None
-    keep = Path(sys.prefix).resolve()
-    script = ["set -e"] + [c for r in repository_roots() for c in _hide_commands(r, keep)]
-    return [*base, "sh", "-c", "\n".join(script + ['exec "$@"']), "cmix-sandbox"]
 
 
 class CallFailed(BaseException):
