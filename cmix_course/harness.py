@@ -70,7 +70,8 @@ class Proxy:
 
     def __call__(self, *args):
         rec = self.kernel.call(self.name, args, self.forbidden, self.limit)
-        for c in rec.get("library_calls", []) or []:
+        calls = rec.get("library_calls")
+        for c in calls if isinstance(calls, list) else []:
             if isinstance(c, str) and c not in self.library_calls:
                 self.library_calls.append(c[:200])
         if "result" not in rec:
