@@ -75,7 +75,9 @@ editions: $(STAMP)
 	$(PY) -m cmix_course editions
 
 # Grade a class: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=grades] [GRADE_OPTS="--quick"]
-# writes GRADES/grades.csv, lms.csv, feedback/<student>.md and gradescope/<student>/results.json.
+# writes GRADES/grades.csv, lms.csv, feedback/<student>.md and gradescope/<student>/results.json;
+# fill in GRADES/hand_grades.csv (kept across regrades) and run it again to include hand grades.
+# Each notebook runs in a sandboxed kernel (book/instructors.md, "Which sandbox").
 GRADES ?= grades
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=DIR]'; exit 2; }
