@@ -63,6 +63,10 @@ def grade_command(args: argparse.Namespace) -> int:
         "sandbox": mode, "answers_only": args.answers_only, "jobs": args.jobs,
         "timeout_s": args.timeout, "cell_timeout_s": args.cell_timeout,
         "check_timeout_s": args.check_timeout, "quick": args.quick, "batch_seed": args.seed})
+    by_hand = sum(e.status == "graded by hand" for g in grades for e in g.exercises)
+    left = sum(len(g.pending) for g in grades)
+    print(f"hand grades from {Path(args.out) / 'hand_grades.csv'}: {by_hand} applied, "
+          f"{left} exercises still to grade by hand")
     print(f"written: {written['grades']}, {written['lms']}, {written['feedback']}/, "
           f"{written['gradescope']}/")
     return 0

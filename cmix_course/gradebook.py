@@ -125,7 +125,8 @@ def feedback_markdown(g: SubmissionGrade) -> str:
                   f"fix this and submit again, or ask your instructor.", ""]
     for e in g.exercises:
         pts = "to be graded" if e.points is None else f"{e.points:g} / {e.max_points}"
-        mark = "✓" if e.status == PASSED else "·" if e.points is None else "✗"
+        mark = ("✓" if e.status == PASSED or (e.points is not None and e.points >= e.max_points)
+                else "·" if e.points is None or 0 < e.points else "✗")
         lines.append(f"## {mark} Exercise {e.exercise}: {e.title} ({e.kind}) - {e.status}, {pts}")
         lines.append("")
         for f in e.feedback:
@@ -149,6 +150,8 @@ def gradescope_results(g: SubmissionGrade) -> dict:
         if e.points is None:
             t["name"] += " (pending: graded by hand)"
             t["output"] = "PENDING: to be graded by hand.\n" + t["output"]
+        elif e.status == BY_HAND_DONE:              # a human's points: no pass/fail verdict
+            t.update(score=e.points)
         else:
             t.update(score=e.points, status="passed" if e.points >= e.max_points else "failed")
         tests.append(t)

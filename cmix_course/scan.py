@@ -299,8 +299,9 @@ def _binds(node: ast.stmt) -> set[str]:
 
 def needed_code(code: Code, nb, book: set[int]) -> dict[int, str | None]:
     """What to run for quick grading (``answers_only``): cell index -> the code to run
-    (None: the whole cell). The first code cell (the setup) and every cell of the student's
-    own (not in ``book``) run whole; of the book's cells before them, only the top-level
+    (None: the whole cell). The first code cell (the setup), the exercises' starter cells
+    (an unchanged starter still defines the answer: *not attempted*) and every cell of the
+    student's own (not in ``book``) run whole; of the book's cells before them, only the top-level
     statements that bind a name those cells read (:func:`free_loads`), transitively, e.g.
     ``import numpy as np`` but not the chapter's experiments."""
     trees = dict(code.trees)
@@ -309,7 +310,8 @@ def needed_code(code: Code, nb, book: set[int]) -> dict[int, str | None]:
     wanted: set[str] = set()
     for k in reversed(code_cells):
         tree = trees.get(k)
-        if k == code_cells[0] or k not in book:
+        starter = "exercise" in nb.cells[k].get("metadata", {}).get("tags", [])
+        if k == code_cells[0] or k not in book or starter:
             plan[k] = None
             if tree is not None:
                 wanted |= free_loads(tree)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cmix_course.gradebook import grade_class
-from cmix_course.grading import COPIED, FAILED, FLAGGED, NOT_RUN
+from cmix_course.grading import COPIED, FAILED, FLAGGED, NOT_ATTEMPTED, NOT_RUN
 from tests.test_grading_submissions import ROOT, chapter, submission
 
 #: chapter -> (answer name, checker, the library's function as a dotted path, a wrong answer)
@@ -89,9 +89,10 @@ def forged(tmp_path_factory):
     ("importlib", {COPIED, FLAGGED}),
     ("allclose", {FAILED}),
     ("module_dict", {FAILED}),
-    ("read_repo", {NOT_RUN}),                  # the kernel's cmixlib is a copy: no notebooks/
-    # hidden by the namespace sandbox (not run); in local mode readable, so graded by hand
-    ("read_repo_by_path", {NOT_RUN, FLAGGED}),
+    # the kernel's cmixlib is a copy, with no notebooks/ beside it: the starter stays
+    ("read_repo", {NOT_ATTEMPTED, NOT_RUN}),
+    # hidden by the namespace sandbox (the starter stays); in local mode readable: by hand
+    ("read_repo_by_path", {NOT_ATTEMPTED, NOT_RUN, FLAGGED}),
     ("json_dump", {FAILED}),
     ("atexit", {FAILED}),
     ("write_grader", {FAILED}),
