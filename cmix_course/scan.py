@@ -339,6 +339,10 @@ def free_loads(tree: ast.AST) -> set[str]:
                 for d in getattr(child, "decorator_list", []):
                     visit(d, local)
                 visit(child, local | local_names(child))
+            elif isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                targets = {n.id for g in child.generators for n in ast.walk(g.target)
+                           if isinstance(n, ast.Name)}
+                visit(child, local | targets)       # a comprehension's variables are its own
             elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
                 if child.id not in local:
                     out.add(child.id)

@@ -20,7 +20,8 @@ CASES = {
 
 
 def forgeries(ch: int) -> dict[str, list[str]]:
-    """Each forgery as the code cells a student adds (answer name ``name``)."""
+    """Each forgery as the code cells a student writes: the last one in place of the starter
+    code (where the answer goes), the others as new cells after the setup."""
     name, checker, (module, fn), wrong = CASES[ch]
     nb_name = chapter(ch)
     return {
@@ -72,8 +73,10 @@ def forged(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("forged")
     paths = []
     for ch in CASES:
-        for kind, cells in forgeries(ch).items():
-            paths.append(submission(ch, {}, tmp / f"{kind}-{ch:02d}_{chapter(ch)}", extra=cells))
+        name = CASES[ch][0]
+        for kind, cells in forgeries(ch).items():     # the last cell replaces the starter code
+            paths.append(submission(ch, {name: cells[-1]}, tmp / f"{kind}-{ch:02d}_{chapter(ch)}",
+                                    extra=cells[:-1]))
         # an impersonator: the file is mallory's, a cell claims to be alice
         paths.append(submission(ch, {}, tmp / f"mallory_{chapter(ch)}",
                                 extra=["STUDENT_ID = 'alice'"]))
@@ -89,9 +92,9 @@ def forged(tmp_path_factory):
     ("importlib", {COPIED, FLAGGED}),
     ("allclose", {FAILED}),
     ("module_dict", {FAILED}),
-    # the kernel's cmixlib is a copy, with no notebooks/ beside it: the starter stays
+    # the kernel's cmixlib is a copy, with no notebooks/ beside it: the cell fails
     ("read_repo", {NOT_ATTEMPTED, NOT_RUN}),
-    # hidden by the namespace sandbox (the starter stays); in local mode readable: by hand
+    # hidden by the namespace sandbox (the cell fails); in local mode readable: by hand
     ("read_repo_by_path", {NOT_ATTEMPTED, NOT_RUN, FLAGGED}),
     ("json_dump", {FAILED}),
     ("atexit", {FAILED}),
