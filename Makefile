@@ -59,7 +59,9 @@ book: $(STAMP)
 # The site to publish for a class: the book with no solution at all (solution cells and model
 # answers removed from the chapter pages; downloads and Colab the student edition), in
 # _build/html-student/.
-book-student: book
+# It reuses the site `make book` built (run that first); it never builds the book again.
+book-student: $(STAMP)
+	@test -f _build/html/index.html || { echo "no built book in _build/html: run 'make book' first"; exit 2; }
 	$(PY) -m cmix_course site _build/html --no-solutions _build/html-student
 
 book-clean:
@@ -73,7 +75,9 @@ editions: $(STAMP)
 	$(PY) -m cmix_course editions
 
 # Grade a class: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=grades] [GRADE_OPTS="--quick"]
-# writes GRADES/grades.csv, lms.csv, feedback/<student>.md and gradescope/<student>/results.json.
+# writes GRADES/grades.csv, lms.csv, feedback/<student>.md and gradescope/<student>/results.json;
+# fill in GRADES/hand_grades.csv (kept across regrades) and run it again to include hand grades.
+# Each notebook runs in a sandboxed kernel (book/instructors.md, "Which sandbox").
 GRADES ?= grades
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo 'usage: make grade SUBMISSIONS="hand-in/*.ipynb" [GRADES=DIR]'; exit 2; }

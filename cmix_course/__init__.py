@@ -16,9 +16,11 @@ It returns a :class:`CheckResult` (truthy when everything passed) whose ``status
 
 The exercises themselves live in the chapter notebooks, marked by cell tags; :mod:`.editions`
 checks that format and writes the student and instructor editions, :mod:`.grading` grades a
-submission from the instructor's copy (fresh kernel, the answers found by name, visible and
-hidden tests, copied answers detected by :mod:`.scan`), :mod:`.gradebook` grades a class and
-writes the CSV files and the feedback, :mod:`.course` builds the instructors' page and
+submission from the instructor's copy (the notebook in a sandboxed kernel, :mod:`.sandbox` and
+:mod:`.isolation`; the checkers in the grader's own process on the plain numbers the answers
+return, :mod:`.harness`; answers that may not be the student's work left to a human,
+:mod:`.scan`), :mod:`.gradebook` grades a class and writes the CSV files, the hand-grades file
+and the feedback, :mod:`.course` builds the instructors' page and
 :mod:`.site` makes the built book hand out the student edition. Command line:
 ``python -m cmix_course`` (:mod:`.cli`).
 

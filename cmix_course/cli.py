@@ -6,7 +6,7 @@
     python -m cmix_course check NOTEBOOK...         # the exercise format of some notebooks
     python -m cmix_course grade SUBMISSION... --out DIR [--assignment NB] [--quick]
                          [--timeout S] [--cell-timeout S] [--check-timeout S] [--seed N]
-                         [--random-tests K] [--id-pattern REGEX]
+                         [--random-tests K] [--id-pattern REGEX] [--answers-only]
     python -m cmix_course site HTML_DIR [--no-solutions OUT_DIR]
 
 Run them in the book's repository (they read ``notebooks/`` and ``editions/``).
@@ -54,10 +54,19 @@ def grade_command(args: argparse.Namespace) -> int:
     grades = grade_class(paths, args.assignment, timeout=args.timeout,
                          cell_timeout=args.cell_timeout, check_timeout=args.check_timeout,
                          quick=args.quick, batch_seed=args.seed, random_tests=args.random_tests,
-                         id_pattern=args.id_pattern, progress=show)
+                         id_pattern=args.id_pattern, progress=show,
+                         answers_only=args.answers_only, jobs=args.jobs)
+    from .isolation import namespace_wrapper
+
+    mode = "namespace" if namespace_wrapper() else "local"
     written = write_gradebook(grades, args.out, settings={
+        "sandbox": mode, "answers_only": args.answers_only, "jobs": args.jobs,
         "timeout_s": args.timeout, "cell_timeout_s": args.cell_timeout,
         "check_timeout_s": args.check_timeout, "quick": args.quick, "batch_seed": args.seed})
+    by_hand = sum(e.status == "graded by hand" for g in grades for e in g.exercises)
+    left = sum(len(g.pending) for g in grades)
+    print(f"hand grades from {Path(args.out) / 'hand_grades.csv'}: {by_hand} applied, "
+          f"{left} exercises still to grade by hand")
     print(f"written: {written['grades']}, {written['lms']}, {written['feedback']}/, "
           f"{written['gradescope']}/")
     return 0
@@ -105,6 +114,10 @@ def add_grade(sub) -> None:
     grd.add_argument("--assignment", default=None,
                      help="the instructor's copy (default: the chapter named in each file name)")
     grd.add_argument("--quick", action="store_true", help="run with CMIX_QUICK=1 (small sizes)")
+    grd.add_argument("--answers-only", action="store_true",
+                     help="run only the setup cell, the student's own cells and the book's cells "
+                          "they need (fast; the full run is the default)")
+    grd.add_argument("--jobs", type=int, default=1, help="submissions graded at once (1)")
     grd.add_argument("--timeout", type=float, default=900, help="seconds per notebook (900)")
     grd.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell (600)")
     grd.add_argument("--check-timeout", type=float, default=60, help="seconds per test (60)")
@@ -114,7 +127,8 @@ def add_grade(sub) -> None:
                      help="random seeds drawn for the batch (an exercise uses its own count)")
     grd.add_argument("--id-pattern", default=None,
                      help="regular expression with a group (?P<id>...) for the student id in "
-                          "the file name (default: STUDENT_ID in a cell, else the file name)")
+                          "the file name (default: the file name less the chapter's name; "
+                          "never a cell of the notebook)")
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -22,6 +22,12 @@ one folder:
 ``feedback/<student>.md``
     one file per student: each exercise's status and points, and for each one not passed,
     what failed and the checker's diagnosis; the notebook's errors and time-outs.
+``hand_grades.csv``
+    the instructor's file: one row per exercise to grade by hand (interpretive answers,
+    answers flagged for a reason) and per failed computational exercise (partial credit as
+    the grading notes define it, the checker's likely cause in ``reason``); fill in
+    ``points`` (and ``comment``) and run the grading again: every export then includes them. A regrade keeps every row, adds rows for new
+    pending exercises, and never overwrites a hand grade.
 ``batch.json``
     how the batch was graded: the random seeds, the time limits, the assignment(s).
 """
@@ -34,28 +40,46 @@ from pathlib import Path
 
 import pandas as pd
 
-from .grading import PASSED, SubmissionGrade, draw_seeds, grade_submission
+from .grading import FAILED, PASSED, TIMED_OUT, SubmissionGrade, draw_seeds, grade_submission
+
+#: The status of an exercise once its hand grade is in ``hand_grades.csv``.
+BY_HAND_DONE = "graded by hand"
 
 
 def grade_class(paths, assignment=None, *, root=".", timeout: float = 600,
                 cell_timeout: float = 300, check_timeout: float = 60, quick: bool = False,
                 batch_seed: int | None = None, random_tests: int = 4, id_pattern: str | None = None,
-                progress=None) -> list[SubmissionGrade]:
+                progress=None, answers_only: bool = False, jobs: int = 1) -> list[SubmissionGrade]:
     """Grade every notebook of ``paths`` (one ``SubmissionGrade`` each, in order).
 
     The randomised tests use the same ``random_tests`` seeds for every student, drawn from
     ``batch_seed`` (random by default; :func:`write_gradebook` records them). ``progress``: a
-    function called with each grade as it is done."""
+    function called with each grade as it is done. ``jobs``: submissions graded at the same
+    time (each in its own process and kernel). ``answers_only``: see
+    :func:`cmix_course.scan.needed_code`."""
     seeds = draw_seeds(random_tests, batch_seed)
-    out = []
-    for path in paths:
-        g = grade_submission(path, assignment, root=root, timeout=timeout,
-                             cell_timeout=cell_timeout, check_timeout=check_timeout, quick=quick,
-                             random_seeds=seeds, id_pattern=id_pattern)
+    kwargs = dict(root=root, timeout=timeout, cell_timeout=cell_timeout,
+                  check_timeout=check_timeout, quick=quick, random_seeds=seeds,
+                  id_pattern=id_pattern, answers_only=answers_only)
+    out: list[SubmissionGrade] = []
+    if jobs > 1 and len(paths) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = [pool.submit(grade_submission, p, assignment, **kwargs) for p in paths]
+            for f in futures:
+                out.append(f.result())
+                if progress:
+                    progress(out[-1])
+    else:
+        for path in paths:
+            out.append(grade_submission(path, assignment, **kwargs))
+            if progress:
+                progress(out[-1])
+    for g in out:
         g.seeds = seeds
-        out.append(g)
-        if progress:
-            progress(g)
     return out
 
 
@@ -101,7 +125,8 @@ def feedback_markdown(g: SubmissionGrade) -> str:
                   f"fix this and submit again, or ask your instructor.", ""]
     for e in g.exercises:
         pts = "to be graded" if e.points is None else f"{e.points:g} / {e.max_points}"
-        mark = "✓" if e.status == PASSED else "·" if e.points is None else "✗"
+        mark = ("✓" if e.status == PASSED or (e.points is not None and e.points >= e.max_points)
+                else "·" if e.points is None or 0 < e.points else "✗")
         lines.append(f"## {mark} Exercise {e.exercise}: {e.title} ({e.kind}) - {e.status}, {pts}")
         lines.append("")
         for f in e.feedback:
@@ -115,16 +140,94 @@ def feedback_markdown(g: SubmissionGrade) -> str:
 
 
 def gradescope_results(g: SubmissionGrade) -> dict:
-    """Gradescope's autograder ``results.json`` for one submission."""
-    tests = [{"name": f"Exercise {e.exercise}: {e.title}", "score": e.points or 0.0,
-              "max_score": e.max_points,
-              "status": "passed" if e.status == PASSED else "failed",
-              "output": f"{e.status}\n" + "\n".join(e.feedback), "visibility": "visible"}
-             for e in g.exercises]
+    """Gradescope's autograder ``results.json`` for one submission; an exercise still to be
+    graded by hand has no score and no status, and says so (Gradescope leaves it to the
+    manually graded questions)."""
+    tests = []
+    for e in g.exercises:
+        t = {"name": f"Exercise {e.exercise}: {e.title}", "max_score": e.max_points,
+             "output": f"{e.status}\n" + "\n".join(e.feedback), "visibility": "visible"}
+        if e.points is None:
+            t["name"] += " (pending: graded by hand)"
+            t["output"] = "PENDING: to be graded by hand.\n" + t["output"]
+        elif e.status == BY_HAND_DONE:              # a human's points: no pass/fail verdict
+            t.update(score=e.points)
+        else:
+            t.update(score=e.points, status="passed" if e.points >= e.max_points else "failed")
+        tests.append(t)
     output = (f"Could not be graded: {g.error}" if g.error else
               f"Points so far: {g.total:g} of {g.max_total}"
               + (f"; to be graded by hand: {', '.join(g.pending)}" if g.pending else ""))
     return {"score": g.total, "output": output, "tests": tests, "visibility": "after_due_date"}
+
+
+HAND_GRADES = "hand_grades.csv"
+HAND_COLUMNS = ["student", "file", "exercise", "max_points", "status", "reason", "points",
+                "comment"]
+
+
+def _reason(e) -> str:
+    causes = [f.strip() for f in e.feedback if "likely cause" in f]
+    return (causes or [e.feedback[0] if e.feedback else ""])[0][:300]
+
+
+def _needs_hand(e) -> bool:
+    """Pending exercises, and failed computational ones (partial credit by the grading notes:
+    the likely cause the checker named is in ``reason``)."""
+    return e.points is None or (e.kind == "computational" and e.status in (FAILED, TIMED_OUT))
+
+
+def apply_hand_grades(grades: list[SubmissionGrade], out_dir: str | Path) -> pd.DataFrame:
+    """Read ``hand_grades.csv`` of ``out_dir`` and put each filled-in ``points`` into the
+    grades (status ``graded by hand``, the comment in the feedback); return the table with a
+    row added (``points`` empty) for every exercise that needs a human: each pending one
+    (interpretive answers, flagged answers) and each failed computational one (partial credit
+    as the grading notes define it; left empty, the automatic 0 stands). The file is the
+    instructor's: rows are never removed or changed by a regrade, so hand grades survive it."""
+    path = Path(out_dir) / HAND_GRADES
+    table = (pd.read_csv(path, dtype=str, keep_default_na=False) if path.is_file()
+             else pd.DataFrame(columns=HAND_COLUMNS))
+    for col in HAND_COLUMNS:
+        if col not in table:
+            table[col] = ""
+    given = {(r.student, r.exercise): r for r in table.itertuples(index=False)
+             if str(r.points).strip() != ""}
+    known = {(r.student, r.exercise) for r in table.itertuples(index=False)}
+    new_rows = []
+    for g in grades:
+        for e in g.exercises:
+            if not _needs_hand(e):
+                continue
+            r = given.get((g.student, e.exercise))
+            if r is not None:
+                pts = float(r.points)
+                if not 0 <= pts <= e.max_points:
+                    raise ValueError(f"{HAND_GRADES}: {g.student} {e.exercise}: {pts:g} points is "
+                                     f"not between 0 and {e.max_points}")
+                e.points, e.status = pts, BY_HAND_DONE
+                e.feedback.append(f"graded by hand: {pts:g} / {e.max_points}"
+                                  + (f" ({r.comment})" if r.comment else ""))
+            elif (g.student, e.exercise) not in known:
+                new_rows.append({"student": g.student, "file": g.file, "exercise": e.exercise,
+                                 "max_points": e.max_points, "status": e.status,
+                                 "reason": _reason(e), "points": "", "comment": ""})
+    if new_rows:
+        table = pd.concat([table, pd.DataFrame(new_rows)], ignore_index=True)
+    return table[HAND_COLUMNS]
+
+
+def mark_duplicates(grades: list[SubmissionGrade]) -> None:
+    """Two submissions with one student id: both get an error (never one silently replacing
+    the other), naming the other file."""
+    by_id: dict[str, list[SubmissionGrade]] = {}
+    for g in grades:
+        by_id.setdefault(g.student, []).append(g)
+    for sid, same in by_id.items():
+        if len(same) > 1:
+            files = ", ".join(g.file for g in same)
+            for g in same:
+                g.error = (f"{len(same)} submissions have the id {sid!r} ({files}): "
+                           f"resolve by hand" + (f"; {g.error}" if g.error else ""))
 
 
 def write_gradebook(grades: list[SubmissionGrade], out_dir: str | Path, *,
@@ -133,12 +236,15 @@ def write_gradebook(grades: list[SubmissionGrade], out_dir: str | Path, *,
     ``batch.json`` into ``out_dir``; return the paths of the first two and of the folders."""
     out = Path(out_dir)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
+    mark_duplicates(grades)
+    apply_hand_grades(grades, out).to_csv(out / HAND_GRADES, index=False)
     table = gradebook(grades)
     table.to_csv(out / "grades.csv", index=False)
     assignments = sorted({g.assignment for g in grades if g.assignment})
     column = (Path(assignments[0]).stem if len(assignments) == 1 else "Points")
     pd.DataFrame({"SIS User ID": [g.student for g in grades],
-                  column: [g.total for g in grades]}).to_csv(out / "lms.csv", index=False)
+                  column: [None if g.error and "submissions have the id" in g.error else g.total
+                           for g in grades]}).to_csv(out / "lms.csv", index=False)
     for g, name in zip(grades, _unique_ids(grades)):
         (out / "feedback" / f"{name}.md").write_text(feedback_markdown(g), encoding="utf-8")
         gs = out / "gradescope" / name

@@ -1,5 +1,5 @@
-"""Autograding from the instructor's copy: run a submission in a fresh kernel, then test each
-answer with the instructor's tests, never with what the notebook printed.
+"""Autograding from the instructor's copy: run a submission in a sandboxed kernel, call its
+answers there, and test the plain numbers they return in this process.
 
 The flow for one submitted notebook (:func:`grade_submission`):
 
@@ -8,36 +8,39 @@ The flow for one submitted notebook (:func:`grade_submission`):
    forbidden functions (``cmix_course.editions.exercises``). Nothing of that is read from
    the submission, so a lost or edited cell tag, a changed point value or a deleted checker call
    changes nothing.
-2. **Reading the code** (:mod:`.scan`, no execution): the answer functions that call a
-   ``reference_*`` function or a library function that computes the answer (reported as
-   *copied*, no points), code that reaches into the grader (*flagged*, to be graded by hand),
-   reports written by hand (ignored, listed), cells with syntax errors, and a ``STUDENT_ID``.
-3. **Running it**: every output is cleared and the notebook runs top to bottom in a fresh
-   ``python3`` kernel (nbclient) in an empty folder, continuing past errors, with a time
-   limit per cell and for the whole notebook (a cell past it is interrupted; the next ones
-   still run while time is left).
-4. **Testing**: one cell added at the end loads :mod:`.harness` by path and runs the checkers
-   on the answer functions found *by name* in the kernel's namespace (a new cell counts),
-   with the visible seed, the instructor's hidden seeds and ``random`` seeds drawn for this
-   batch (so a hard-coded answer fails), each test under its own time limit. It writes the
-   verdicts to a file the grader named, with a nonce; the notebook's outputs are not read.
-5. **Points**: a computational exercise earns its points when every test passes; an
-   interpretive one is *answered (grade by hand)* (its text goes to the feedback) or *not
-   attempted*.
+2. **Reading the code** (:mod:`.scan`, no execution): the cells that are the book's own (equal
+   to a code cell of the instructor's copy or of the student edition: the setup cell, the
+   chapter's cells) are recognised and never flagged; in the student's own cells, code that
+   could stand in for an answer (computed imports, ``exec``, file reading, patching) is listed;
+   an answer that refers to the exercise's library function (names resolved with function
+   scope); reports written by hand; cells with syntax errors.
+3. **Running it** (:mod:`.sandbox`): every output is cleared and the notebook runs top to
+   bottom in a fresh kernel, its own process, in a temporary folder outside the repository with
+   an environment built from nothing and its own copies of the packages, continuing past
+   errors, with a time limit per cell and for the whole notebook. ``answers_only`` runs only
+   the setup cell, the student's cells and the book's statements they need.
+4. **Testing** (:mod:`.harness`): the checkers run in *this* process with the visible seed,
+   the instructor's hidden seeds and ``random`` seeds drawn for this batch (so a hard-coded
+   answer fails); each call of the student's function is sent to the kernel with the grader's
+   inputs and comes back as plain numbers, which the checker compares with its reference.
+   The seeds never leave this process; nothing the notebook patches can change a verdict.
+5. **Points**: a computational exercise earns its points when every test passes; an answer that
+   passes but may not be the student's work (step 2) is *flagged (grade by hand)*, pending with
+   the reason, never 0; one that is a library function, or ran the library's function for the
+   exercise while tested, is *copied* (0). An interpretive one is *answered (grade by hand)*
+   (its text goes to the feedback) or *not attempted*.
 
-Anything that goes wrong with one submission (an unreadable file, a kernel that dies) gives a
-``SubmissionGrade`` with ``error`` set and zero points, never an exception:
-:mod:`.gradebook` grades a whole class and writes the CSV files and the feedback.
+The student's id comes from the file name only (:func:`student_id`). Anything that goes wrong
+with one submission (an unreadable file, a kernel that dies) gives a ``SubmissionGrade`` with
+``error`` set and zero points, never an exception: :mod:`.gradebook` grades a whole class and
+writes the CSV files and the feedback.
 """
 from __future__ import annotations
 
 import copy
-import json
-import os
 import random
 import re
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +48,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import scan
-from .checking import CHECK_MIME, FAILED, NOT_ATTEMPTED, PASSED
-from .editions import (ANSWER, ANSWER_TEXT, EXERCISE, Exercise, chapter_notebooks, chapter_number,
+from .checking import FAILED, NOT_ATTEMPTED, PASSED
+from .running import check_reports, error_cells, execute  # noqa: F401 - used by the book's tests
+from .editions import (ANSWER_TEXT, STUDENT_DIR, Exercise, chapter_notebooks, chapter_number,
                        exercises, tags)
 
 NOT_RUN = "not run"
@@ -55,9 +59,6 @@ COPIED = "copied"
 FLAGGED = "flagged (grade by hand)"
 TIMED_OUT = "timed out"
 ERROR = "error"
-HARNESS_TAG = "cmix-harness"
-SKIP_TAG = "cmix-skip"
-HARNESS = Path(__file__).with_name("harness.py")
 
 
 @dataclass
@@ -121,6 +122,24 @@ def load_assignment(path: str | Path) -> tuple[str, list[Exercise], set[str]]:
     return path.name, found, known
 
 
+def book_code(assignment: str | Path, root: str | Path = ".") -> set[str]:
+    """The normalised code cells that are the book's own for this chapter: those of the
+    instructor's copy but its solutions, and those of the committed student edition (its
+    setup cell, starter code). A submission's cell equal to one of them is not the student's
+    code, so :func:`scan.suspicious` does not read it (the setup cell's Colab line is no
+    student's trick)."""
+    import nbformat
+
+    out: set[str] = set()
+    assignment = Path(assignment)
+    for p in (assignment, Path(root) / STUDENT_DIR / assignment.name):
+        if p.is_file():
+            nb = nbformat.read(p, as_version=4)
+            out |= {scan.normalise(c.source) for c in nb.cells if c.cell_type == "code"
+                    and "solution" not in tags(c)}
+    return out
+
+
 def find_assignment(submission: str | Path, nb=None, root: str | Path = ".") -> Path:
     """The instructor's copy for a submission: the chapter whose number starts the file name
     (``07_value_zeroing.ipynb``, ``alice_07_value_zeroing.ipynb``) or, failing that, the
@@ -137,20 +156,16 @@ def find_assignment(submission: str | Path, nb=None, root: str | Path = ".") -> 
                      f"submission's name, or pass the instructor's copy with --assignment)")
 
 
-def student_id(path: str | Path, assignment: str = "", code: scan.Code | None = None,
-               pattern: str | None = None) -> str:
-    """The student's id: the named group ``id`` of ``pattern`` matched on the file name; else
-    ``STUDENT_ID = "..."`` in a code cell; else the file name without the chapter's name
+def student_id(path: str | Path, assignment: str = "", pattern: str | None = None) -> str:
+    """The student's id, from the file name only (never from what the notebook says): the
+    named group ``id`` of ``pattern`` matched on the file name (e.g. an LMS export's
+    ``lastname_12345_678_file.ipynb``); else the file name without the chapter's name
     (``s1234_07_value_zeroing.ipynb`` -> ``s1234``) and without the ``.ipynb``."""
     name = Path(path).name
     if pattern:
         m = re.search(pattern, name)
         if m and m.groupdict().get("id"):
             return m.group("id")
-    if code is not None:
-        sid = scan.student_id_from_cells(code)
-        if sid:
-            return sid
     stem = Path(name).stem
     if assignment:
         stem = stem.replace(Path(assignment).stem, "")
@@ -174,7 +189,8 @@ def grading_spec(found: list[Exercise], random_seeds: list[int], check_timeout: 
         if ex.kind != "computational":
             continue
         tests = [list(t) for t in ex.tests] + [[s, "hidden"] for s in random_seeds[:ex.random_tests]]
-        out.append({"id": ex.id, "checker": ex.checker, "answer": ex.answer, "tests": tests})
+        out.append({"id": ex.id, "checker": ex.checker, "answer": ex.answer, "tests": tests,
+                    "forbidden": [f.split(".")[-1] for f in ex.forbidden]})
     return {"exercises": out, "check_timeout": check_timeout}
 
 
@@ -182,77 +198,17 @@ def grading_spec(found: list[Exercise], random_seeds: list[int], check_timeout: 
 # running
 # ------------------------------------------------------------------------------------------
 
-def _kernel_env(quick: bool) -> dict:
-    import cmixlib
-
-    import cmix_course
-
-    paths = {str(Path(cmix_course.__file__).resolve().parents[1]),
-             str(Path(cmixlib.__file__).resolve().parents[1])}
-    env = {"MPLBACKEND": "Agg", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([*sorted(paths), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    if quick:
-        env["CMIX_QUICK"] = "1"
-    return env
-
-
-def execute(nb, cwd: str | Path, quick: bool = False, timeout: int = 900, *,
-            allow_errors: bool = True, env: dict | None = None, cell_timeout=None,
-            interrupt_on_timeout: bool = False, **client_options):
-    """Execute ``nb`` top to bottom in a fresh ``python3`` kernel (in folder ``cwd``), by
-    default continuing past errors. ``quick`` sets ``CMIX_QUICK=1``; ``env`` adds variables
-    (the kernel inherits this process's environment, restored afterwards). ``cell_timeout``:
-    a function of the cell giving its time limit (else ``timeout`` for every cell);
-    ``interrupt_on_timeout``: interrupt a cell past its limit and go on (else raise).
-    ``client_options`` go to :class:`nbclient.NotebookClient` (hooks, ``skip_cells_with_tag``)."""
-    from nbclient import NotebookClient
-
-    old = dict(os.environ)
-    os.environ.update(env or {})
-    if quick:
-        os.environ["CMIX_QUICK"] = "1"
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    try:
-        NotebookClient(nb, timeout=timeout, timeout_func=cell_timeout, kernel_name="python3",
-                       allow_errors=allow_errors, interrupt_on_timeout=interrupt_on_timeout,
-                       error_on_timeout={"ename": "TimeoutError",
-                                         "evalue": "the cell ran past its time limit",
-                                         "traceback": []} if interrupt_on_timeout else None,
-                       resources={"metadata": {"path": str(cwd)}},
-                       record_timing=False, **client_options).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    return nb
-
-
-def error_cells(nb) -> list[str]:
-    """``cell k: Error: message`` for every cell whose output is an error."""
-    return [f"cell {k}: {o.get('ename')}: {o.get('evalue')}"
-            for k, cell in enumerate(nb.cells) for o in cell.get("outputs", [])
-            if o.get("output_type") == "error"]
-
-
-def check_reports(nb) -> list[dict]:
-    """Every checker report in an executed notebook's outputs, in cell order (``cell`` added).
-
-    For the book's own tests (every solution passes its checker), never for grading: a
-    notebook can print anything."""
-    found = []
-    for k, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            record = output.get("data", {}).get(CHECK_MIME)
-            if record:
-                found.append({**record, "cell": k})
-    return found
-
-
 def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float = 300,
-                   quick: bool = False) -> tuple[object, dict | None, list[str]]:
-    """Run the submission ``nb`` (outputs cleared) and the harness cell after it; return the
-    executed notebook, the harness's records by exercise id (None when the harness did not
-    finish) and notes (cells that timed out)."""
-    import nbformat
+                   quick: bool = False, only: dict[int, str | None] | None = None,
+                   cache: str | None = None) -> tuple[object, dict | None, list[str]]:
+    """Run the submission ``nb`` (outputs cleared) in a sandboxed kernel (:mod:`.sandbox`),
+    then the instructor's tests in this process (:mod:`.harness`); return the executed
+    notebook, the test records by exercise id and notes (cells that timed out).
+    ``only``: run just this code (quick grading, :func:`scan.needed_code`)."""
+    import shutil
+
+    from . import harness
+    from .sandbox import Kernel, make_sandbox, new_root
 
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
@@ -260,60 +216,21 @@ def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float 
             cell.outputs = []
             cell.execution_count = None
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nonce = secrets.token_hex(12)
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="cmix-grade-") as tmp:
-        work = Path(tmp) / "work"
-        work.mkdir()
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / f"results-{nonce}.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        harness = nbformat.v4.new_code_cell(
-            "import importlib.util as _cmix_u, json as _cmix_j\n"
-            f"_cmix_s = _cmix_u.spec_from_file_location('_cmix_harness_{nonce}', {str(HARNESS)!r})\n"
-            "_cmix_m = _cmix_u.module_from_spec(_cmix_s)\n"
-            "_cmix_s.loader.exec_module(_cmix_m)\n"
-            f"_cmix_m.run(_cmix_j.load(open({str(spec_path)!r})), {str(out_path)!r}, {nonce!r}, "
-            "get_ipython().user_ns)")
-        harness.metadata["tags"] = [HARNESS_TAG]
-        nb.cells.append(harness)
-        n_tests = sum(len(e["tests"]) for e in spec["exercises"])
-        harness_budget = int(spec.get("check_timeout", 60) * max(1, n_tests) + 60)
-        deadline = time.monotonic() + timeout
-
-        def limit(cell) -> int:
-            if HARNESS_TAG in cell.metadata.get("tags", []):
-                return harness_budget
-            return max(1, int(min(cell_timeout, deadline - time.monotonic())))
-
-        skipped: list[int] = []
-
-        def start(cell, cell_index):          # past the notebook's time limit: skip the rest
-            if (cell.cell_type == "code" and HARNESS_TAG not in cell.metadata.get("tags", [])
-                    and time.monotonic() >= deadline):
-                cell.metadata.setdefault("tags", []).append(SKIP_TAG)
-                skipped.append(cell_index)
-
-        timed_out: list[int] = []
-
-        def done(cell, cell_index, execute_reply):
-            content = (execute_reply or {}).get("content", {})
-            if content.get("status") == "error" and content.get("ename") == "TimeoutError" \
-                    and HARNESS_TAG not in cell.metadata.get("tags", []):
-                timed_out.append(cell_index)
-
-        execute(nb, work, quick=quick, timeout=int(cell_timeout), cell_timeout=limit,
-                env=_kernel_env(quick), interrupt_on_timeout=True, on_cell_start=start,
-                on_cell_executed=done, skip_cells_with_tag=SKIP_TAG)
-        notes += [f"cell {k} was stopped at the time limit ({cell_timeout:g} s per cell, "
-                  f"{timeout:g} s for the notebook)" for k in timed_out]
-        if skipped:
-            notes.append(f"{len(skipped)} cells (from cell {skipped[0]} on) did not run: the "
-                         f"notebook's time limit ({timeout:g} s) was reached")
-        records = None
-        if out_path.exists():
-            data = json.loads(out_path.read_text(encoding="utf-8"))
-            if data.get("nonce") == nonce:
-                records = {r["exercise"]: r for r in data.get("results", [])}
+    root = new_root()
+    try:
+        kernel = Kernel(nb, make_sandbox(root, quick, cache), timeout=timeout,
+                        cell_timeout=cell_timeout)
+        with kernel.start():
+            timed_out, skipped = kernel.run_notebook(only)
+            records = harness.run(spec, kernel)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    notes += [f"cell {k} was stopped at the time limit ({cell_timeout:g} s per cell, "
+              f"{timeout:g} s for the notebook)" for k in timed_out]
+    if skipped:
+        notes.append(f"{len(skipped)} cells (from cell {skipped[0]} on) did not run: the "
+                     f"notebook's time limit ({timeout:g} s) was reached")
     return nb, records, notes
 
 
@@ -322,33 +239,28 @@ def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float 
 # ------------------------------------------------------------------------------------------
 
 def _report_lines(messages: list[str], limit: int = 8) -> list[str]:
-    """The failed checks and likely causes of a checker's report (what a student must fix)."""
+    """The failed checks and likely causes of a checker's report (what a student must fix):
+    every "likely cause" line is kept, whatever the length of the list of differing entries."""
     keep = [m.strip() for m in messages if m.lstrip().startswith(("✗", "·"))]
-    return keep[:limit] + ([f"... and {len(keep) - limit} more lines"] if len(keep) > limit else [])
+    causes = [m for m in keep if "likely cause" in m]
+    rest = [m for m in keep if "likely cause" not in m]
+    more = [f"... and {len(rest) - limit} more lines"] if len(rest) > limit else []
+    return rest[:limit] + more + causes
 
 
 def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
-                         harness_ran: bool) -> ExerciseGrade:
+                         flagged: list[str]) -> ExerciseGrade:
     g = ExerciseGrade(ex.id, ex.kind, ex.title, ex.points, NOT_RUN, 0.0, answer=ex.answer or "")
-    copied = scan.answer_uses(code, ex.answer or "", ex.forbidden)
-    if copied:
-        g.status = COPIED
-        g.feedback.append(f"`{ex.answer}` calls {', '.join(f'`{c}`' for c in copied)}, which "
-                          f"computes the answer for you: write the computation yourself.")
-        return g
-    if record is None:
+    if record is None or record.get("lost"):
         g.feedback.append("the tests did not run: the notebook did not finish within its time "
                           "limit, or its kernel died (see the notes).")
         return g
     if record.get("origin"):
         origin = record["origin"]
-        if origin.startswith("not a function"):
-            g.status = FAILED
-            g.feedback.append(f"`{ex.answer}` is {origin}; it must be a function.")
-        else:
-            g.status = COPIED
-            g.feedback.append(f"`{ex.answer}` is `{origin}`, not a function written in the "
-                              f"notebook.")
+        g.status = FAILED if origin.startswith("not a function") else COPIED
+        g.feedback.append(f"`{ex.answer}` is {origin}; it must be a function." if g.status == FAILED
+                          else f"`{ex.answer}` is `{origin}`, not a function written in the "
+                               f"notebook.")
         return g
     if not record.get("found"):
         defined = ex.answer in code.defs
@@ -357,6 +269,12 @@ def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
             f"`{ex.answer}` is defined in the notebook but was not defined when the tests ran "
             f"(its cell raised an error, or ran past the time limit)." if defined else
             f"no function named `{ex.answer}` in the notebook (keep the starter's name).")
+        return g
+    if record.get("library_calls"):
+        g.status = COPIED
+        g.feedback.append(f"while the tests ran, `{ex.answer}` called "
+                          + ", ".join(f"`{c}`" for c in record["library_calls"][:3])
+                          + ", which computes the answer for you: write the computation yourself.")
         return g
     tests = record.get("tests", [])
     statuses = [t["status"] for t in tests]
@@ -370,6 +288,13 @@ def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
         n_hidden = sum(t["visibility"] == "hidden" for t in tests)
         g.feedback.append(f"passed all {len(tests)} tests ({len(tests) - n_hidden} visible, "
                           f"{n_hidden} hidden with other inputs).")
+        copied = scan.answer_uses(code, ex.answer or "", ex.forbidden)
+        reasons = ([f"`{ex.answer}` refers to {', '.join(f'`{c}`' for c in copied)}, which "
+                    f"computes the answer"] if copied else []) + flagged[:3]
+        if reasons:
+            g.status, g.points = FLAGGED, None
+            g.feedback.insert(0, "passes the tests, but to be graded by hand: "
+                              + "; ".join(reasons) + ".")
         return g
     g.status = TIMED_OUT if TIMED_OUT in statuses else FAILED
     visible_ok = all(t["status"] == PASSED for t in tests if t["visibility"] == "visible")
@@ -388,27 +313,29 @@ def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
 
 def interpretive_answer(nb, ex: Exercise, known: frozenset[str] | set[str] = frozenset()) -> str:
     """The student's text for an interpretive exercise: the markdown cells after its
-    statement (found by its heading, ``### Exercise <id>``) up to the next heading or code
-    cell, less the answer template and less the chapter's own text (``known``: the markdown
-    cells of the instructor's copy). A lost tag or an extra cell changes nothing."""
+    statement (found by its heading, ``### Exercise <id>``) up to the next cell that is the
+    book's own (a markdown cell of the instructor's copy, ``known``, or another exercise's
+    statement) or the next code cell, less the answer template. Whatever headings the
+    student writes are part of the answer; a lost tag or an extra cell changes nothing."""
     head = re.compile(rf"^#+\s*Exercise\s+{re.escape(ex.id)}\b")
-    start = None
-    for k, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown" and head.match(cell.source.lstrip()):
-            start = k
-            break
+    other = re.compile(r"^#+\s*Exercise\s+\d+\.\d+\b")
+    start = next((k for k, cell in enumerate(nb.cells)
+                  if cell.cell_type == "markdown" and head.match(cell.source.lstrip())), None)
     if start is None:
         return ""
+    template = ANSWER_TEXT.split("(")[0].strip()
     parts = []
     for cell in nb.cells[start + 1:]:
-        if cell.cell_type != "markdown" or cell.source.lstrip().startswith("#"):
+        text = cell.source.strip()
+        if cell.cell_type != "markdown" or other.match(text):
             break
-        if (tags(cell) & {"solution", "grading"}) or "{admonition} Model answer" in cell.source \
-                or cell.source.strip() in known:
+        if text in known and text not in (ANSWER_TEXT, template):
+            break                                  # the chapter's own text goes on
+        if (tags(cell) & {"solution", "grading"}) or "{admonition} Model answer" in cell.source:
             continue
-        text = cell.source.replace(ANSWER_TEXT, "").replace(ANSWER_TEXT.split("(")[0].strip(), "")
-        if text.strip():
-            parts.append(text.strip())
+        text = text.replace(ANSWER_TEXT, "").replace(template, "").strip()
+        if text:
+            parts.append(text)
     return "\n\n".join(parts)
 
 
@@ -434,11 +361,12 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
                      root: str | Path = ".", timeout: float = 600, cell_timeout: float = 300,
                      check_timeout: float = 60, quick: bool = False,
                      random_seeds: list[int] | None = None, id_pattern: str | None = None,
-                     ) -> SubmissionGrade:
+                     answers_only: bool = False, cache: str | None = None) -> SubmissionGrade:
     """Grade one submitted notebook (see the module docstring); never raises on a bad
     submission. ``assignment``: the instructor's copy (default: found by
     ``find_assignment`` under ``root``). ``random_seeds``: the batch's random checker seeds
-    (default: drawn now)."""
+    (default: drawn now). ``answers_only``: quick grading (:func:`scan.needed_code`).
+    ``cache``: a result cache for the kernel (trusted notebooks only, see :mod:`.sandbox`)."""
     import nbformat
 
     start = time.monotonic()
@@ -454,17 +382,20 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
         a_path = Path(assignment) if assignment else find_assignment(path, nb, root)
         a_name, found, known = load_assignment(a_path)
     except Exception as exc:  # noqa: BLE001
-        return _zero(student_id(path), path.name, "", [], reason or str(exc))
+        return _zero(student_id(path, "", id_pattern), path.name, "", [], reason or str(exc))
     if reason:
-        return _zero(student_id(path, a_name, pattern=id_pattern), path.name, a_name, found, reason)
+        return _zero(student_id(path, a_name, id_pattern), path.name, a_name, found, reason)
     code = scan.parse_cells(nb)
-    sid = student_id(path, a_name, code, id_pattern)
+    sid = student_id(path, a_name, id_pattern)
+    book = scan.book_cells(nb, book_code(a_path, root))
     seeds = list(random_seeds) if random_seeds is not None else draw_seeds(
         max((e.random_tests for e in found), default=0))
     spec = grading_spec(found, seeds, check_timeout)
+    only = scan.needed_code(code, nb, book) if answers_only else None
     try:
         executed, records, notes = run_submission(nb, spec, timeout=timeout,
-                                                  cell_timeout=cell_timeout, quick=quick)
+                                                  cell_timeout=cell_timeout, quick=quick,
+                                                  only=only, cache=cache)
     except Exception as exc:  # noqa: BLE001 - a dead kernel, a broken notebook
         name = type(exc).__name__
         why = ("the kernel died (the notebook exits, crashes or runs out of memory)"
@@ -479,14 +410,13 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
     if forged:
         out.notes.append("a checker's report is written by hand (ignored: the grader runs its own "
                          "tests): " + "; ".join(forged[:3]))
-    flagged = scan.tampering(code)
+    flagged = scan.suspicious(code, book)
+    if flagged:
+        out.notes.append("code of the notebook's own cells that could stand in for an answer: "
+                         + "; ".join(flagged[:5]))
     for ex in found:
         if ex.kind == "computational":
-            g = _grade_computational(ex, code, (records or {}).get(ex.id), records is not None)
-            if flagged and g.status not in (NOT_ATTEMPTED,):
-                g.status, g.points = FLAGGED, 0.0
-                g.feedback.insert(0, "the notebook changes the grading machinery ("
-                                  + "; ".join(flagged[:3]) + "): graded by hand.")
+            g = _grade_computational(ex, code, (records or {}).get(ex.id), flagged)
         else:
             g = _grade_interpretive(ex, executed, known)
         out.exercises.append(g)

@@ -1,99 +1,127 @@
-"""The grader's side inside a submission's kernel: after the student's cells have run, one cell
-added by :mod:`.grading` loads this file (by path, under a fresh module name) and calls
-:func:`run`. Nothing the notebook printed is read: this finds each answer by its name in the
-kernel's namespace (wherever it was defined: a new cell counts), runs the instructor's tests
-on it (the checkers with the visible and hidden seeds, ``verbose=False``, the answer's own
-output silenced, a time limit per test) and writes the verdicts as JSON to a file named by
-the grader, with the nonce it passed (so that the notebook cannot have written it first).
+"""The grader's side of the tests: the instructor's checkers run in the grader's own process,
+on inputs the grader makes; only the student's function runs in the submission's kernel.
 
-Every record: ``exercise``, ``found`` (the name is bound), ``origin`` (where the object was
-defined when it is not the notebook's own code, e.g. ``cmix_course.method_exercises``), and
-``tests``: one ``{"seed", "visibility", "status", "messages"}`` per test, ``status`` being
+Each checker (``check_rollout`` and the others) is called with a *proxy* in place of the
+student's function. When the checker calls it with its inputs (the tiny random model, the
+random maps of the test's seed), the proxy sends those arguments to the kernel
+(:meth:`cmix_course.sandbox.Kernel.call`), the student's function runs there, and the plain
+numbers that come back (:func:`to_value`) are what the proxy returns to the checker. The
+checker then compares them with its reference, with this process's own numpy and its own
+diagnoses, so nothing the notebook patched, rebound or wrote in its kernel (``numpy.allclose``,
+the ``cmix_course`` module, ``json.dump``, the results files) can change a verdict; the seeds
+never leave this process.
+
+Every record: ``exercise``, ``found`` (the name is bound in the kernel), ``origin`` (where the
+object was defined when it is not the notebook's own code), ``library_calls`` (the forbidden
+library functions or ``reference_*`` functions seen running during the calls) and ``tests``:
+one ``{"seed", "visibility", "status", "messages", "seconds"}`` per test, ``status`` being
 ``passed``, ``failed``, ``not attempted`` or ``timed out``.
 """
 from __future__ import annotations
 
 import contextlib
 import io
-import json
-import signal
+import re
 import time
 
+import numpy as np
 
-class CheckTimeout(BaseException):
-    """Raised in the kernel when one test runs past its time limit (a BaseException, so that
-    the checkers' ``except Exception`` does not swallow it)."""
-
-
-def _alarm(_signum, _frame):
-    raise CheckTimeout()
+from .sandbox import CallFailed, Kernel
 
 
-def _origin(obj) -> str | None:
-    """Where ``obj`` was defined when it is not the notebook's own code, else None."""
-    module = getattr(obj, "__module__", None)
-    if module in (None, "__main__"):
+class _Opaque:
+    """Stands for a result the kernel could not turn into numbers (its type's name only)."""
+
+
+def _student_exception(name: str, message: str) -> Exception:
+    name = name if re.fullmatch(r"[A-Za-z_]\w{0,60}", name or "") else "Exception"
+    if name == "NotImplementedError":
+        return NotImplementedError(message)
+    return type(name, (Exception,), {"__module__": "builtins"})(message)
+
+
+def to_value(result: dict):
+    """The student's result as the checker would have seen it after ``_to_numpy``: a float
+    array, a dict of floats, None, or an object that is not numbers; an exception the
+    function raised is raised again (with the student's exception's name and message)."""
+    kind = result.get("kind")
+    if kind == "none":
         return None
-    name = getattr(obj, "__qualname__", getattr(obj, "__name__", type(obj).__name__))
-    return f"{module}.{name}"
+    if kind == "array":
+        shape = tuple(int(s) for s in result.get("shape", []))
+        values = np.asarray(result.get("values", []), dtype=float)
+        if values.size != int(np.prod(shape)):
+            return _Opaque()
+        return values.reshape(shape)
+    if kind == "mapping":
+        return {str(k): float(v) for k, v in dict(result.get("values", {})).items()}
+    if kind == "raised":
+        raise _student_exception(str(result.get("type")), str(result.get("message", "")))
+    opaque = type(str(result.get("type", "object"))[:60] or "object", (_Opaque,), {})
+    return opaque()
 
 
-def _write(path: str, nonce: str, records: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"nonce": nonce, "results": records}, f)
+class Proxy:
+    """The student's function as a checker sees it: each call runs in the kernel."""
+
+    def __init__(self, kernel: Kernel, name: str, forbidden: tuple[str, ...], limit: float):
+        self.kernel, self.name, self.forbidden, self.limit = kernel, name, forbidden, limit
+        self.library_calls: list[str] = []
+
+    def __call__(self, *args):
+        rec = self.kernel.call(self.name, args, self.forbidden, self.limit)
+        calls = rec.get("library_calls")
+        for c in calls if isinstance(calls, list) else []:
+            if isinstance(c, str) and c not in self.library_calls:
+                self.library_calls.append(c[:200])
+        if "result" not in rec:
+            raise CallFailed("lost", f"`{self.name}` was no longer a function when it was called.")
+        return to_value(rec["result"])
 
 
-def run(spec: dict, out_path: str, nonce: str, namespace: dict) -> None:
-    """Test every exercise of ``spec`` (see :func:`cmix_course.grading.grading_spec`) on the
-    objects of ``namespace`` and write the records to ``out_path`` after each exercise."""
-    import importlib
+def run(spec: dict, kernel: Kernel) -> dict[str, dict]:
+    """Run every test of ``spec`` (see :func:`cmix_course.grading.grading_spec`); the records
+    by exercise id (see the module docstring)."""
+    import cmix_course
 
-    course = importlib.import_module("cmix_course")
-    records: list[dict] = []
     limit = float(spec.get("check_timeout", 60))
-    old = signal.signal(signal.SIGALRM, _alarm)
-    try:
-        for ex in spec["exercises"]:
-            name = ex["answer"]
-            rec = {"exercise": ex["id"], "found": name in namespace, "origin": None, "tests": []}
-            records.append(rec)
-            if name not in namespace:
-                _write(out_path, nonce, records)
-                continue
-            fn = namespace[name]
-            rec["origin"] = _origin(fn)
-            if not callable(fn):
-                rec["origin"] = f"not a function: a {type(fn).__name__}"
-                _write(out_path, nonce, records)
-                continue
-            checker = getattr(course, ex["checker"])
-            for seed, visibility in ex["tests"]:
-                start = time.monotonic()
-                sink = io.StringIO()
-                try:
-                    signal.setitimer(signal.ITIMER_REAL, limit)
-                    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                        result = checker(fn, seed=int(seed), verbose=False)
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                    test = {"status": result.status, "messages": list(result.messages)}
-                except CheckTimeout:
-                    test = {"status": "timed out",
-                            "messages": [f"✗ the test did not finish within {limit:g} s "
-                                         f"(an endless loop, or far too slow)."]}
-                except Exception as exc:  # noqa: BLE001 - the checker itself failed
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                    test = {"status": "failed",
-                            "messages": [f"✗ the test could not run: {type(exc).__name__}: {exc}"]}
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                test.update(seed=int(seed), visibility=visibility,
-                            seconds=round(time.monotonic() - start, 2))
-                rec["tests"].append(test)
-                _write(out_path, nonce, records)
-                if test["status"] in ("not attempted", "timed out"):
-                    break                     # the other seeds would say the same
-            _write(out_path, nonce, records)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        _write(out_path, nonce, records)
+    records: dict[str, dict] = {}
+    for ex in spec["exercises"]:
+        name = ex["answer"]
+        rec = {"exercise": ex["id"], "found": False, "origin": None, "tests": [],
+               "library_calls": []}
+        records[ex["id"]] = rec
+        try:
+            probe = kernel.call(name, None, (), limit)
+        except CallFailed as exc:
+            rec["lost"] = exc.detail
+            continue
+        rec["found"] = bool(probe.get("found"))
+        if not rec["found"]:
+            continue
+        if not probe.get("callable"):
+            rec["origin"] = f"not a function: a {probe.get('type', 'object')}"
+            continue
+        rec["origin"] = probe.get("origin") if isinstance(probe.get("origin"), str) else None
+        checker = getattr(cmix_course, ex["checker"])
+        proxy = Proxy(kernel, name, tuple(ex.get("forbidden", ())), limit)
+        for seed, visibility in ex["tests"]:
+            start = time.monotonic()
+            sink = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                    result = checker(proxy, seed=int(seed), verbose=False)
+                test = {"status": result.status, "messages": list(result.messages)}
+            except CallFailed as exc:
+                test = {"status": "timed out" if exc.reason == "timed out" else "failed",
+                        "messages": [f"✗ {exc.detail}"]}
+            except Exception as exc:  # noqa: BLE001 - the checker itself failed
+                test = {"status": "failed",
+                        "messages": [f"✗ the test could not run: {type(exc).__name__}: {exc}"]}
+            test.update(seed=int(seed), visibility=visibility,
+                        seconds=round(time.monotonic() - start, 2))
+            rec["tests"].append(test)
+            if test["status"] in ("not attempted", "timed out"):
+                break                     # the other seeds would say the same
+        rec["library_calls"] = proxy.library_calls
+    return records

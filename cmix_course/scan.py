@@ -1,19 +1,20 @@
 """What a submission's code does, read without running it (Python's ``ast``).
 
-The grader runs the instructor's tests on the function a student wrote; these checks catch the
-answers that pass those tests without being the student's work, and attempts to change the
-grading itself:
+The verdicts come from the grader's own process (:mod:`.harness`), so nothing here decides a
+grade by itself: these checks find answers that pass the tests without, perhaps, being the
+student's work, which the grader then leaves to a human (pending, with the reason):
 
-* :func:`answer_uses` - the library or course functions an answer calls (or refers to): a
+* :func:`answer_uses` - the library or course functions an answer refers to: a
   ``reference_*`` function of :mod:`cmix_course`, or one of the exercise's ``forbidden``
   library functions (e.g. :func:`cmixlib.attention.rollout` for the rollout exercise), also
-  through helper functions of the notebook that the answer calls, import aliases
-  (``from cmixlib import rollout as r``) and module attributes (``cl.attention.rollout``);
-* :func:`tampering` - code that reaches into the grader: assigning attributes of the
-  ``cmix_course``/``cmixlib`` modules, ``sys.modules``, ``builtins``, signals, the kernel's
-  namespace;
-* :func:`forged_reports` - a checker's report written by hand (ignored: the grader reads no
-  output of the notebook, it only lists them in the feedback).
+  through helper functions of the notebook that the answer calls, import aliases and module
+  attributes; names are resolved with function scope (:func:`local_names`);
+* :func:`suspicious` - lines of the student's own cells (the book's cells, recognised by
+  :func:`book_cells`, are not read) that reach code or files by computed names, inspect or
+  rewrite the running program, read files or patch a library;
+* :func:`forged_reports` - a checker's report written by hand (ignored, listed);
+* :func:`needed_code` - what quick grading runs (the setup cell, the student's cells and the
+  book's statements they need).
 
 IPython magics and shell lines (``%...``, ``!...``) are dropped before parsing; a cell that
 still does not parse is reported by ``parse_cells`` and skipped.
@@ -123,10 +124,56 @@ def _is_forbidden(path: str, forbidden: tuple[str, ...], star: set[str]) -> bool
     return "." in path and path in forbidden
 
 
+def local_names(fn: ast.AST) -> set[str]:
+    """The names a function binds itself (parameters, assignments, loop and comprehension
+    variables, imports, nested definitions), less those it declares ``global``: inside the
+    function these never mean the notebook's variables of the same name."""
+    names: set[str] = set()
+    declared_global: set[str] = set()
+    args = getattr(fn, "args", None)
+    if isinstance(args, ast.arguments):
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if a is not None:
+                names.add(a.arg)
+    for node in ast.walk(fn):
+        if node is fn:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.Global):
+            declared_global |= set(node.names)
+    return names - declared_global
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _follows(node: ast.AST) -> bool:
+    """Whether a notebook-level definition is code the answer may run: a function or class,
+    or a name bound to another name, attribute or lambda (``r = cmixlib.rollout``); a value
+    computed at notebook level (``maps = cmixlib.context_mixing(...)``) is data, not code."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    value = getattr(node, "value", None)
+    return isinstance(value, (ast.Name, ast.Attribute, ast.Lambda))
+
+
 def answer_uses(code: Code, name: str, forbidden: tuple[str, ...] = ()) -> list[str]:
     """The forbidden functions (dotted paths, sorted) that the answer ``name`` refers to,
-    directly or through the notebook's own functions it calls. Empty when the answer is clean
-    or not defined."""
+    directly or through the notebook's own functions it calls. Names are resolved with
+    function scope: a parameter or local variable of the answer (``maps``, ``m``) is never
+    the notebook's variable of that name. Empty when the answer is clean or not defined."""
     seen: set[str] = set()
     found: set[str] = set()
     todo = [name]
@@ -136,13 +183,18 @@ def answer_uses(code: Code, name: str, forbidden: tuple[str, ...] = ()) -> list[
             continue
         seen.add(current)
         node = code.defs[current]
+        local = local_names(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.Lambda)) else set()
         for sub in ast.walk(node):
             if not (isinstance(sub, (ast.Name, ast.Attribute))
                     and isinstance(getattr(sub, "ctx", None), ast.Load)):
                 continue
+            root = _root_name(sub)
+            if root in local:
+                continue
             if isinstance(sub, ast.Name) and sub.id in code.defs:
-                if sub.id != current:            # the notebook's own function or variable
-                    todo.append(sub.id)
+                if sub.id != current and _follows(code.defs[sub.id]):
+                    todo.append(sub.id)          # the notebook's own function or alias
                 continue
             path = dotted(sub, code.aliases)
             if path is not None and _is_forbidden(path, forbidden, code.star_imports):
@@ -150,41 +202,155 @@ def answer_uses(code: Code, name: str, forbidden: tuple[str, ...] = ()) -> list[
     return sorted(found)
 
 
-def tampering(code: Code) -> list[str]:
-    """Lines of code that reach into the grader (see the module docstring)."""
-    found = []
+#: Modules whose use in a student's own cells is reported (grade by hand): they reach code or
+#: files by computed names, inspect or rewrite the running program, or run other programs.
+SUSPICIOUS_MODULES = ("importlib", "inspect", "ctypes", "gc", "atexit", "signal", "subprocess",
+                      "builtins", "__builtins__", "marshal", "pickle", "runpy", "pkgutil",
+                      "glob", "shutil", "pathlib", "socket", "urllib", "requests")
+#: Built-in functions reported in the same way.
+SUSPICIOUS_CALLS = ("exec", "eval", "compile", "__import__", "open", "vars", "globals",
+                    "locals", "setattr", "delattr", "breakpoint")
+#: Dotted prefixes reported when used.
+SUSPICIOUS_PATHS = ("sys.modules", "sys.setprofile", "sys.settrace", "sys._getframe",
+                    "sys.meta_path", "sys.path_hooks", "os.system", "os.popen", "os.exec",
+                    "os.spawn", "os.fork", "os.listdir", "os.scandir", "os.walk", "os.open",
+                    "os.environ", "os.chdir", "io.open", "threading.settrace")
+#: Attribute names reported wherever they appear (frames, code objects, file reading).
+SUSPICIOUS_ATTRS = ("f_back", "f_globals", "f_locals", "__code__", "__globals__",
+                    "__subclasses__", "read_text", "read_bytes", "__dict__")
+LIB_ROOTS = LIBRARIES + ("numpy", "torch", "scipy", "json", "sys", "os")
+
+
+def _suspicious_node(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        for m in mods:
+            if m.split(".")[0] in SUSPICIOUS_MODULES:
+                return f"imports {m}"
+        return None
+    if isinstance(node, ast.Call):
+        fn = node.func
+        if isinstance(fn, ast.Name) and fn.id in SUSPICIOUS_CALLS and fn.id not in aliases:
+            return f"calls {fn.id}()"
+        if isinstance(fn, ast.Name) and fn.id == "getattr" and len(node.args) >= 2 and \
+                not isinstance(node.args[1], ast.Constant):
+            return "calls getattr() with a computed name"
+        return None
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        for t in targets:
+            base = t.value if isinstance(t, (ast.Attribute, ast.Subscript)) else None
+            path = dotted(base, aliases) if base is not None else None
+            if path and path.split(".")[0] in LIB_ROOTS:
+                full = dotted(t, aliases) if isinstance(t, ast.Attribute) else f"{path}[...]"
+                return f"assigns to {full}"
+        return None
+    if isinstance(node, ast.Attribute):
+        if node.attr in SUSPICIOUS_ATTRS:
+            return f"uses .{node.attr}"
+        path = dotted(node, aliases) or ""
+        if path.startswith(SUSPICIOUS_PATHS) or path.split(".")[0] in SUSPICIOUS_MODULES:
+            return f"uses {path}"
+    elif isinstance(node, ast.Name) and aliases.get(node.id, "").split(".")[0] in SUSPICIOUS_MODULES:
+        return f"uses {aliases[node.id]}"
+    return None
+
+
+def suspicious(code: Code, skip: set[int] = frozenset()) -> list[str]:
+    """``cell k, line l: what`` for each line of the student's own cells (all but ``skip``,
+    the cells that are the book's own, unchanged) that reaches code or files by computed
+    names, inspects or rewrites the running program, reads files or patches a library.
+
+    None of these can change a verdict (the tests run in the grader's process); an answer
+    that passes in such a notebook is left to be graded by hand, with these lines as the
+    reason, since it might not compute the answer itself."""
+    found: list[str] = []
     for k, tree in code.trees:
+        if k in skip:
+            continue
         for node in ast.walk(tree):
-            what = None
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-                targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
-                           else [node.target])
-                for t in targets:
-                    base = t.value if isinstance(t, (ast.Attribute, ast.Subscript)) else None
-                    path = dotted(base, code.aliases) if base is not None else None
-                    if path and (path.split(".")[0] in LIBRARIES or path.startswith(
-                            ("sys.modules", "builtins", "__builtins__", "IPython"))):
-                        full = dotted(t, code.aliases) if isinstance(t, ast.Attribute) else f"{path}[...]"
-                        what = f"assigns to {full}"
-            elif isinstance(node, ast.Call):
-                path = dotted(node.func, code.aliases) or ""
-                if path in ("setattr", "delattr") and node.args:
-                    target = dotted(node.args[0], code.aliases) or ""
-                    if target.split(".")[0] in LIBRARIES + ("sys", "builtins", "__builtins__"):
-                        what = f"{path}({target}, ...)"
-                elif path.startswith(("signal.", "importlib.reload", "sys.settrace", "sys.setprofile")):
-                    what = f"calls {path}"
-            elif isinstance(node, (ast.Name, ast.Attribute)):
-                path = dotted(node, code.aliases) or ""
-                if path.startswith(("sys.modules", "builtins.", "__builtins__")) or \
-                        path.endswith((".CheckResult", ".user_ns")) or path in ("CheckResult",):
-                    what = f"uses {path}"
+            what = _suspicious_node(node, code.aliases)
             if what:
-                line = getattr(node, "lineno", "?")
-                item = f"cell {k}, line {line}: {what}"
+                item = f"cell {k}, line {getattr(node, 'lineno', '?')}: {what}"
                 if item not in found:
                     found.append(item)
     return found
+
+
+def normalise(source: str) -> str:
+    """A cell's code without trailing spaces or blank lines (to recognise the book's cells)."""
+    return "\n".join(line.rstrip() for line in source.strip().splitlines() if line.strip())
+
+
+def book_cells(nb, known: set[str]) -> set[int]:
+    """Indices of the code cells of ``nb`` that are the book's own (their normalised code is
+    in ``known``, the code cells of the instructor's copy and of the student edition)."""
+    return {k for k, c in enumerate(nb.cells) if c.get("cell_type") == "code"
+            and normalise(_source(c)) in known}
+
+
+def _binds(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return {t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+
+
+def needed_code(code: Code, nb, book: set[int]) -> dict[int, str | None]:
+    """What to run for quick grading (``answers_only``): cell index -> the code to run
+    (None: the whole cell). The first code cell (the setup), the exercises' starter cells
+    (an unchanged starter still defines the answer: *not attempted*) and every cell of the
+    student's own (not in ``book``) run whole; of the book's cells before them, only the top-level
+    statements that bind a name those cells read (:func:`free_loads`), transitively, e.g.
+    ``import numpy as np`` but not the chapter's experiments."""
+    trees = dict(code.trees)
+    code_cells = [k for k, c in enumerate(nb.cells) if c.get("cell_type") == "code"]
+    plan: dict[int, str | None] = {}
+    wanted: set[str] = set()
+    for k in reversed(code_cells):
+        tree = trees.get(k)
+        starter = "exercise" in nb.cells[k].get("metadata", {}).get("tags", [])
+        if k == code_cells[0] or k not in book or starter:
+            plan[k] = None
+            if tree is not None:
+                wanted |= free_loads(tree)
+            continue
+        if tree is None:
+            continue
+        kept: list[ast.stmt] = []
+        for node in reversed(tree.body):
+            if _binds(node) & wanted:
+                kept.append(node)
+                wanted |= free_loads(ast.Module(body=[node], type_ignores=[]))
+        if kept:
+            plan[k] = "\n".join(ast.unparse(n) for n in reversed(kept))
+    return dict(sorted(plan.items()))
+
+
+def free_loads(tree: ast.AST) -> set[str]:
+    """The names a cell reads from the notebook: at its top level, and inside its functions
+    less each function's own names (:func:`local_names`)."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST, local: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                for d in getattr(child, "decorator_list", []):
+                    visit(d, local)
+                visit(child, local | local_names(child))
+            elif isinstance(child, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                targets = {n.id for g in child.generators for n in ast.walk(g.target)
+                           if isinstance(n, ast.Name)}
+                visit(child, local | targets)       # a comprehension's variables are its own
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                if child.id not in local:
+                    out.add(child.id)
+            else:
+                visit(child, local)
+
+    visit(tree, set())
+    return out
 
 
 def forged_reports(code: Code) -> list[str]:
@@ -196,17 +362,4 @@ def forged_reports(code: Code) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                     any(t in node.value for t in REPORT_TEXTS):
                 found.append(f"cell {k}, line {node.lineno}: {node.value.strip()[:60]!r}")
-    return found
-
-
-def student_id_from_cells(code: Code) -> str | None:
-    """``STUDENT_ID = "..."`` (a non-empty string constant) in a code cell, the last one."""
-    found = None
-    for _, tree in code.trees:
-        for node in _top_level(tree.body):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "STUDENT_ID"
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-                    and node.value.value.strip()):
-                found = node.value.value.strip()
     return found

@@ -12,11 +12,12 @@ short time limits. Checked:
   machine-readable record): not attempted, 0 points, the forgery noted;
 * hard-coded: returns the visible test's numbers in call order: passes the visible test, fails
   the hidden ones (random seeds), 0 points, feedback says so;
-* reference: calls ``reference_cue_alignment`` through a helper (and another through a library
-  alias): copied, 0 points, feedback names the call;
+* reference: calls ``reference_cue_alignment`` through a helper: seen running while the
+  tests ran, copied, 0 points, feedback names the call;
 * new cell, lost tags: the starter left raising, the answer in a new untagged cell, every tag
   removed: passed, the interpretive answer found by its heading;
-* tampering: patches the checker in the kernel: flagged, 0 points;
+* tampering: patches the checker in the kernel: the verdict is the grader's (passed), the
+  answer is pending (to be graded by hand) with the reason;
 * broken: a cell with a syntax error, an endless loop cut at the cell time limit, then a right
   12.1 (passes), a 12.2 that never returns (timed out at the test's limit);
 * unreadable: not JSON, or a kernel that dies (``os._exit``): a zero row with the reason, the
@@ -213,7 +214,7 @@ def test_a_reference_call_is_detected(graded):
     g = graded[0]["s04_09_cue_alignment.ipynb"]
     e = _ex(g, "9.1")
     assert e.status == G.COPIED and e.points == 0
-    assert "cmix_course.reference_cue_alignment" in e.feedback[0]
+    assert "reference_cue_alignment" in e.feedback[0] and "while the tests ran" in e.feedback[0]
 
 
 def test_an_unreadable_notebook_is_a_zero_row(graded):
@@ -229,10 +230,12 @@ def test_an_answer_in_a_new_cell_counts_and_lost_tags_change_nothing(graded):
     assert _ex(g, "9.2").status == G.BY_HAND
 
 
-def test_patching_the_grader_is_flagged(graded):
+def test_patching_the_grader_is_flagged_and_pending(graded):
+    """The patch cannot change the verdict (the checkers run in the grader's process); the
+    answer passes, and is left to be graded by hand with the reason, never 0."""
     g = graded[0]["s07_09_cue_alignment.ipynb"]
     e = _ex(g, "9.1")
-    assert e.status == G.FLAGGED and e.points == 0
+    assert e.status == G.FLAGGED and e.points is None and "9.1" in g.pending
     assert "cmix_course.check_cue_alignment" in e.feedback[0]
 
 
@@ -285,7 +288,7 @@ def test_a_broken_notebook_is_graded_within_its_time_limits(tmp_path):
     assert g.error is None
     assert _ex(g, "12.1").status == G.PASSED and _ex(g, "12.1").points == 3
     e = _ex(g, "12.2")
-    assert e.status == G.TIMED_OUT and e.points == 0 and any("did not finish" in f for f in e.feedback)
+    assert e.status == G.TIMED_OUT and e.points == 0 and any("did not return" in f for f in e.feedback)
     assert _ex(g, "12.3").status == G.NOT_ATTEMPTED
     assert any("does not parse" in n for n in g.notes), g.notes
     assert any("time limit" in n for n in g.notes), g.notes

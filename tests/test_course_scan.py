@@ -55,32 +55,53 @@ def test_the_last_definition_counts_and_syntax_errors_are_listed():
     ("import cmix_course\ncmix_course.check_rollout = lambda f, **k: None", "cmix_course.check_rollout"),
     ("import sys\nsys.modules['cmix_course'] = None", "sys.modules"),
     ("from cmix_course import checking\nsetattr(checking, 'PASSED', 'x')", "setattr"),
-    ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)", "signal.signal"),
+    ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)", "signal"),
     ("import builtins\nbuiltins.print = None", "builtins"),
+    ("import importlib\nlib = importlib.import_module('cmix' + 'lib')", "importlib"),
+    ("import numpy\nnumpy.allclose = lambda *a, **k: True", "numpy.allclose"),
+    ("exec(open('/x/notebooks/03.ipynb').read())", "open"),
+    ("def f(m):\n    return getattr(m, 'roll' + 'out')", "getattr"),
+    ("import atexit\natexit.register(print)", "atexit"),
 ])
-def test_tampering_is_flagged(source, flagged):
-    found = scan.tampering(scan.parse_cells(_nb(source)))
-    assert found and flagged in found[0], found
+def test_suspicious_code_is_flagged(source, flagged):
+    found = scan.suspicious(scan.parse_cells(_nb(source)))
+    assert found and any(flagged in f for f in found), found
 
 
-def test_ordinary_code_is_not_flagged_and_forged_reports_are_listed():
+def test_ordinary_code_and_the_books_own_cells_are_not_flagged():
     clean = _nb("import numpy as np\nimport torch\nx = np.zeros(3)\nmodel = None",
-                "def f(a):\n    a.weight = 1\n    return a")
-    assert scan.tampering(scan.parse_cells(clean)) == []
+                "def f(a):\n    a.weight = 1\n    return getattr(a, 'bias')")
+    assert scan.suspicious(scan.parse_cells(clean)) == []
+    student = nbformat.read(ROOT / "editions" / "student" / "03_attention_rollout_flow.ipynb", 4)
+    known = G.book_code(ROOT / "notebooks" / "03_attention_rollout_flow.ipynb", ROOT)
+    book = scan.book_cells(student, known)
+    assert 2 in book                       # the setup cell, with its Colab line
+    assert scan.suspicious(scan.parse_cells(student), book) == []
+    assert scan.suspicious(scan.parse_cells(student))                  # read alone, it is flagged
     forged = _nb("print('check_rollout: all checks passed')")
     assert scan.forged_reports(scan.parse_cells(forged))
 
 
-def test_student_id_from_the_file_name_a_cell_or_a_pattern():
-    nb = _nb("STUDENT_ID = 's4242'  # your id")
-    code = scan.parse_cells(nb)
-    assert G.student_id("whatever.ipynb", "03_x.ipynb", code) == "s4242"
-    empty = scan.parse_cells(_nb("STUDENT_ID = ''"))
-    assert G.student_id("alice_03_x.ipynb", "03_x.ipynb", empty) == "alice"
+def test_names_are_resolved_with_function_scope():
+    """The starter's parameter ``maps`` and a local ``m`` are not the notebook's variables
+    computed by the library (the false positive of issue 38)."""
+    code = scan.parse_cells(_nb(
+        "import cmixlib\nmaps = cmixlib.context_mixing(None, None, 'x')\nm = cmixlib.rollout(maps)",
+        "def my_rollout(maps, add_identity):\n    m = maps[0]\n    return [m] + [x for x in maps]"))
+    assert scan.answer_uses(code, "my_rollout", ("rollout", "context_mixing")) == []
+    code = scan.parse_cells(_nb("import cmixlib\nr = cmixlib.rollout",
+                                "def my_rollout(maps, a):\n    return r(maps)"))
+    assert scan.answer_uses(code, "my_rollout", ("rollout",)) == ["cmixlib.rollout"]
+
+
+def test_student_id_from_the_file_name_or_a_pattern_never_a_cell():
+    assert G.student_id("whatever.ipynb", "03_x.ipynb") == "whatever"
+    assert G.student_id("alice_03_x.ipynb", "03_x.ipynb") == "alice"
     assert G.student_id("03_x-bob.ipynb", "03_x.ipynb") == "bob"
     assert G.student_id("03_x.ipynb", "03_x.ipynb") == "03_x"
-    assert G.student_id("lastfirst_12345_678_03_x.ipynb", "03_x.ipynb", code,
+    assert G.student_id("lastfirst_12345_678_03_x.ipynb", "03_x.ipynb",
                         pattern=r"_(?P<id>\d+)_") == "12345"
+    assert not hasattr(scan, "student_id_from_cells")
 
 
 def test_the_interpretive_answer_is_found_by_its_heading():

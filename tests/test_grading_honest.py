@@ -1,0 +1,237 @@
+"""No false positives, on the real artifacts: for every computational exercise of chapters
+2-14, (a) the instructor's solution pasted into the committed student edition (its real setup
+cell and all) and (b) a second honest solution in another style (other names, loops instead
+of vectorised code, locals that shadow the notebook's variables such as ``maps``, ``m``,
+``model``) both get full marks from ``python -m cmix_course grade``'s code path
+(:func:`cmix_course.gradebook.grade_class`), in quick mode with ``answers_only`` (the setup
+cell, the student's cells and the book's cells they need) and two submissions at a time."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cmix_course.gradebook import grade_class, write_gradebook
+from cmix_course.grading import PASSED
+from tests.test_grading_submissions import ROOT, chapter, instructor_solutions, submission
+
+CHAPTERS = list(range(2, 15))
+
+#: The second honest solution of each exercise, in another style.
+OTHER_STYLE = {
+    "attention_probs": '''import math as _m
+
+def attention_probs(layer, hidden):
+    attn = layer.attention.self
+    heads = attn.num_attention_heads
+    x = hidden[0]
+    size = x.shape[1] // heads
+    Q, K = attn.query(x), attn.key(x)
+    maps = []
+    for h in range(heads):
+        q = Q[:, h * size:(h + 1) * size]
+        k = K[:, h * size:(h + 1) * size]
+        maps.append(torch.softmax(q @ k.T / _m.sqrt(size), dim=-1))
+    return torch.stack(maps)''',
+    "ln_terms": '''def ln_terms(parts, ln):
+    total = parts.sum(dim=0)
+    mu = total.mean(-1, keepdim=True)
+    sigma = (((total - mu) ** 2).mean(-1, keepdim=True) + ln.eps).sqrt()
+    out = []
+    for k in range(parts.shape[0]):
+        p = parts[k]
+        out.append(ln.weight * (p - p.mean(-1, keepdim=True)) / sigma)
+    return torch.stack(out)''',
+    "my_rollout": '''def my_rollout(maps, add_identity):
+    n = np.asarray(maps[0]).shape[-1]
+    out, prev = [], None
+    for l in range(len(maps)):
+        m = np.array(maps[l], dtype=float)
+        if add_identity:
+            for i in range(n):
+                m[i, i] += 1.0
+            for i in range(n):
+                m[i] = m[i] / m[i].sum()
+        prev = m if prev is None else m @ prev
+        out.append(prev)
+    return np.array(out)''',
+    "my_n_res_ln": '''def my_n_res_ln(alpha, fx, x, b_O, ln1):
+    H, n, _ = alpha.shape
+    rows = []
+    for i in range(n):
+        z = sum(alpha[h, i, :, None] * fx[h] for h in range(H)).clone()   # F_ij, (n, d)
+        z[i] = z[i] + x[i]
+        p = z.sum(0) + b_O
+        s = torch.sqrt(((p - p.mean()) ** 2).mean() + ln1.eps)
+        T = ln1.weight * (z - z.mean(-1, keepdim=True)) / s
+        rows.append(T.norm(dim=-1))
+    return torch.stack(rows)''',
+    "my_nenc": '''def my_nenc(T, u, ln2):
+    out = torch.zeros(T.shape[0], T.shape[1], dtype=T.dtype)
+    for i in range(T.shape[0]):
+        sigma = (u[i].var(unbiased=False) + ln2.eps).sqrt()
+        for j in range(T.shape[1]):
+            v = T[i, j] - T[i, j].mean()
+            out[i, j] = (ln2.weight * v / sigma).norm()
+    return out''',
+    "my_alti_row": '''def my_alti_row(T, y):
+    y_norm = float(y.abs().sum())
+    c = []
+    for j in range(T.shape[0]):
+        c.append(max(y_norm - float((y - T[j]).abs().sum()), 0.0))
+    total = sum(c)
+    return np.array([v / total for v in c])''',
+    "my_vz_row": '''def my_vz_row(layer, hidden, i):
+    value = layer.attention.self.value
+
+    def run():
+        out = layer(hidden)
+        out = out[0] if isinstance(out, tuple) else out
+        return out[0, i].double()
+
+    with torch.no_grad():
+        base = run()
+        scores = []
+        for j in range(hidden.shape[1]):
+            def hook(module, inputs, output, j=j):
+                output = output.clone()
+                output[:, j] = 0.0
+                return output
+            handle = value.register_forward_hook(hook)
+            try:
+                new = run()
+            finally:
+                handle.remove()
+            a, b = new / new.norm(), base / base.norm()
+            scores.append(0.5 * ((a - b) ** 2).sum())
+        scores = torch.stack(scores)
+    return scores / scores.sum()''',
+    "my_gxi": '''def my_gxi(model, ids, pos, t_id, f_id):
+    x = model.get_input_embeddings()(ids).detach().clone().requires_grad_(True)
+    logits = model(inputs_embeds=x).logits
+    (g,) = torch.autograd.grad(logits[0, pos, t_id] - logits[0, pos, f_id], x)
+    m = g[0] * x[0].detach()
+    return [float(v) for v in m.pow(2).sum(-1).sqrt()]''',
+    "my_cue_alignment": '''def my_cue_alignment(scores, cue_indices):
+    vals = [max(float(v), 0.0) for v in np.ravel(scores)]
+    s = [v / sum(vals) for v in vals]
+    cue = {int(c) for c in cue_indices}
+    dot = sum(s[j] for j in cue)
+    ap, prev_recall = 0.0, 0.0
+    for t in sorted(set(s), reverse=True):
+        got = [j for j in range(len(s)) if s[j] >= t]
+        hits = sum(1 for j in got if j in cue)
+        recall = hits / len(cue)
+        ap += (recall - prev_recall) * hits / len(got)
+        prev_recall = recall
+    best = max(s[j] for j in cue)
+    return {"dot": dot, "ap": ap, "probes_needed": sum(1 for v in s if v > best)}''',
+    "my_online_code": '''import math
+
+def my_online_code(probs, labels, bounds):
+    n, k = len(labels), len(probs[0])
+    first = int(bounds[0])
+    bits = first * math.log2(k)
+    for i in range(first, n):
+        bits -= math.log2(float(probs[i][int(labels[i])]))
+    return bits, n * math.log2(k) / bits''',
+    "my_faithfulness": '''def my_faithfulness(s_method, s_bo, t):
+    n = len(s_method)
+    idx = [j for j in range(1, n - 1) if j != t]
+    a = [float(s_method[j]) for j in idx]
+    b = [float(s_bo[j]) for j in idx]
+    if len(idx) < 2 or len(set(a)) == 1 or len(set(b)) == 1:
+        return float("nan")
+
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda q: v[q])
+        r, i = [0.0] * len(v), 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for q in range(i, j + 1):
+                r[order[q]] = (i + j) / 2 + 1
+            i = j + 1
+        return np.array(r)
+
+    ra, rb = ranks(a), ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / np.sqrt((ra ** 2).sum() * (rb ** 2).sum()))''',
+    "my_special_rank": '''def my_special_rank(scores, tokens):
+    vals = [float(v) for v in np.ravel(scores)]
+    rank = {v: r + 1 for r, v in enumerate(sorted(set(vals)))}
+    picked = [rank[vals[j]] / len(tokens) for j, tok in enumerate(tokens)
+              if tok in ("[CLS]", "[SEP]", ",", ".")]
+    return sum(picked) / len(picked)''',
+    "my_anisotropy": '''def my_anisotropy(T):
+    r, n, _ = T.shape
+    out = []
+    for q in range(r):
+        u = torch.nn.functional.normalize(T[q], dim=-1)
+        sims = u @ u.T
+        out.append((sims.sum() - sims.diagonal().sum()) / (n * (n - 1)))
+    return torch.stack(out)''',
+    "my_cls_spearman": '''from scipy.stats import rankdata
+
+def my_cls_spearman(maps, saliency, normalize):
+    maps = [np.array(x, dtype=float) for x in maps]
+    if normalize:
+        maps = [x / x.sum(axis=1, keepdims=True) for x in maps]
+    rolled, out = None, []
+    for m in maps:
+        rolled = m if rolled is None else m @ rolled
+        out.append(np.corrcoef(rankdata(rolled[0]), rankdata(saliency))[0, 1])
+    return out''',
+    "my_blank_out": '''import torch
+
+def my_blank_out(model, ids, pos, t_id, f_id, r_id):
+    def margin(x):
+        with torch.no_grad():
+            logits = model(input_ids=x).logits[0, pos]
+        return torch.sigmoid(logits[t_id] - logits[f_id])
+
+    base = margin(ids)
+    out = []
+    for j in range(ids.shape[1]):
+        x = ids.clone()
+        x[0, j] = r_id
+        out.append(float(base - margin(x)))
+    return out''',
+}
+
+
+def test_every_exercise_has_a_second_style():
+    names = {n for ch in CHAPTERS for n in instructor_solutions(ch)}
+    assert names == set(OTHER_STYLE), names ^ set(OTHER_STYLE)
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("honest")
+    paths = []
+    for ch in CHAPTERS:
+        sol = instructor_solutions(ch)
+        paths.append(submission(ch, sol, tmp / f"inst{ch:02d}_{chapter(ch)}"))
+        paths.append(submission(ch, {n: OTHER_STYLE[n] for n in sol},
+                                tmp / f"other{ch:02d}_{chapter(ch)}"))
+    start = time.monotonic()
+    grades = grade_class(paths, root=ROOT, quick=True, batch_seed=38, random_tests=2,
+                         answers_only=True, jobs=2, check_timeout=120)
+    seconds = time.monotonic() - start
+    write_gradebook(grades, tmp / "out")
+    print(f"\nhonest submissions: {len(paths)} graded in {seconds:.0f} s (2 at a time): "
+          + ", ".join(f"{g.student} {g.seconds:.0f} s" for g in grades))
+    return grades
+
+
+@pytest.mark.parametrize("style", ["inst", "other"])
+def test_both_honest_solutions_get_full_marks(honest, style):
+    bad = []
+    for g in honest:
+        if not g.student.startswith(style):
+            continue
+        for e in g.exercises:
+            if e.kind == "computational" and (e.status != PASSED or e.points != e.max_points):
+                bad.append((g.file, e.exercise, e.status, e.feedback[:4], g.error, g.notes[:3]))
+    assert not bad, bad
