@@ -16,7 +16,7 @@ from .encoder import LayerState, encoder_layers, iter_sentences, layer_states, r
 from .encoding import (Encoded, TextInput, describe_model, encode, encode_inputs,  # noqa: F401
                        tokens)
 from .validation import InputError, check_bool, check_choice, check_model, check_names, check_rows
-from .value_zeroing import DISTANCES, check_standardize, value_zeroing_layer
+from .value_zeroing import DISTANCES, VZ_METHODS, check_standardize, value_zeroing_layer
 from .result import MixingResult
 
 
@@ -96,7 +96,8 @@ def _encoder_layers(model):
 
 def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
     if name == "value_zeroing":
-        return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"])
+        return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
+                                                method=options["vz_method"])
                             for st in states])
     fn = _LAYER_FUNCTIONS[name]
     return torch.stack([fn(st) for st in states])
@@ -186,6 +187,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                    vz_standardize: bool | tuple[Any, Any] | None = None,
                    rollout_normalize: bool = True, logit_target: TargetSpec = None,
                    logit_foil: TargetSpec = None, final_rows: Rows = None,
+                   vz_method: str = "auto", vz_convention: str = "default",
                    ) -> MixingResult | list[MixingResult]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
@@ -247,6 +249,13 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
         Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
         standardisation of representations (None/False, True, or a (mean, std) pair of arrays of
         shape (hidden size,), std > 0; Appendix A.1).
+    vz_method:
+        How Value Zeroing is computed, the same numbers either way: ``"auto"`` (the cheaper
+        form for the layer's size), ``"factored"`` or ``"batched"`` (the reference), encoders
+        and decoders alike.
+    vz_convention:
+        ``"default"``, or ``"inseq"`` on a decoder LM: inseq 0.7.1's decoder Value Zeroing
+        (:mod:`cmixlib.decoder_vz` lists the differences). Encoders refuse ``"inseq"``.
     rollout_normalize:
         True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
         rollouts, as GlobEnc's original code does; the final rows are then normalised.
@@ -298,18 +307,23 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
                  vz_distance=vz_distance, vz_standardize=vz_standardize,
                  rollout_normalize=rollout_normalize, logit_target=logit_target,
-                 logit_foil=logit_foil)
+                 logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention)
+    vz_method = check_choice(vz_method, VZ_METHODS, "vz_method", what="Value Zeroing method")
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.decoder_methods
         from .decoder_methods import decoder_context_mixing
         got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
                                      rows=rows, vz_distance=vz_distance,
                                      vz_standardize=vz_standardize,
                                      rollout_normalize=rollout_normalize,
-                                     logit_target=logit_target, logit_foil=logit_foil)
+                                     logit_target=logit_target, logit_foil=logit_foil,
+                                     vz_method=vz_method, vz_convention=vz_convention)
         wrap = lambda m: MixingResult(m, model=described, options=asked)  # noqa: E731
         return [wrap(m) for m in got] if isinstance(got, list) else wrap(got)
     if logit_target is not None or logit_foil is not None:
         raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
+    if vz_convention != "default":
+        raise InputError(f"vz_convention={vz_convention!r} is for decoder LMs (inseq's decoder "
+                         "Value Zeroing); encoders take vz_convention='default'.")
     methods = check_methods(methods)
     decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
     if decoder_only:
@@ -318,7 +332,8 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                          f"{', '.join(METHODS)}.")
     distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
-                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"))
+                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
+                   vz_method=vz_method)
     mods = _encoder_layers(model)
     options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
     enc = encode_inputs(model, tokenizer, text)

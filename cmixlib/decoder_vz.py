@@ -39,12 +39,12 @@ import torch
 
 from .decoder import DecoderLayerState
 from .validation import InputError
+from .value_zeroing import DISTANCE_FUNCTIONS, VZ_METHODS
 
 __all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
            "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_cosine_distance",
            "inseq_normalize"]
 
-VZ_METHODS = ("auto", "factored", "batched")
 VZ_CONVENTIONS = ("default", "inseq")
 #: inseq 0.7.1's ``min_score_threshold``: distances below it are set to 0 before normalising.
 INSEQ_MIN_SCORE = 1e-5
@@ -180,7 +180,6 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
     inside (transformers' RMSNorm does) as in inseq's forward passes. Both forms are exact;
     they agree to rounding.
     """
-    from .value_zeroing import DISTANCE_FUNCTIONS
 
     if convention not in VZ_CONVENTIONS:
         raise InputError(f"Unknown Value Zeroing convention {convention!r}; choose one of "
