@@ -58,7 +58,7 @@ SKIP_TAG = "cmix-skip"
 #: The driver, defined in the kernel after the notebook's cells; ``call`` writes plain data.
 DRIVER = r'''
 def _cmix_make_driver(io_dir, lib_dirs):
-    import json, os, sys
+    import json, os, sys, threading
     import numpy as np
     import torch                  # loaded now, not in the first call's time limit
 
@@ -113,6 +113,7 @@ def _cmix_make_driver(io_dir, lib_dirs):
 
             old = sys.getprofile()
             sys.setprofile(hook)
+            threading.setprofile(hook)         # threads the answer starts are watched too
             try:
                 out = fn(*args)
                 sys.setprofile(old)
@@ -125,6 +126,7 @@ def _cmix_make_driver(io_dir, lib_dirs):
                 sys.setprofile(old)
                 rec["result"] = {"kind": "raised", "type": type(exc).__name__,
                                  "message": str(exc)[:500]}
+            threading.setprofile(None)
             rec["library_calls"] = seen
         with open(path + ".part", "w") as f:
             json.dump(rec, f)

@@ -206,7 +206,10 @@ def answer_uses(code: Code, name: str, forbidden: tuple[str, ...] = ()) -> list[
 #: files by computed names, inspect or rewrite the running program, or run other programs.
 SUSPICIOUS_MODULES = ("importlib", "inspect", "ctypes", "gc", "atexit", "signal", "subprocess",
                       "builtins", "__builtins__", "marshal", "pickle", "runpy", "pkgutil",
-                      "glob", "shutil", "pathlib", "socket", "urllib", "requests")
+                      "glob", "shutil", "pathlib", "socket", "urllib", "requests",
+                      # other threads and processes run code a profile hook does not watch
+                      "threading", "_thread", "concurrent", "multiprocessing", "asyncio",
+                      "joblib")
 #: Built-in functions reported in the same way.
 SUSPICIOUS_CALLS = ("exec", "eval", "compile", "__import__", "open", "vars", "globals",
                     "locals", "setattr", "delattr", "breakpoint")
@@ -214,7 +217,9 @@ SUSPICIOUS_CALLS = ("exec", "eval", "compile", "__import__", "open", "vars", "gl
 SUSPICIOUS_PATHS = ("sys.modules", "sys.setprofile", "sys.settrace", "sys._getframe",
                     "sys.meta_path", "sys.path_hooks", "os.system", "os.popen", "os.exec",
                     "os.spawn", "os.fork", "os.listdir", "os.scandir", "os.walk", "os.open",
-                    "os.environ", "os.chdir", "io.open", "threading.settrace")
+                    "os.environ", "os.chdir", "io.open", "threading.settrace",
+                    "torch.multiprocessing", "torch.utils.data.DataLoader",
+                    "torch.utils.data.dataloader")
 #: Attribute names reported wherever they appear (frames, code objects, file reading).
 SUSPICIOUS_ATTRS = ("f_back", "f_globals", "f_locals", "__code__", "__globals__",
                     "__subclasses__", "read_text", "read_bytes", "__dict__")
@@ -224,8 +229,10 @@ LIB_ROOTS = LIBRARIES + ("numpy", "torch", "scipy", "json", "sys", "os")
 def _suspicious_node(node: ast.AST, aliases: dict[str, str]) -> str | None:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if isinstance(node, ast.ImportFrom):
+            mods += [f"{node.module or ''}.{a.name}" for a in node.names]
         for m in mods:
-            if m.split(".")[0] in SUSPICIOUS_MODULES:
+            if m.split(".")[0] in SUSPICIOUS_MODULES or m.startswith(SUSPICIOUS_PATHS):
                 return f"imports {m}"
         return None
     if isinstance(node, ast.Call):

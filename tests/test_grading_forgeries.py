@@ -28,6 +28,12 @@ def forgeries(ch: int) -> dict[str, list[str]]:
         "importlib": [f"import importlib\n\ndef {name}(*args):\n"
                       f"    lib = importlib.import_module('cmix' + 'lib.' + {module.split('.')[1]!r})\n"
                       f"    return getattr(lib, {fn[:3]!r} + {fn[3:]!r})(*args)"],
+        # the library through a worker thread, its name computed (not getattr)
+        "thread": [f"import operator\nimport concurrent.futures as cf\nimport {module} as lib\n\n"
+                   f"def {name}(*args):\n"
+                   f"    fn = operator.attrgetter({fn[:3]!r} + {fn[3:]!r})(lib)\n"
+                   "    with cf.ThreadPoolExecutor(1) as ex:\n"
+                   "        return ex.submit(fn, *args).result()"],
         "allclose": ["import numpy\nnumpy.allclose = lambda *a, **k: True\n"
                      "numpy.isclose = lambda a, b, *x, **k: numpy.ones(numpy.broadcast(a, b).shape, bool)",
                      f"def {name}(*args):\n    return {wrong}"],
@@ -90,6 +96,7 @@ def forged(tmp_path_factory):
 @pytest.mark.parametrize("ch", sorted(CASES))
 @pytest.mark.parametrize("kind, allowed", [
     ("importlib", {COPIED, FLAGGED}),
+    ("thread", {COPIED, FLAGGED}),
     ("allclose", {FAILED}),
     ("module_dict", {FAILED}),
     # the kernel's cmixlib is a copy, with no notebooks/ beside it: the cell fails
