@@ -1,4 +1,5 @@
-"""Value Zeroing (Mohebbi et al. 2023), computed exactly in one batched pass per layer.
+"""Value Zeroing (Mohebbi et al. 2023), computed exactly per layer (the factored form by default;
+the batched form is the reference).
 
 Definition (pinned to the paper and the authors' code): for layer l, token j and every query i
 (including i = j), zero j's value vector in all heads, bias included, after the attention weights

@@ -56,6 +56,9 @@ globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST
 alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti
                                representations, transformed vectors and     (or the encoder)
                                attention-block outputs, ALTI Figure 3
+hatexplain-plausibility        plausibility of [CLS] attributions against   HateXplain            plausibility
+                               HateXplain's human rationales (ERASER's      classifier*
+                               metrics; beyond the papers)
 decoder-blimp                  attention sink, causal cue alignment and     SmolLM2 (decoder),    decoder
                                faithfulness of a decoder LM (chapter 16)    BLiMP test half
 alti-figs8-10-homogeneity      homogeneity of relevance rows per layer,     SST-2 classifier*     alti_layers
@@ -66,9 +69,10 @@ paper-example-claims           the papers' claims about their example       the 
 =============================  ===========================================  ====================  =============
 
 (*) classifiers: committed for the offline MiniLM (:func:`cmixlib.load_classifier`,
-:func:`cmixlib.load_student`), trained once by the same recipe for another model; MLMs: trained
-and cached by :mod:`cmixlib.training` on first use when the checkpoint has no such head. ``--limit``
-keeps the first N examples.
+:func:`cmixlib.load_student`); for another model a public fine-tuned checkpoint where one is
+listed (trained only when asked), else trained once by the same recipe; MLMs: committed for the offline MiniLM (the
+MLM adaptation and its prompt fine-tuning), trained and cached by :mod:`cmixlib.training` on
+first use for another checkpoint without such a head. ``--limit`` keeps the first N examples.
 """
 from __future__ import annotations
 
