@@ -88,12 +88,9 @@ def tokenizer():
                                    unk_token="<s>", pad_token="<s>")
 
 
-def main() -> None:
-    import inseq
-    import safetensors.torch
-    import transformers
-    from inseq.attr.feat.ops import value_zeroing as vz_ops
-
+def record_similarities(vz_ops) -> list[torch.Tensor]:
+    """Wrap inseq's ``compute_modules_post_zeroing_similarity`` so that every score tensor it
+    returns is also appended to the list returned here (its result is not changed)."""
     recorded: list[torch.Tensor] = []
     original = vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity
 
@@ -103,6 +100,16 @@ def main() -> None:
         return out
 
     vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity = recording
+    return recorded
+
+
+def main() -> None:
+    import inseq
+    import safetensors.torch
+    import transformers
+    from inseq.attr.feat.ops import value_zeroing as vz_ops
+
+    recorded = record_similarities(vz_ops)
     # inseq 0.7.1's shipped GPT-2 entry names the value variable "value"; transformers 4.53's
     # GPT2Attention.forward calls it "value_states" (inseq raises "Could not find assignment to
     # value"). Re-registered through inseq's own API; nothing else is changed.
@@ -175,15 +182,7 @@ def smollm2(gguf: str) -> None:
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, attn_implementation="eager",
         torch_dtype=torch.float32).to(torch.float64).eval()
-    recorded: list[torch.Tensor] = []
-    original = vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity
-
-    def recording(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
-        recorded.append(out.detach().clone())
-        return out
-
-    vz_ops.ValueZeroing.compute_modules_post_zeroing_similarity = recording
+    recorded = record_similarities(vz_ops)
     im = inseq.load_model(model, "value_zeroing", tokenizer=tok)
     out = im.attribute("<|endoftext|>", generated_texts="<|endoftext|>" + SMOLLM2_TEXT,
                        skip_special_tokens=False, show_progress=False)
