@@ -34,6 +34,9 @@ class CheckResult:
     passed: bool = True
     messages: list[str] = field(default_factory=list)
     attempted: bool = True
+    #: The checker's test cases by label: True once the case matched the reference (the
+    #: grader's rubric gives points per case, :mod:`cmix_course.rubric`).
+    cases: dict[str, bool] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -50,6 +53,15 @@ class CheckResult:
 
     def ok(self, text: str) -> None:
         self.messages.append(f"{OK} {text}")
+
+    def begin(self, label: str) -> None:
+        """A test case starts: it counts as failed until :meth:`matched` is called."""
+        self.cases.setdefault(label, False)
+
+    def matched(self, label: str, detail: str = "") -> None:
+        """The case ``label`` matches the reference (reported, and recorded in ``cases``)."""
+        self.cases[label] = True
+        self.ok(f"{label}: matches the reference{detail}")
 
     def fail(self, text: str) -> None:
         self.passed = False

@@ -8,7 +8,7 @@ The cells of one exercise, in order (tags in brackets)::
     starter code   code     [exercise]          computational: `raise NotImplementedError`, then the checker
     answer cell    markdown [exercise, answer]  interpretive: where the student writes
     solution       code [solution, hide-input] / markdown [solution] (a collapsed "Model answer")
-    grading notes  markdown [grading, remove-cell]  metadata cmix = {tests, forbidden} (optional)
+    grading notes  markdown [grading, remove-cell]  metadata cmix = {tests, forbidden, rubric}
 
 The statement's heading is ``### Exercise <id> (<kind>): <title>``, and its second line shows
 the difficulty (★ to ★★★), the expected minutes and the points
@@ -16,7 +16,8 @@ the difficulty (★ to ★★★), the expected minutes and the points
 starter defines: the grader finds it by that name wherever the student wrote it. The grading
 notes' metadata holds what only the instructor's copy needs (:mod:`.grading`): the hidden
 tests (``{"hidden": [seeds], "random": k}``, checker seeds; ``random`` seeds are drawn anew for
-each grading batch) and ``forbidden``, the library functions that compute the answer.
+each grading batch), ``forbidden``, the library functions that compute the answer, and
+``rubric``, the notes' partial credit per test case and per likely cause (:mod:`.rubric`).
 
 Editions are made with nbconvert's preprocessors (:class:`~nbconvert.preprocessors.TagRemovePreprocessor`
 and :class:`~nbconvert.preprocessors.ClearOutputPreprocessor`): the **student** edition drops the
@@ -36,6 +37,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from .rubric import parse as parse_rubric, problems as rubric_problems
 
 EXERCISE, ANSWER, SOLUTION, GRADING = "exercise", "answer", "solution", "grading"
 KINDS = ("computational", "interpretive")
@@ -73,6 +76,8 @@ class Exercise:
     tests: tuple = ()
     random_tests: int = 0
     forbidden: tuple = ()
+    #: Partial credit per test case / likely cause (:func:`cmix_course.rubric.parse`).
+    rubric: tuple = ()
 
     @property
     def stars(self) -> str:
@@ -117,10 +122,12 @@ def exercises(nb, chapter: int | None = None) -> list[Exercise]:
             notes = nb.cells[k + 3] if k + 3 < len(nb.cells) else None
             spec = dict(DEFAULT_TESTS)
             forbidden: tuple = ()
+            rubric: tuple = ()
             if notes is not None and GRADING in tags(notes):
                 nmeta = notes.get("metadata", {}).get("cmix", {})
                 spec.update(nmeta.get("tests", {}))
                 forbidden = tuple(nmeta.get("forbidden", ()))
+                rubric = parse_rubric(nmeta.get("rubric"))
             tests = tuple([(int(s), "visible") for s in spec.get("visible", [0])]
                           + [(int(s), "hidden") for s in spec.get("hidden", [])])
             found.append(Exercise(chapter=chapter or 0, id=str(meta["exercise"]),
@@ -132,7 +139,7 @@ def exercises(nb, chapter: int | None = None) -> list[Exercise]:
                                   points=int(meta.get("points", 0) or 0),
                                   difficulty=int(meta.get("difficulty", 0) or 0),
                                   tests=tests, random_tests=int(spec.get("random", 0) or 0),
-                                  forbidden=forbidden))
+                                  forbidden=forbidden, rubric=rubric))
     return found
 
 
@@ -206,6 +213,7 @@ def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
         if not m or int(m.group(1)) != ex.points:
             problems.append(f"{where}: the grading notes must begin '{GRADING_HEAD} {ex.points} "
                             f"points' (the metadata's points)")
+        problems += [f"{where}: {p}" for p in rubric_problems(ex.rubric, ex.points)]
     return ex.cell + 3
 
 

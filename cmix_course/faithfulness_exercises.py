@@ -111,6 +111,7 @@ def check_faithfulness(student_fn: Callable, *, seed: int = 0, verbose: bool = T
     """
     res = CheckResult("check_faithfulness")
     for label, s_m, s_bo, t in _faithfulness_cases(seed):
+        res.begin(label)
         want = reference_faithfulness(s_m, s_bo, t)
         got = _call(res, student_fn, s_m.copy(), s_bo.copy(), t)
         if got is None:
@@ -120,6 +121,7 @@ def check_faithfulness(student_fn: Callable, *, seed: int = 0, verbose: bool = T
             break
         if math.isnan(want):
             if math.isnan(g):
+                res.cases[label] = True
                 res.ok(f"{label}: NaN, as the library (a constant vector has no ranking)")
                 continue
             res.fail(f"{label}: yours {g:.5f}, expected NaN.")
@@ -135,13 +137,13 @@ def check_faithfulness(student_fn: Callable, *, seed: int = 0, verbose: bool = T
                     "variant exclude='target', not the default).":
                         np.array(reference_faithfulness(s_m, s_bo, t, drop=("t",))),
                 }, atol=1e-9)
-            break
+            continue
         if math.isnan(g):
             res.fail(f"{label}: you returned NaN, expected {want:+.5f}: both vectors vary over "
                      f"J, so the correlation is defined.")
-            break
+            continue
         if abs(g - want) <= 1e-9:
-            res.ok(f"{label}: matches the reference ({want:+.5f})")
+            res.matched(label, f" ({want:+.5f})")
             continue
         res.fail(f"{label}: yours {g:+.5f}, expected {want:+.5f}.")
         ref = lambda **kw: np.array(reference_faithfulness(s_m, s_bo, t, **kw))  # noqa: E731
@@ -163,7 +165,7 @@ def check_faithfulness(student_fn: Callable, *, seed: int = 0, verbose: bool = T
             "the shortcut 1 - 6 sum(d^2) / (m (m^2 - 1)) is exact only without ties; with ties "
             "take Pearson's r of the average ranks.": ref(shortcut=True),
         }, atol=1e-9)
-        break
+        # the next example still runs: a rubric gives points per case
     return res.finish(verbose)
 
 
@@ -205,6 +207,7 @@ def check_special_rank(student_fn: Callable, *, seed: int = 0, verbose: bool = T
     sc2 = rng.permutation(np.linspace(0.01, 0.2, len(tok2)))
     rows = [("row 1 (tied scores)", sc1, tok1), ("row 2 (distinct scores)", sc2, tok2)]
     for label, sc, tok in rows:
+        res.begin(label)
         want = reference_special_rank(sc, tok)
         got = _call(res, student_fn, sc.copy(), list(tok))
         if got is None:
@@ -213,7 +216,7 @@ def check_special_rank(student_fn: Callable, *, seed: int = 0, verbose: bool = T
         if g is None:
             break
         if abs(g - want) <= 1e-9:
-            res.ok(f"{label}: matches the reference ({want:.5f})")
+            res.matched(label, f" ({want:.5f})")
             continue
         res.fail(f"{label}: yours {g:.5f}, expected {want:.5f}.")
         ref = lambda **kw: np.array(reference_special_rank(sc, tok, **kw))  # noqa: E731
@@ -237,7 +240,7 @@ def check_special_rank(student_fn: Callable, *, seed: int = 0, verbose: bool = T
             "the mean was taken over every token; average only over [CLS], [SEP], ',' and '.'.":
                 ref(special=tuple(tok)),
         }, atol=1e-9)
-        break
+        # the next row still runs: a rubric gives points per case
     return res.finish(verbose)
 
 

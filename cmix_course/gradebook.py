@@ -7,7 +7,9 @@ one folder:
 ``grades.csv``
     one row per submission, always (a notebook that cannot be read or run gets a row of zeros
     and its reason in ``error``): ``student, file, assignment``, then per exercise its points
-    (``<id>``; empty while it waits to be graded by hand) and its status (``<id> status``),
+    (``<id>``; empty while it waits to be graded by hand), its status (``<id> status``) and,
+    for an exercise some submission got partial credit on, the rubric's parts (``<id> parts``:
+    ``test case 'add_identity=False': 3 / 3; ...``, :mod:`.rubric`),
     then ``total`` (points so far), ``max_total``, ``pending`` (exercises to grade by hand),
     ``error``, ``seconds``.
 ``lms.csv``
@@ -17,15 +19,17 @@ one folder:
 ``gradescope/<student>/results.json``
     Gradescope's autograder results format (``score``, ``output``, and one ``tests`` entry per
     exercise with ``name``, ``score``, ``max_score``, ``status``, ``output``,
-    ``visibility``), for a course that uploads the results or runs the grader inside
+    ``visibility``; an exercise with partial credit has one entry per rubric part, whose
+    scores add up to its points), for a course that uploads the results or runs the grader inside
     Gradescope's autograder.
 ``feedback/<student>.md``
     one file per student: each exercise's status and points, and for each one not passed,
-    what failed and the checker's diagnosis; the notebook's errors and time-outs.
+    what failed, the checker's diagnosis and the rubric's points per part; the notebook's
+    errors and time-outs.
 ``hand_grades.csv``
     the instructor's file: one row per exercise to grade by hand (interpretive answers,
-    answers flagged for a reason) and per failed computational exercise (partial credit as
-    the grading notes define it, the checker's likely cause in ``reason``); fill in
+    answers flagged for a reason) and per failed computational exercise (its automatic partial
+    credit in ``auto_points``, the likely cause and the rubric's parts in ``reason``); fill in
     ``points`` (and ``comment``) and run the grading again: every export then includes them. A regrade keeps every row, adds rows for new
     pending exercises, and never overwrites a hand grade.
 ``batch.json``
@@ -99,6 +103,7 @@ def gradebook(grades: list[SubmissionGrade]) -> pd.DataFrame:
     ex_ids: list[str] = []
     for g in grades:
         ex_ids += [e.exercise for e in g.exercises if e.exercise not in ex_ids]
+    with_parts = {e.exercise for g in grades for e in g.exercises if e.parts}
     rows = []
     for g in grades:
         row = {"student": g.student, "file": g.file, "assignment": g.assignment}
@@ -107,6 +112,8 @@ def gradebook(grades: list[SubmissionGrade]) -> pd.DataFrame:
             e = by_id.get(ex)
             row[ex] = None if e is None or e.points is None else e.points
             row[f"{ex} status"] = "" if e is None else e.status
+            if ex in with_parts:
+                row[f"{ex} parts"] = "; ".join(p.line() for p in e.parts) if e else ""
         row.update(total=g.total, max_total=g.max_total, pending=" ".join(g.pending),
                    error=g.error or "", seconds=g.seconds)
         rows.append(row)
@@ -152,6 +159,13 @@ def gradescope_results(g: SubmissionGrade) -> dict:
             t["output"] = "PENDING: to be graded by hand.\n" + t["output"]
         elif e.status == BY_HAND_DONE:              # a human's points: no pass/fail verdict
             t.update(score=e.points)
+        elif e.parts:                                # partial credit: one entry per part
+            for p in e.parts:
+                tests.append({"name": f"Exercise {e.exercise}: {e.title} · {p.name}",
+                              "score": p.points, "max_score": p.max_points,
+                              "status": "passed" if p.points >= p.max_points else "failed",
+                              "output": t["output"], "visibility": "visible"})
+            continue
         else:
             t.update(score=e.points, status="passed" if e.points >= e.max_points else "failed")
         tests.append(t)
@@ -163,17 +177,20 @@ def gradescope_results(g: SubmissionGrade) -> dict:
 
 HAND_GRADES = "hand_grades.csv"
 HAND_COLUMNS = ["student", "file", "exercise", "max_points", "status", "reason", "points",
-                "comment"]
+                "comment", "auto_points"]
 
 
 def _reason(e) -> str:
     causes = [f.strip() for f in e.feedback if "likely cause" in f]
-    return (causes or [e.feedback[0] if e.feedback else ""])[0][:300]
+    why = (causes or [e.feedback[0] if e.feedback else ""])[0][:300]
+    parts = "; ".join(p.line() for p in e.parts)
+    return f"{why} [rubric: {parts}]" if parts else why
 
 
 def _needs_hand(e) -> bool:
-    """Pending exercises, and failed computational ones (partial credit by the grading notes:
-    the likely cause the checker named is in ``reason``)."""
+    """Pending exercises, and failed computational ones (their rubric's partial credit is in
+    ``auto_points``, the likely cause and the rubric's parts in ``reason``; a hand grade
+    replaces the automatic points)."""
     return e.points is None or (e.kind == "computational" and e.status in (FAILED, TIMED_OUT))
 
 
@@ -181,8 +198,8 @@ def apply_hand_grades(grades: list[SubmissionGrade], out_dir: str | Path) -> pd.
     """Read ``hand_grades.csv`` of ``out_dir`` and put each filled-in ``points`` into the
     grades (status ``graded by hand``, the comment in the feedback); return the table with a
     row added (``points`` empty) for every exercise that needs a human: each pending one
-    (interpretive answers, flagged answers) and each failed computational one (partial credit
-    as the grading notes define it; left empty, the automatic 0 stands). The file is the
+    (interpretive answers, flagged answers) and each failed computational one (its rubric's
+    partial credit in ``auto_points``; left empty, the automatic points stand). The file is the
     instructor's: rows are never removed or changed by a regrade, so hand grades survive it."""
     path = Path(out_dir) / HAND_GRADES
     table = (pd.read_csv(path, dtype=str, keep_default_na=False) if path.is_file()
@@ -204,13 +221,14 @@ def apply_hand_grades(grades: list[SubmissionGrade], out_dir: str | Path) -> pd.
                 if not 0 <= pts <= e.max_points:
                     raise ValueError(f"{HAND_GRADES}: {g.student} {e.exercise}: {pts:g} points is "
                                      f"not between 0 and {e.max_points}")
-                e.points, e.status = pts, BY_HAND_DONE
+                e.points, e.status, e.parts = pts, BY_HAND_DONE, []
                 e.feedback.append(f"graded by hand: {pts:g} / {e.max_points}"
                                   + (f" ({r.comment})" if r.comment else ""))
             elif (g.student, e.exercise) not in known:
                 new_rows.append({"student": g.student, "file": g.file, "exercise": e.exercise,
                                  "max_points": e.max_points, "status": e.status,
-                                 "reason": _reason(e), "points": "", "comment": ""})
+                                 "reason": _reason(e), "points": "", "comment": "",
+                                 "auto_points": "" if e.points is None else f"{e.points:g}"})
     if new_rows:
         table = pd.concat([table, pd.DataFrame(new_rows)], ignore_index=True)
     return table[HAND_COLUMNS]

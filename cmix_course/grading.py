@@ -24,7 +24,9 @@ The flow for one submitted notebook (:func:`grade_submission`):
    answer fails); each call of the student's function is sent to the kernel with the grader's
    inputs and comes back as plain numbers, which the checker compares with its reference.
    The seeds never leave this process; nothing the notebook patches can change a verdict.
-5. **Points**: a computational exercise earns its points when every test passes; an answer that
+5. **Points**: a computational exercise earns its points when every test passes, and when
+   some fail, the partial credit of its rubric (:mod:`.rubric`: points per test case passed
+   in every test, or per likely cause, as the grading notes define it); an answer that
    passes but may not be the student's work (step 2) is *flagged (grade by hand)*, pending with
    the reason, never 0; one that is a library function, or ran the library's function for the
    exercise while tested, is *copied* (0). An interpretive one is *answered (grade by hand)*
@@ -49,6 +51,7 @@ import pandas as pd
 
 from . import scan
 from .checking import FAILED, NOT_ATTEMPTED, PASSED
+from .rubric import partial_credit
 from .running import check_reports, error_cells, execute  # noqa: F401 - used by the book's tests
 from .editions import (ANSWER_TEXT, STUDENT_DIR, Exercise, chapter_notebooks, chapter_number,
                        exercises, tags)
@@ -73,6 +76,8 @@ class ExerciseGrade:
     points: float | None = 0.0
     feedback: list[str] = field(default_factory=list)
     answer: str = ""
+    #: The rubric's parts of a failed computational exercise (:class:`.rubric.Part`).
+    parts: list = field(default_factory=list)
 
 
 @dataclass
@@ -308,6 +313,11 @@ def _grade_computational(ex: Exercise, code: scan.Code, record: dict | None,
     g.feedback.append(f"{first['visibility']} test (checker seed {first['seed']}): "
                       f"{first['status']}")
     g.feedback.extend(f"  {line}" for line in _report_lines(first.get("messages", [])))
+    g.points, g.parts = partial_credit(ex.rubric, tests, ex.points)
+    if g.parts:
+        g.feedback.append(f"partial credit (the grading notes' rubric): {g.points:g} of "
+                          f"{ex.points} points")
+        g.feedback.extend(f"  · {p.line()}" for p in g.parts)
     return g
 
 

@@ -14,8 +14,9 @@ never leave this process.
 Every record: ``exercise``, ``found`` (the name is bound in the kernel), ``origin`` (where the
 object was defined when it is not the notebook's own code), ``library_calls`` (the forbidden
 library functions or ``reference_*`` functions seen running during the calls) and ``tests``:
-one ``{"seed", "visibility", "status", "messages", "seconds"}`` per test, ``status`` being
-``passed``, ``failed``, ``not attempted`` or ``timed out``.
+one ``{"seed", "visibility", "status", "messages", "cases", "seconds"}`` per test, ``status``
+being ``passed``, ``failed``, ``not attempted`` or ``timed out``, ``cases`` the checker's test
+cases by label (True: matched the reference; :mod:`cmix_course.rubric` gives points per case).
 """
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def run(spec: dict, kernel: Kernel) -> dict[str, dict]:
             try:
                 with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                     result = checker(proxy, seed=int(seed), verbose=False)
-                test = {"status": result.status, "messages": list(result.messages)}
+                test = {"status": result.status, "messages": list(result.messages),
+                        "cases": {str(k): bool(v) for k, v in result.cases.items()}}
             except CallFailed as exc:
                 test = {"status": "timed out" if exc.reason == "timed out" else "failed",
                         "messages": [f"✗ {exc.detail}"]}
