@@ -209,9 +209,9 @@ def results_root() -> Path:
 #: command line, coursework checkers, plots. No other module imports them (a test checks this), so
 #: they cannot change a result, and :func:`code_version` leaves them out: editing a plot does not
 #: recompute the book.
-PRESENTATION_MODULES = frozenset({"book", "book_runs", "cli", "decoder_report", "depth_verdicts",
-                                  "differences", "model_examples", "plotting", "reproduction",
-                                  "reproduction_examples", "verdicts"})
+PRESENTATION_MODULES = frozenset({"book", "book_runs", "claims", "cli", "decoder_report",
+                                  "depth_verdicts", "differences", "model_examples", "plotting",
+                                  "reproduction", "reproduction_examples", "verdicts"})
 
 def presentation_files() -> frozenset[str]:
     """The ``.py`` files of :data:`PRESENTATION_MODULES` (all files of a sub-package), as paths
