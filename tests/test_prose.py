@@ -57,6 +57,11 @@ def _paper_values() -> set[float]:
     vals = set(table["value"].dropna().astype(float)) | set(table["std"].dropna().astype(float))
     vals |= {float(v) for v in pn.VZ_MLM_ACCURACY.values()}
     vals |= {float(v) for v in evaluation.MLM_TARGETS.values()}
+    # accuracies quoted from the public checkpoints' model cards (quotes with their sources,
+    # cmixlib.classifier_weights.PUBLIC_CHECKPOINTS; the building page's table)
+    from cmixlib.classifier_weights import PUBLIC_CHECKPOINTS
+    vals |= {float(c.card_accuracy) for c in PUBLIC_CHECKPOINTS.values()
+             if c.card_accuracy is not None}
     return vals
 
 
@@ -66,6 +71,7 @@ def _strip(text: str) -> str:
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", " ", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)          # link targets
+    text = re.sub(r"\b(Apache|GPL|LGPL|MPL|CC-BY(?:-SA|-NC)?)-\d+\.\d+", r"\1", text)  # licences
     text = re.sub(r"\{[a-z:]+\}`[^`]*`", " ", text)    # roles such as {cite:p}`...`
     text = re.sub(r"\b([Ee]xercises?)\s+\d+\.\d+(?:\s*(?:,|and|or|-|–)\s*\d+\.\d+)*",
                   r"\1 N", text)                      # exercise numbers such as 9.1
