@@ -112,7 +112,7 @@ MINUTES ?= 8.8
 mlm-weights: $(STAMP)
 	@test -n "$(ELTEC)" -a -n "$(WIKITEXT)" || { echo "usage: make mlm-weights ELTEC=DIR WIKITEXT=DIR"; exit 2; }
 	$(PY) tools/build_mlm_corpus.py --eltec $(ELTEC) --wikitext $(WIKITEXT) --out $(MLM_WORK)
-	$(PY) -m cmixlib.mlm_adapted eval-json $(MLM_WORK)/blimp_test.json
+	$(PY) -m cmixlib.models.mlm_adapted eval-json $(MLM_WORK)/blimp_test.json
 	$(PY) tools/adapt_mlm.py --base "$$($(PY) -c 'import cmixlib; print(cmixlib.packaged_model_path())')" \
 	  --corpus $(MLM_WORK) --eval-json $(MLM_WORK)/blimp_test.json --out cmixlib/assets/minilm_mlm \
 	  --minutes $(MINUTES) --batch-size 256 --lr 2e-4 --head-lr 1e-3 --eval-every 1000

@@ -17,11 +17,11 @@ import time
 import numpy as np
 import torch
 
-from cmixlib.book_runs import run_arguments
+from cmixlib.book.runs import run_arguments
 from cmixlib.experiments.common import padded_batch
 from cmixlib.gradients import MLMTarget
 from cmixlib.gradients.erasure import blank_out_batch
-from cmixlib.saliency import experiment_inputs
+from cmixlib.experiments.saliency import experiment_inputs
 
 
 def _inputs(which: str):

@@ -3,7 +3,7 @@
 An independent evaluation loop: for each task it loads the classifier with
 :func:`cmixlib.load_classifier` (committed float16 weights merged into the packaged MiniLM,
 checksums verified) and runs a plain loop, one row at a time (no padding, no batching code shared
-with training), over the evaluation split of :func:`cmixlib.classifier_weights.task_splits`:
+with training), over the evaluation split of :func:`cmixlib.models.classifiers.task_splits`:
 SST-2 GLUE dev (872), HateXplain test (1,924), MNLI dev-matched rows never trained on
 (``bundle.heldout_indices``). Targets: SST-2 >= 0.88, HateXplain >= 0.65, MNLI >= 0.65.
 ``--check-val`` also re-measures the validation accuracy that training selected the weights by
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import cmixlib
-from cmixlib import classifier_weights as cw
+from cmixlib.models import classifiers as cw
 
 TARGETS = {"sst2": 0.88, "hatexplain": 0.65, "mnli": 0.65, "sst2-student": 0.85}
 SPLITS = {"sst2": "GLUE dev", "sst2-student": "GLUE dev", "hatexplain": "test",
@@ -132,7 +132,7 @@ def main() -> None:
               + (f"; agreement with the teacher {r['agreement_with_teacher']:.4f} (teacher "
                  f"{r['teacher_accuracy']:.4f})" if "agreement_with_teacher" in r else ""), flush=True)
         if a.write_manifest:
-            path = (cmixlib.student_weights.student_dir("sst2") if task == "sst2-student"
+            path = (cmixlib.models.student.student_dir("sst2") if task == "sst2-student"
                     else cw.ASSET_DIR / task) / "manifest.json"
             man = json.loads(path.read_text())
             man["evaluation"] = r

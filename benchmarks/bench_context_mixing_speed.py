@@ -48,8 +48,9 @@ import numpy as np
 import torch
 
 import cmixlib
-from cmixlib import core, norms
-from cmixlib.encoder import LayerState, iter_sentences, layer_norm_linear, layer_norm_scale, run_and_capture
+from cmixlib.methods import dispatch as core, norms
+from cmixlib.forward.encoder import (LayerState, iter_sentences, layer_norm_linear,
+                                     layer_norm_scale, run_and_capture)
 from cmixlib.experiments.common import _example_batches, padded_batch
 from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlation_rows
 from cmixlib.experiments.sources import Sources

@@ -36,7 +36,8 @@ def _reference_one(bundle, ex, group, ig_steps):
     """The obvious implementation of one group for one sentence (captum Layer* on the full model)."""
     from captum.attr import LayerDeepLift, LayerIntegratedGradients
 
-    from cmixlib import core, gradients as G
+    from cmixlib.methods import dispatch as core
+    from cmixlib import gradients as G
     from cmixlib.experiments import VZ_LAYER_METHODS, mlm_target
 
     model, tok = bundle.model, bundle.tokenizer
@@ -71,7 +72,7 @@ def _reference_one(bundle, ex, group, ig_steps):
 
 
 def time_groups(bundle, examples, ig_steps, reference):
-    from cmixlib.batching import length_batches
+    from cmixlib.forward.batching import length_batches
     from cmixlib.experiments import BATCH_SIZE, target_rows_batch
 
     groups = {"mixing": ["attention", "attn_norm", "attn_norm_res", "attn_norm_res_ln", "globenc_layer",
@@ -98,7 +99,7 @@ def time_groups(bundle, examples, ig_steps, reference):
 def ig_study(bundle, examples, steps_list=(2, 3, 4, 6, 8, 16), ref_steps=50):
     from scipy.stats import spearmanr
 
-    from cmixlib.batching import length_batches
+    from cmixlib.forward.batching import length_batches
     from cmixlib.experiments import BATCH_SIZE, mlm_target, padded_batch
     from cmixlib.gradients import batch_attribute
 

@@ -8,7 +8,7 @@ float32, eager attention, one thread. For each length n, one sentence of random 
 - ``loop``: for every layer l and token j, layer l re-run by the model's own module on its
   captured input with a hook zeroing token j's values in every key-value head, distances read
   from its output (n layer calls per layer, each over all n positions);
-- ``batched``: :func:`cmixlib.decoder_vz.value_zeroing_layer` with ``method="batched"``
+- ``batched``: :func:`cmixlib.methods.value_zeroing_decoder.value_zeroing_layer` with ``method="batched"``
   (the n(n+1)/2 causal pairs through the model's LN2 and MLP modules at once);
 - ``factored``: ``method="factored"`` (the MLP's input projections per head, not per pair),
   ``cold`` including the per-layer head maps (computed once per model and cached), ``warm``
@@ -26,9 +26,9 @@ import time
 
 import torch
 
-from cmixlib import decoder_methods as dm
-from cmixlib.decoder import random_decoder, run_decoder
-from cmixlib.value_zeroing import cosine_distance
+from cmixlib.methods import decoder as dm
+from cmixlib.forward.decoder import random_decoder, run_decoder
+from cmixlib.methods.value_zeroing import cosine_distance
 
 SMOLLM2 = dict(hidden=576, heads=9, kv_heads=3, intermediate=1536, layers=30, vocab=1000)
 

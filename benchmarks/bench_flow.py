@@ -25,7 +25,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 import cmixlib
-from cmixlib.attention import FLOW_SCALE
+from cmixlib.methods.aggregation import FLOW_SCALE
 from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs
 
 

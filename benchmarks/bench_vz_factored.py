@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 import transformers as tf
 
-from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-from cmixlib.value_zeroing import value_zeroing_layer
+from cmixlib.forward.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+from cmixlib.methods.value_zeroing import value_zeroing_layer
 
 from bench_methods import vz_loop_layers   # the per-token reference loop (same folder)
 

@@ -19,7 +19,7 @@ def _title(nb) -> str:
 
 
 def colab_url(name: str, edition_dir: Path = STUDENT_DIR, branch: str = "main") -> str:
-    """Colab's URL for a notebook of the repository (:data:`cmixlib.book.REPO_URL`)."""
+    """Colab's URL for a notebook of the repository (:data:`cmixlib.book.notebook.REPO_URL`)."""
     from cmixlib.book import REPO_URL
 
     repo = REPO_URL.removeprefix("https://github.com/").rstrip("/")

@@ -51,7 +51,7 @@ def _values_call(res: CheckResult, fn: Callable, keys: Sequence[str], *args) -> 
 
 def reference_cue_alignment(scores, cue_indices) -> dict[str, float]:
     r"""Dot product, average precision and probes needed of one row against its cue, by the
-    definitions of chapter 9 (written out, independently of :mod:`cmixlib.evaluation`).
+    definitions of chapter 9 (written out, independently of :mod:`cmixlib.metrics.evaluation`).
 
     :math:`s` = the row with negatives clipped to 0, divided by its sum (uniform if the sum is
     0); :math:`\xi` the 0/1 cue vector. ``dot`` = :math:`s\cdot\xi`; ``ap`` =
@@ -208,7 +208,7 @@ def check_cue_alignment(student_fn: Callable, *, seed: int = 0, verbose: bool = 
 
 def reference_online_codelength(probs, labels, bounds) -> tuple[float, float]:
     r"""Online codelength (bits) and compression from the probes' predictions, by the formula
-    of chapter 10 (independently of :func:`cmixlib.probing.mdl_probe`).
+    of chapter 10 (independently of :func:`cmixlib.metrics.probing.mdl_probe`).
 
     ``probs`` (N, K): row k is :math:`P_{\theta_b}(\cdot \mid o_{(k)})`, the prediction of the
     probe trained on the blocks before example k's block (the rows of the first block are
@@ -232,7 +232,7 @@ def reference_online_codelength(probs, labels, bounds) -> tuple[float, float]:
 def _code_cases(seed: int) -> list[tuple[str, np.ndarray, np.ndarray, list[int]]]:
     """(label, probs, labels, bounds): K = 2 with the Value Zeroing block schedule, K = 3 with
     a coarser one. Later probes are sharper (trained on more data); first-block rows are NaN."""
-    from cmixlib.probing import VZ_BLOCKS, block_boundaries
+    from cmixlib.metrics.probing import VZ_BLOCKS, block_boundaries
 
     rng = np.random.default_rng(seed)
     out = []

@@ -5,8 +5,8 @@ chapter 14, :func:`cmix_course.check_blank_out`.)
 
 The references are written out the obvious way (loops over tokens and pairs, average ranks
 counted by hand) and tested against the library functions the experiments call:
-:func:`cmixlib.evaluation.per_example_spearman`,
-:func:`cmixlib.evaluation.special_token_rank` and :func:`cmixlib.anisotropy.mean_pairwise_cosine`.
+:func:`cmixlib.metrics.evaluation.per_example_spearman`,
+:func:`cmixlib.metrics.evaluation.special_token_rank` and :func:`cmixlib.metrics.anisotropy.mean_pairwise_cosine`.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def reference_faithfulness(s_method, s_bo, t: int, *, drop: Sequence[str] = ("cl
     ``[CLS]`` (0), ``[SEP]`` (n-1) and the ``[MASK]`` ``t``: Pearson's r of the average ranks
     (tied scores share the mean of their ranks). NaN when a vector is constant over
     :math:`J_w`, has fewer than 2 entries or a non-finite value (as
-    :func:`cmixlib.evaluation.spearman`). ``drop``, ``ranks`` (``"raw"``: no ranks) and
+    :func:`cmixlib.metrics.evaluation.spearman`). ``drop``, ``ranks`` (``"raw"``: no ranks) and
     ``shortcut`` (:math:`1 - 6\sum d^2/(m(m^2-1))`) give the usual mistakes.
     """
     x, y = _to_numpy(s_method).ravel(), _to_numpy(s_bo).ravel()
@@ -179,7 +179,7 @@ def reference_special_rank(scores, tokens: Sequence[str], *, ranks: str = "dense
     r"""Mean over the positions of ``[CLS]``, ``[SEP]``, ``,`` and ``.`` of
     :math:`\mathrm{rank}_j / n`, with :math:`\mathrm{rank}_j` the dense rank of token j's score
     (1 = the lowest score; tied scores share a rank, the next distinct score gets the next
-    integer), as :func:`cmixlib.evaluation.special_token_rank` (ALTI's code). NaN without such
+    integer), as :func:`cmixlib.metrics.evaluation.special_token_rank` (ALTI's code). NaN without such
     a token. ``ranks``, ``divide`` (``"n"``, ``"distinct"``, ``"none"``, ``"minmax"``:
     :math:`(r - 1)/(n - 1)`), ``descending`` and ``special`` give the usual mistakes.
     """
@@ -251,7 +251,7 @@ def check_special_rank(student_fn: Callable, *, seed: int = 0, verbose: bool = T
 def reference_anisotropy(T) -> np.ndarray:
     r"""For each query i, the mean cosine over the :math:`n(n-1)` ordered pairs of distinct
     vectors :math:`T_i(x_j), T_i(x_k)`, :math:`j \ne k`, by a loop over the pairs:
-    ``T`` (r, n, d) -> (r,). Equals :func:`cmixlib.anisotropy.mean_pairwise_cosine`."""
+    ``T`` (r, n, d) -> (r,). Equals :func:`cmixlib.metrics.anisotropy.mean_pairwise_cosine`."""
     T = _to_numpy(T)
     out = []
     for V in T:

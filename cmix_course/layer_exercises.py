@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cmixlib.arch import layer_list, layer_parts, parts_of_layer
+from cmixlib.models.arch import layer_list, layer_parts, parts_of_layer
 from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, _close, _diagnose,
                        _heads, _report_diff, _tiny_bert, _tiny_inputs)
 

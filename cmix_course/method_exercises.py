@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from cmixlib.arch import layer_parts
+from cmixlib.models.arch import layer_parts
 from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, _close, _diagnose,
                        _report_diff, _tiny_bert, _tiny_inputs)
 
@@ -16,8 +16,8 @@ from .checking import (CheckResult, _call, _check_normalised_row, _check_shape, 
 # ------------------------------------------------------------------------------------------
 
 def reference_rollout(maps: np.ndarray, add_identity: bool = False) -> np.ndarray:
-    """Rollout with the book's convention (:func:`cmixlib.attention.rollout`)."""
-    from cmixlib.attention import rollout
+    """Rollout with the book's convention (:func:`cmixlib.methods.aggregation.rollout`)."""
+    from cmixlib.methods.aggregation import rollout
 
     return np.asarray(rollout(maps, add_identity=add_identity), dtype=float)
 
@@ -106,7 +106,7 @@ def reference_nenc(T: torch.Tensor, q: torch.Tensor, ln2: torch.nn.LayerNorm) ->
     ``T`` (n, n, d): the LN1 output split over source tokens (:math:`\sum_j T_i(x_j)` plus the
     attention-output and LN biases is :math:`y_i`); ``q`` (n, d): the real LN2 input
     :math:`u_i = y_i + \mathrm{FFN}(y_i)`, whose scale :math:`\sigma(u_i)` divides every vector
-    of row i; :math:`\beta_2` is left out, as in :func:`cmixlib.norms.globenc_layer`.
+    of row i; :math:`\beta_2` is left out, as in :func:`cmixlib.methods.norms.globenc_layer`.
     """
     s = torch.sqrt(q.var(-1, unbiased=False, keepdim=True) + ln2.eps)          # (n, 1)
     centred = T - T.mean(-1, keepdim=True)
@@ -264,7 +264,7 @@ def check_grad_x_input(student_fn: Callable, *, seed: int = 0, verbose: bool = T
     ``pos``) with respect to the output of the word-embedding module (``model.get_input_embeddings()``)
     and return :math:`\lVert g_j \odot x_j \rVert_2` for every token j.
     """
-    from cmixlib.models import random_model
+    from cmixlib.models.loading import random_model
 
     res = CheckResult("check_grad_x_input")
     model = random_model("bert", task="mlm", seed=seed, dtype=torch.float64)

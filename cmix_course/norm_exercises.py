@@ -34,7 +34,7 @@ def reference_n_res_ln(alpha: torch.Tensor, fx: torch.Tensor, x: torch.Tensor, b
 
     ``stage="n"`` returns :math:`\lVert F_{ij}\rVert_2` (N), ``"n_res"`` :math:`\lVert z_{ij}\rVert_2`
     (N-Res). Written token pair by token pair (the obvious way; the library batches it), so that
-    it is independent of :mod:`cmixlib.norms`.
+    it is independent of :mod:`cmixlib.methods.norms`.
     """
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -75,8 +75,9 @@ def _peaky_case(seed: int, heads: int = 3, n: int = 5, d: int = 12):
 
 def _layer_case(seed: int):
     """The parts of layer 1 of a tiny random BERT (float64) for one 6-token input."""
-    from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-    from cmixlib.models import random_model
+    from cmixlib.forward.encoder import (encoder_layers, iter_sentences, layer_states,
+                                         run_and_capture)
+    from cmixlib.models.loading import random_model
 
     model = random_model("bert", hidden=32, layers=2, heads=4, seed=seed, dtype=torch.float64)
     ids = torch.randint(5, model.config.vocab_size, (1, 6),

@@ -3,7 +3,7 @@ correlation of a rolled-out ``[CLS]`` row with a saliency vector (chapter 13), a
 (erasure) row of a masked-LM prediction (chapter 14).
 
 Each ``reference_*`` is an obvious, loop-based implementation; the tests compare it with the
-library (:func:`cmixlib.attention.rollout` with :func:`cmixlib.evaluation.spearman_rows`, as
+library (:func:`cmixlib.methods.aggregation.rollout` with :func:`cmixlib.metrics.evaluation.spearman_rows`, as
 ``globenc-correlations`` uses them, and :func:`cmixlib.gradients.blank_out`).
 """
 from __future__ import annotations
@@ -74,8 +74,8 @@ def random_raw_maps(layers: int, n: int, seed: int) -> np.ndarray:
 def _tiny_classifier_case(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Raw N-Enc maps (L, n, n) of a tiny random BERT classifier and its gradient × input (L2)
     saliency of class 1 at the embedding-layer output (``hidden_states[0]``), by plain autograd."""
-    from cmixlib import core
-    from cmixlib.models import random_model
+    from cmixlib.methods import dispatch as core
+    from cmixlib.models.loading import random_model
 
     model = random_model("bert", task="sequence-classification", layers=3, num_labels=2,
                          seed=seed, dtype=torch.float64)
@@ -221,7 +221,7 @@ def check_blank_out(student_fn: Callable, *, seed: int = 0, verbose: bool = True
     :math:`s_j = p(w) - p(w_{j \leftarrow r})` for every position j, ``[CLS]``, ``[SEP]`` and
     ``[MASK]`` included (ALTI's variant).
     """
-    from cmixlib.models import random_model
+    from cmixlib.models.loading import random_model
 
     res = CheckResult("check_blank_out")
     # initializer_range 0.2 (not BERT's 0.02): attention is not uniform and one token's

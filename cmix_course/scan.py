@@ -6,7 +6,7 @@ student's work, which the grader then leaves to a human (pending, with the reaso
 
 * :func:`answer_uses` - the library or course functions an answer refers to: a
   ``reference_*`` function of :mod:`cmix_course`, or one of the exercise's ``forbidden``
-  library functions (e.g. :func:`cmixlib.attention.rollout` for the rollout exercise), also
+  library functions (e.g. :func:`cmixlib.methods.aggregation.rollout` for the rollout exercise), also
   through helper functions of the notebook that the answer calls, import aliases and module
   attributes; names are resolved with function scope (:func:`local_names`);
 * :func:`suspicious` - lines of the student's own cells (the book's cells, recognised by

@@ -1,42 +1,44 @@
 """cmixlib: context mixing in Transformers (BERT-family encoders; pre-LN decoder LMs).
 
 Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists every
-context-mixing method (:mod:`cmixlib.registry` holds them with the baselines, labels and colours).
+context-mixing method (:mod:`cmixlib.methods.registry` holds them with the baselines, labels and colours).
 
-Where is what: :mod:`~cmixlib.arch` (the module names of each model family, nothing else knows
-them), :mod:`~cmixlib.models` (loading, offline fallback, tiny random models),
-:mod:`~cmixlib.encoder` (one captured forward pass, the per-layer decomposition),
-:mod:`~cmixlib.points` (:func:`capture`: every intermediate tensor by name, encoders and
+Where is what: :mod:`~cmixlib.models.arch` (the module names of each model family, nothing else knows
+them), :mod:`~cmixlib.models.loading` (loading, offline fallback, tiny random models),
+:mod:`~cmixlib.forward.encoder` (one captured forward pass, the per-layer decomposition),
+:mod:`~cmixlib.forward.points` (:func:`capture`: every intermediate tensor by name, encoders and
 decoders),
-:mod:`~cmixlib.norms`, :mod:`~cmixlib.value_zeroing` and :mod:`~cmixlib.attention` (the methods),
-:mod:`~cmixlib.core` (the entry point; a Llama-style or GPT-2 decoder LM is routed to
-:mod:`~cmixlib.decoder_methods`, on :mod:`~cmixlib.decoder`'s captured pass and
-:mod:`~cmixlib.decoder_vz`), :mod:`~cmixlib.gradients` (gradient, erasure and random
+:mod:`~cmixlib.methods.norms`, :mod:`~cmixlib.methods.value_zeroing` and :mod:`~cmixlib.methods.aggregation` (the methods),
+:mod:`~cmixlib.methods.dispatch` (the entry point; a Llama-style or GPT-2 decoder LM is routed to
+:mod:`~cmixlib.methods.decoder`, on :mod:`~cmixlib.forward.decoder`'s captured pass and
+:mod:`~cmixlib.methods.value_zeroing_decoder`), :mod:`~cmixlib.gradients` (gradient, erasure and random
 baselines), :mod:`~cmixlib.data` (datasets, BLiMP annotation), :mod:`~cmixlib.training` (the
-trainers and their one ``fit`` loop), :mod:`~cmixlib.evaluation` and :mod:`~cmixlib.probing` (the
+trainers and their one ``fit`` loop), :mod:`~cmixlib.metrics.evaluation` and :mod:`~cmixlib.metrics.probing` (the
 papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by name and cached).
 """
-from .models import ModelBundle, ModelLoadError, load_model, random_model, packaged_model_path, default_model_name
-from .arch import UnsupportedModelError
-from .attention import rollout, attention_flow, normalize_rows, row_spread
-from .core import (METHODS, InputError, Method, check_methods, context_mixing, context_mixing_ratio,
-                   tokens)
-from .registry import describe_methods, method_color, method_label
-from .points import capture
-from .result import MixingResult
-from . import registry
+from cmixlib.models.loading import (ModelBundle, ModelLoadError, load_model, random_model,
+                                    packaged_model_path, default_model_name)
+from cmixlib.models.arch import UnsupportedModelError
+from cmixlib.methods.aggregation import rollout, attention_flow, normalize_rows, row_spread
+from cmixlib.methods.dispatch import (METHODS, InputError, Method, check_methods, context_mixing,
+                                      context_mixing_ratio, tokens)
+from cmixlib.methods.registry import describe_methods, method_color, method_label
+from cmixlib.forward.points import capture
+from cmixlib.result import MixingResult
+from cmixlib.methods import registry
 
 # The core above needs only torch, transformers, numpy and tqdm. The rest is imported on first
 # use (PEP 562), so that `import cmixlib` works without the extras: the experiments and
 # datasets (pandas, scipy, scikit-learn, networkx: cmixlib[experiments]), the gradient baselines
 # (captum: cmixlib[gradients]) and the book's committed weights.
 _LAZY = {
-    "data": (".data", None), "evaluation": (".evaluation", None),
-    "gradients": (".gradients", None), "experiments": (".experiments", None),
-    "list_experiments": (".experiments", "list_experiments"),
-    "run_experiment": (".experiments", "run_experiment"),
-    "load_classifier": (".classifier_weights", "load_classifier"),
-    "load_student": (".student_weights", "load_student"),
+    "data": ("cmixlib.data", None), "metrics": ("cmixlib.metrics", None),
+    "evaluation": ("cmixlib.metrics.evaluation", None),
+    "gradients": ("cmixlib.gradients", None), "experiments": ("cmixlib.experiments", None),
+    "list_experiments": ("cmixlib.experiments", "list_experiments"),
+    "run_experiment": ("cmixlib.experiments", "run_experiment"),
+    "load_classifier": ("cmixlib.models.classifiers", "load_classifier"),
+    "load_student": ("cmixlib.models.student", "load_student"),
 }
 
 
@@ -46,7 +48,7 @@ def __getattr__(name: str):
     import importlib
 
     module_name, attr = _LAZY[name]
-    module = importlib.import_module(module_name, __name__)
+    module = importlib.import_module(module_name)
     value = module if attr is None else getattr(module, attr)
     globals()[name] = value
     return value

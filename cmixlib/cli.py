@@ -24,8 +24,8 @@ import sys
 
 import pandas as pd
 
-from . import experiments as X
-from .validation import InputError, check_positive_int
+from cmixlib import experiments as X
+from cmixlib.validation import InputError, check_positive_int
 
 
 def _parse_set(items: list[str]) -> dict:
@@ -129,7 +129,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_list()
         return 0
     if args.command == "prewarm":
-        from .book_runs import prewarm
+        from cmixlib.book.runs import prewarm
 
         total = sum(seconds for _, seconds in prewarm(check_positive_int(args.jobs, "--jobs")))
         print(f"prewarm: every book run is in the result cache ({total:.0f} s of run time)")

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .validation import InputError, check_positions
+from cmixlib.validation import InputError, check_positions
 
 __all__ = ["MixingResult", "FORMAT"]
 

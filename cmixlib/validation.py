@@ -197,8 +197,8 @@ def check_tokenizer(tokenizer: Any, name: str = "tokenizer") -> Any:
 def check_model(model: Any, name: str = "model") -> torch.nn.Module:
     """``model`` if it is a ``torch.nn.Module``; else :class:`cmixlib.UnsupportedModelError` (a
     TypeError) saying what to pass. Whether the module is a supported encoder is
-    :func:`cmixlib.arch.family_of`'s question."""
-    from .arch import SUPPORTED_FAMILIES, UnsupportedModelError
+    :func:`cmixlib.models.arch.family_of`'s question."""
+    from cmixlib.models.arch import SUPPORTED_FAMILIES, UnsupportedModelError
 
     if not isinstance(model, torch.nn.Module):
         hint = f" cmixlib.load_model({model!r}) loads it." if isinstance(model, str) else ""
@@ -329,7 +329,7 @@ def check_rows(rows: Any, n: int, name: str = "rows", *, negative: bool = False)
 
     ``rows``: an int, a list / numpy array / torch tensor of ints in ``0..n-1``, or None. Negative,
     fractional or boolean rows and an empty list are an :class:`InputError` naming ``rows``
-    (``negative=True``: ``-n..-1`` count from the end, as :func:`cmixlib.hta.hta` takes them).
+    (``negative=True``: ``-n..-1`` count from the end, as :func:`cmixlib.methods.hta.hta` takes them).
 
     Examples
     --------
@@ -396,7 +396,7 @@ _DEVICE = re.compile(r"(cpu|cuda(:\d+)?|auto)?")
 def check_device_name(device: Any, name: str = "device") -> str:
     """``device`` as lower-case text: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or ``""``
     (None, auto: CUDA when available). A ``torch.device`` is accepted; anything else is an error
-    (TypeError for a non-string). Whether the device exists is :func:`cmixlib.models.resolve_device`'s
+    (TypeError for a non-string). Whether the device exists is :func:`cmixlib.models.loading.resolve_device`'s
     question."""
     if device is None:
         return ""

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from cmixlib import experiments as X
-from cmixlib.encoder import encoder_layers
+from cmixlib.forward.encoder import encoder_layers
 
 TOK = SimpleNamespace(pad_token_id=0, cls_token_id=1, sep_token_id=2, unk_token_id=3, mask_token_id=4)
 

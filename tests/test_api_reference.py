@@ -127,8 +127,8 @@ def test_docstring_examples_run():
     finder = doctest.DocTestFinder(recurse=False)
     tests = [t for name, obj in public_objects() for t in finder.find(obj, f"cmixlib.{name}", globs={})]
     tests += _page_doctests()
-    from cmixlib.value_zeroing import value_zeroing_layer      # a method page's example too
-    tests += finder.find(value_zeroing_layer, "cmixlib.value_zeroing.value_zeroing_layer", globs={})
+    from cmixlib.methods.value_zeroing import value_zeroing_layer      # a method page's example too
+    tests += finder.find(value_zeroing_layer, "cmixlib.methods.value_zeroing.value_zeroing_layer", globs={})
     failures, ran = [], 0
     for test in tests:
         out: list[str] = []
@@ -164,7 +164,7 @@ RESOLVED = ('<p>See <a class="reference internal" href="api.html#cmixlib.rollout
             '<code class="xref py py-func docutils literal notranslate"><span class="pre">cmixlib.rollout()</span>'
             '</code></a>.</p>')
 DEAD = ('<p>See <code class="xref py py-func docutils literal notranslate"><span class="pre">'
-        'cmixlib.attention.no_such_function()</span></code>.</p>')
+        'cmixlib.methods.aggregation.no_such_function()</span></code>.</p>')
 DEAD_DOC = '<p>Read <span class="xref std std-doc">../notebooks/missing</span>.</p>'
 
 
@@ -179,7 +179,7 @@ def test_check_site_accepts_a_resolved_cross_reference(tmp_path):
     assert not errors, errors
 
 
-@pytest.mark.parametrize("body, target", [(DEAD, "cmixlib.attention.no_such_function()"),
+@pytest.mark.parametrize("body, target", [(DEAD, "cmixlib.methods.aggregation.no_such_function()"),
                                           (DEAD_DOC, "../notebooks/missing")])
 def test_check_site_reports_a_dead_cross_reference(tmp_path, body, target):
     errors, _, _ = _check_site().check_site(_site(tmp_path, RESOLVED + body))
@@ -191,7 +191,7 @@ def test_check_site_page_parser_counts_only_unlinked_xrefs():
     page = _check_site().Page()
     page.feed(RESOLVED + DEAD + DEAD + "<p><code>plain code</code></p>")
     page.close()
-    assert page.dead_xrefs == ["cmixlib.attention.no_such_function()"] * 2
+    assert page.dead_xrefs == ["cmixlib.methods.aggregation.no_such_function()"] * 2
 
 
 def test_short_docstring_references_find_the_nearest_documented_object():
@@ -208,13 +208,13 @@ def test_short_docstring_references_find_the_nearest_documented_object():
             self.objtype, self.aliased = objtype, False
 
     objects = {"cmixlib.data.load_sva": Entry("function"), "cmixlib.rollout": Entry("function"),
-               "cmixlib.attention.rollout": Entry("function"),
+               "cmixlib.methods.aggregation.rollout": Entry("function"),
                "cmixlib.experiments.common.GRADIENT_METHODS": Entry("data"),
                "cmixlib.gradients.captum_methods.GRADIENT_METHODS": Entry("data")}
     func, data = xref.OBJ_TYPES["func"], xref.OBJ_TYPES["data"]
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data.inputs", func) == "cmixlib.data.load_sva"
-    assert xref.nearest_object(objects, "rollout", "cmixlib.attention", func) == "cmixlib.attention.rollout"
-    assert xref.nearest_object(objects, "rollout", "cmixlib.core", func) == "cmixlib.rollout"
+    assert xref.nearest_object(objects, "rollout", "cmixlib.methods.aggregation", func) == "cmixlib.methods.aggregation.rollout"
+    assert xref.nearest_object(objects, "rollout", "cmixlib.methods.dispatch", func) == "cmixlib.rollout"
     assert (xref.nearest_object(objects, "GRADIENT_METHODS", "cmixlib.gradients", data)
             == "cmixlib.gradients.captum_methods.GRADIENT_METHODS")
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data", data) is None     # wrong kind

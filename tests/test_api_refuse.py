@@ -109,14 +109,14 @@ def test_a_batch_gives_a_list_one_sequence_a_dict():
     assert isinstance(got, list) and len(got) == 2
     assert isinstance(cmixlib.capture(model, two), list)
 def test_context_mixing_passes_vz_options_to_both_families():
-    from cmixlib.decoder import random_decoder
+    from cmixlib.forward.decoder import random_decoder
 
     dec = random_decoder("llama", dtype=torch.float64)
     ids = {"input_ids": torch.tensor([[1, 5, 9, 3, 7]])}
     a = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_method="batched")
     b = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_method="factored")
     assert np.allclose(a["value_zeroing"], b["value_zeroing"], atol=1e-10)
-    from cmixlib.decoder_methods import decoder_context_mixing
+    from cmixlib.methods.decoder import decoder_context_mixing
     c = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_convention="inseq")
     d = decoder_context_mixing(dec, None, ids, ["value_zeroing"], vz_convention="inseq")
     assert np.array_equal(c["value_zeroing"], d["value_zeroing"])

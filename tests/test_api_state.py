@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import models
+from cmixlib.models import loading as models
 
 
 def _sdpa_model():
@@ -35,7 +35,7 @@ def test_context_mixing_leaves_an_sdpa_model_sdpa():
 
 
 def test_eager_attention_restores_after_an_error():
-    from cmixlib.encoder import eager_attention
+    from cmixlib.forward.encoder import eager_attention
 
     model = _sdpa_model()
     with pytest.raises(RuntimeError):

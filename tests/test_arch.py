@@ -1,11 +1,13 @@
-"""cmixlib.arch (the module names of each family) and cmixlib.registry (one entry per method),
+"""cmixlib.models.arch (the module names of each family) and cmixlib.methods.registry (one entry per method),
 checked against module paths spelled out here independently and against the models' own outputs."""
 import pytest
 import torch
 import transformers
 
-from cmixlib import arch, random_model, registry
-from cmixlib.core import METHODS
+from cmixlib.models import arch
+from cmixlib import random_model
+from cmixlib.methods import registry
+from cmixlib.methods.dispatch import METHODS
 from cmixlib.gradients import GRADIENT_METHODS
 
 # the parts of layer 0, spelled out by hand per family (independent of arch.FAMILIES)

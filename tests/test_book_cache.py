@@ -128,9 +128,9 @@ def test_a_changed_module_re_executes_the_notebook_and_nothing_else_does(project
 
 def test_keys_follow_imports_of_the_cells(tmp_path):
     nb = tmp_path / "x.ipynb"
-    nb.write_text(json.dumps(_notebook(["%matplotlib inline\nimport cmixlib.book\n",
+    nb.write_text(json.dumps(_notebook(["%matplotlib inline\nimport cmixlib.book.notebook\n",
                                         "def f():\n    from cmixlib.plotting import plot_map\n"])))
-    assert {"cmixlib.book", "cmixlib.plotting", "cmixlib.plotting.plot_map"} <= \
+    assert {"cmixlib.book.notebook", "cmixlib.plotting", "cmixlib.plotting.plot_map"} <= \
         cmix_nbdeps.notebook_imports(nb)
     key = cmix_nbdeps.notebook_key(nb)
     assert key == cmix_nbdeps.notebook_key(nb)

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cmixlib import book_runs as B
+from cmixlib.book import runs as B
 from cmixlib.experiments import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]

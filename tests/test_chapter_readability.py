@@ -25,7 +25,7 @@ def _by_id(name):
 
 
 def test_model_line_prints_a_description_once_then_by_name():
-    from cmixlib import book
+    from cmixlib.book import notebook as book
 
     book._described.clear()
     base = ("tiny-encoder (bert, 2 layers, hidden 32): adapted on some text "
@@ -48,7 +48,7 @@ def test_model_line_prints_a_description_once_then_by_name():
 def test_describe_run_prints_the_model_through_model_line():
     import inspect
 
-    from cmixlib import book_runs
+    from cmixlib.book import runs as book_runs
 
     assert "model_line(m['model'])" in inspect.getsource(book_runs.describe_run)
 

@@ -1,4 +1,4 @@
-"""The papers' claims as data (cmixlib.claims): every quote is the paper's own words, every claim
+"""The papers' claims as data (cmixlib.book.claims): every quote is the paper's own words, every claim
 has a test and an item, and the rules that turn outcomes into verdicts (unit tests on hand-made
 frames; the real runs are exercised by notebook 98)."""
 from types import SimpleNamespace
@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cmixlib import reproduction as R
-from cmixlib.claims import (PAPER_FILES, Claim, claims_for, load_claims, normalise_text,
-                            quote_in_text, seed_path, seeds_dir)
-from cmixlib.claims import compare as C
-from cmixlib.claims import rules
-from cmixlib.claims.compare import Outcome
+from cmixlib.book import reproduction as R
+from cmixlib.book.claims import (PAPER_FILES, Claim, claims_for, load_claims, normalise_text,
+                                 quote_in_text, seed_path, seeds_dir)
+from cmixlib.book.claims import compare as C
+from cmixlib.book.claims import rules
+from cmixlib.book.claims.compare import Outcome
 
 SEEDS = seeds_dir()
 
@@ -145,7 +145,7 @@ def test_paired_bootstrap_is_seeded_and_covers_the_mean():
 
 # ---- the tests on hand-made run frames --------------------------------------------------------
 def test_vz_headline_is_on_both_metrics_and_only_the_context_mixing_methods(monkeypatch):
-    from cmixlib.claims import rules_vz as V
+    from cmixlib.book.claims import rules_vz as V
 
     big = {m: [0.1, 0.1, 0.1] for m in V.CONTEXT_MIXING}
     dot = {**big, "value_zeroing": [0.5, 0.5, 0.5], "random": [0.6, 0.1, 0.1],
@@ -164,7 +164,7 @@ def test_vz_headline_is_on_both_metrics_and_only_the_context_mixing_methods(monk
 
 
 def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch):
-    from cmixlib.claims import rules_alti as A
+    from cmixlib.book.claims import rules_alti as A
 
     res = pd.DataFrame({"method": ["alti", *A.FIG6_OTHERS], "mean": [0.9, 0.5, 0.5, 0.4],
                         "std": 0.1, "n": 500})
@@ -177,8 +177,8 @@ def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch)
 
 
 def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch):
-    import cmixlib.book_runs as B
-    from cmixlib.claims import status as S
+    import cmixlib.book.runs as B
+    from cmixlib.book.claims import status as S
 
     rows = _claims("holds", "fails", "reversed", "tie")
     rows = [(c, Outcome(o.outcome, f"numbers {k}")) for k, (c, o) in enumerate(rows)]
@@ -194,7 +194,7 @@ def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch)
 
 
 def test_every_assessed_item_has_a_why():
-    from cmixlib.differences import ITEM_WHYS
+    from cmixlib.book.differences import ITEM_WHYS
 
     for it in R.ITEMS:
         if it.assess is not None and not it.item.startswith("Table 3"):

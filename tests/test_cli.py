@@ -13,7 +13,7 @@ import cmixlib
 from fakes import BundleSources, FakeBundle
 from cmixlib import cli
 from cmixlib import experiments as X
-from cmixlib import paper_numbers as pn
+from cmixlib.data import paper_numbers as pn
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"  # beside the clone, where present
 
@@ -118,10 +118,10 @@ def test_no_computing_module_imports_a_presentation_module():
         used = _cmixlib_imports(path.read_text(), path.relative_to(pkg)) & X.PRESENTATION_MODULES
         assert not used, f"{path.relative_to(pkg)} imports {used}: remove it from PRESENTATION_MODULES"
     # the check sees every way of writing such an import
-    for line in ["from .. import plotting", "from ..plotting import plot_maps", "from ..book_runs import x",
+    for line in ["from .. import plotting", "from ..plotting import plot_maps", "from ..book.runs import x",
                  "from cmixlib.plotting import x", "import cmixlib.plotting", "from cmixlib import plotting"]:
-        assert _cmixlib_imports(line, Path("experiments/probe.py")) & {"plotting", "book_runs"}, line
-    assert _cmixlib_imports("from .plotting import x", Path("norms.py")) == {"plotting"}
+        assert _cmixlib_imports(line, Path("experiments/probe.py")) & {"plotting", "book"}, line
+    assert _cmixlib_imports("from .plotting import x", Path("validation.py")) == {"plotting"}
     assert _cmixlib_imports("from . import plotting", Path("experiments/probe.py")) == {"experiments"}
 
 
@@ -143,11 +143,11 @@ from cmixlib.experiments import code_version
 pkg = Path(cmixlib.__file__).resolve().parent
 assert str(pkg).startswith(sys.argv[1]), pkg
 versions = [code_version()]
-norms = (pkg / "norms.py").read_text()
+norms = (pkg / "methods/norms.py").read_text()
 q = chr(34) * 3
-(pkg / "norms.py").write_text(norms.replace(q, q + "Docs only. ", 1) + "\\n# a comment\\n")
+(pkg / "methods/norms.py").write_text(norms.replace(q, q + "Docs only. ", 1) + "\\n# a comment\\n")
 docs_only = code_version()
-for rel in ["plotting/maps.py", "norms.py", "experiments/common.py"]:
+for rel in ["plotting/maps.py", "methods/norms.py", "experiments/common.py"]:
     (pkg / rel).write_text((pkg / rel).read_text() + "\\nAN_EDIT = 1\\n")
     versions.append(code_version())
 manifest = pkg / "assets/minilm_mlm/manifest.json"
@@ -371,7 +371,7 @@ def test_target_rows_of_a_padded_batch_equal_single_examples():
 def test_cls_rows_of_a_padded_batch_equal_the_slow_single_sentence_forms():
     """ALTI Table 2 / Figure 6 batch sentences: each [CLS] row must equal the one-sentence
     computation with the plain library calls (context_mixing + rollout, attribute)."""
-    from cmixlib.attention import rollout
+    from cmixlib.methods.aggregation import rollout
     from cmixlib.gradients import ClassTarget, attribute
 
     model = cmixlib.random_model("bert", task="sequence-classification", layers=2, seed=2,
@@ -410,7 +410,7 @@ def test_vz_distance_ablation_on_fakes(fakes):
 
 
 def test_length_batches_sort_stably_by_length():
-    from cmixlib.batching import length_batches, pad_sequences
+    from cmixlib.forward.batching import length_batches, pad_sequences
 
     lengths = [5, 3, 5, 1, 3, 9, 3]
     assert length_batches(lengths, size=3) == [[3, 1, 4], [6, 0, 2], [5]]
@@ -441,7 +441,7 @@ def test_globenc_batched_rows_equal_one_example_at_a_time(family):
     autograd on hidden_states[0]) and scipy's Spearman against each [CLS] row, both rollouts."""
     from scipy.stats import spearmanr
 
-    from cmixlib.attention import normalize_rows, rollout
+    from cmixlib.methods.aggregation import normalize_rows, rollout
     from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlation_rows
 
     model = cmixlib.random_model(family, task="sequence-classification", layers=2, seed=3,
@@ -453,7 +453,7 @@ def test_globenc_batched_rows_equal_one_example_at_a_time(family):
     for ex, rho in zip(exs, got):
         ids = torch.tensor([ex["input_ids"]])
         emb = {}
-        h = cmixlib.arch.embedding_output_module(model).register_forward_hook(
+        h = cmixlib.models.arch.embedding_output_module(model).register_forward_hook(
             lambda mod, args, out: emb.update(e=out))
         try:
             with torch.enable_grad():

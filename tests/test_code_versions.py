@@ -56,7 +56,7 @@ names = sorted(REGISTRY)
 def versions():
     return {n: code_version(n) for n in names}
 out = {"before": versions()}
-for rel in ["hta.py", "probing.py", "saliency.py", "experiments/alti.py"]:
+for rel in ["methods/hta.py", "metrics/probing.py", "experiments/saliency.py", "experiments/alti.py"]:
     (pkg / rel).write_text((pkg / rel).read_text() + "\\nAN_EDIT = 1\\n")
     out[rel] = versions()
 manifest = pkg / "assets/classifiers/sst2/manifest.json"
@@ -67,8 +67,8 @@ print(json.dumps(out))
 
 
 def test_an_edit_changes_only_the_versions_of_experiments_that_import_it(tmp_path):
-    """On a copy of the package, in a fresh process: editing hta.py changes GlobEnc Figure 4's
-    version and not Value Zeroing's; probing.py the MDL probing's and not ALTI's; saliency.py
+    """On a copy of the package, in a fresh process: editing methods/hta.py changes GlobEnc Figure 4's
+    version and not Value Zeroing's; metrics/probing.py the MDL probing's and not ALTI's; experiments/saliency.py
     (used by notebooks and by the example claims only) that one's alone; a committed classifier's manifest all."""
     import json
     import shutil
@@ -83,12 +83,12 @@ def test_an_edit_changes_only_the_versions_of_experiments_that_import_it(tmp_pat
     def changed(step: str, before: str) -> set[str]:
         return {n for n in v[step] if v[step][n] != v[before][n]}
 
-    assert "globenc-fig4-hta" in changed("hta.py", "before")
-    assert "vz-cue-alignment" not in changed("hta.py", "before")
-    assert "alti-table2" not in changed("hta.py", "before")
-    assert "vz-mdl-probing" in changed("probing.py", "hta.py")
-    assert "alti-table2" not in changed("probing.py", "hta.py")
-    assert changed("saliency.py", "probing.py") == {"paper-example-claims"}
-    alti = changed("experiments/alti.py", "saliency.py")
+    assert "globenc-fig4-hta" in changed("methods/hta.py", "before")
+    assert "vz-cue-alignment" not in changed("methods/hta.py", "before")
+    assert "alti-table2" not in changed("methods/hta.py", "before")
+    assert "vz-mdl-probing" in changed("metrics/probing.py", "methods/hta.py")
+    assert "alti-table2" not in changed("metrics/probing.py", "methods/hta.py")
+    assert changed("experiments/saliency.py", "metrics/probing.py") == {"paper-example-claims"}
+    alti = changed("experiments/alti.py", "experiments/saliency.py")
     assert {"alti-table2", "alti-fig7-consistency"} <= alti and "vz-cue-alignment" not in alti
     assert changed("manifest", "experiments/alti.py") == set(v["before"])

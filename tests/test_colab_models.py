@@ -88,7 +88,7 @@ def colab_hub(fake_hub_dir, colab_result_cache, monkeypatch) -> dict:
 @pytest.mark.parametrize("name", list(fake_hub.HUB_MODELS))
 def test_hub_name_loads_as_in_colab(colab_hub, name):
     import cmixlib
-    from cmixlib import arch
+    from cmixlib.models import arch
 
     spec = fake_hub.HUB_MODELS[name]
     with warnings.catch_warnings(record=True) as caught:
@@ -256,7 +256,7 @@ def test_chapter_runs_with_the_papers_models(executed_chapters, path):
 
 # ---- what the chapters computed (from the result cache the chapters filled) ----------------
 def test_alti_fig7_pairs_bert_with_distilbert(colab_hub, executed_chapters):
-    from cmixlib.book_runs import run
+    from cmixlib.book.runs import run
 
     res = run("alti-fig7")                    # from the cache: chapter 12 ran it
     assert res.meta["info"]["model_b"].startswith("distilbert-base-uncased"), res.meta["info"]
@@ -266,7 +266,7 @@ def test_alti_fig7_pairs_bert_with_distilbert(colab_hub, executed_chapters):
 
 
 def test_appendix_assesses_the_papers_model(colab_hub, executed_chapters):
-    from cmixlib import reproduction
+    from cmixlib.book import reproduction
 
     table = reproduction.status_table()
     scored = table[table["model"].notna()]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import cmixlib
-from cmixlib.encoder import encoder_layers, layer_states, run_and_capture, iter_sentences
+from cmixlib.forward.encoder import encoder_layers, layer_states, run_and_capture, iter_sentences
 from tolerances import assert_no_worse_than_baseline
 
 ARCHS = ["bert", "roberta", "electra", "distilbert", "mpnet"]
@@ -243,7 +243,7 @@ def test_value_zeroing_float32_close_to_float64():
 
 
 def test_cosine_distance_is_stable_for_nearly_equal_vectors():
-    from cmixlib.value_zeroing import cosine_distance
+    from cmixlib.methods.value_zeroing import cosine_distance
     g = torch.Generator().manual_seed(0)
     a = torch.randn(64, 384, generator=g, dtype=torch.float64)
     b = a + 1e-6 * torch.randn(64, 384, generator=g, dtype=torch.float64)
@@ -475,7 +475,7 @@ def test_unsupported_architectures():
                                             embedding_size=8, vocab_size=50))
     with pytest.raises(cmixlib.UnsupportedModelError, match="Supported"):
         cmixlib.context_mixing(albert, None, {"input_ids": torch.tensor([[1, 2, 3]])})
-    # GPT-2 is read (cmixlib.decoder_methods), but only with eager attention weights
+    # GPT-2 is read (cmixlib.methods.decoder), but only with eager attention weights
     gpt2 = tf.GPT2Model(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50,
                                       attn_implementation="sdpa")).eval()
     with pytest.raises(cmixlib.UnsupportedModelError, match="eager"):

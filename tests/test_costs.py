@@ -1,11 +1,11 @@
-"""The cost model (cmixlib.costs) against this build's measured run times."""
+"""The cost model (cmixlib.book.costs) against this build's measured run times."""
 import re
 from pathlib import Path
 
 import pytest
 
-from cmixlib import book_runs, costs
-from cmixlib.book_runs import BOOK_RUNS, CONDITIONS
+from cmixlib.book import runs as book_runs, costs
+from cmixlib.book.runs import BOOK_RUNS, CONDITIONS
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: Runs this short are dominated by what the FLOP model leaves out (loading models and data,

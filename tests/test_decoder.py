@@ -1,4 +1,4 @@
-"""Context mixing in pre-LN decoder LMs (cmixlib.decoder, cmixlib.decoder_methods) against slow,
+"""Context mixing in pre-LN decoder LMs (cmixlib.forward.decoder, cmixlib.methods.decoder) against slow,
 obvious references on small random Llama (grouped-query attention: 6 query heads, 2 key-value
 heads; attention and MLP biases on) and GPT-2 models in float64, norm gains and biases perturbed.
 
@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 import cmixlib
-from cmixlib import decoder_methods as dm
-from cmixlib import decoder_vz as dv
-from cmixlib.decoder import DecompositionError, random_decoder, run_decoder
+from cmixlib.methods import decoder as dm
+from cmixlib.methods import value_zeroing_decoder as dv
+from cmixlib.forward.decoder import DecompositionError, random_decoder, run_decoder
 from tolerances import U64, assert_no_worse_than_baseline, gamma
 
 ARCHS = ["llama", "gpt2"]
@@ -467,7 +467,7 @@ def test_logit_target_is_refused_for_encoders():
 
 
 def test_decoder_families_in_the_arch_table():
-    from cmixlib import arch
+    from cmixlib.models import arch
     llama, gpt2 = make("llama")[0], make("gpt2")[0]
     assert arch.decoder_family_of(llama).name == "llama"
     assert arch.decoder_family_of(gpt2).name == "gpt2"

@@ -1,4 +1,4 @@
-"""ALTI-Logit as its authors evaluate it (cmixlib.decoder_logit): the explanation with the
+"""ALTI-Logit as its authors evaluate it (cmixlib.methods.alti_logit): the explanation with the
 embedding term at the explained token, per-head terms, the unattributed remainder, the
 reconstruction checked at run time. References by loops on small random float64 models with the
 norms computed in float64 (tests/test_decoder.py's helpers; rule 1)."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import decoder_logit as dl
-from cmixlib.decoder import DecompositionError, run_decoder
+from cmixlib.methods import alti_logit as dl
+from cmixlib.forward.decoder import DecompositionError, run_decoder
 from test_decoder import close, float64_norms, heads, hooked, make, parts_by_hand
 
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from cmixlib import InputError, context_mixing
-from cmixlib import decoder_methods as dm
-from cmixlib.decoder import random_decoder, run_decoder
-from cmixlib.evaluation import alignment_rows, spearman
+from cmixlib.methods import decoder as dm
+from cmixlib.forward.decoder import random_decoder, run_decoder
+from cmixlib.metrics.evaluation import alignment_rows, spearman
 from cmixlib.experiments import decoder as D
 from cmixlib.experiments import run_experiment
 from tolerances import assert_no_worse_than_baseline
@@ -327,7 +327,7 @@ def test_quick_run_refuses_unknown_settings():
 
 # ------------------------------------------------------------------ the chapter's sentences
 def test_sentences_follow_their_rules():
-    from cmixlib import decoder_report as R
+    from cmixlib.book import decoder_report as R
 
     norm = pd.DataFrame({"layer": [0, 1, 2, 3], "ratio": [1.0, 12.0, 3.0, 40.0]})
     share = pd.DataFrame({"method": ["attention"] * 2 + ["alti"] * 2, "layer": [0, 1] * 2,

@@ -1,4 +1,4 @@
-"""Every decoder family of cmixlib.arch.DECODER_FAMILIES, exact against brute force; every other
+"""Every decoder family of cmixlib.models.arch.DECODER_FAMILIES, exact against brute force; every other
 model_type refused before a forward pass; the capture's identity checks fire on a wrong
 declaration.
 
@@ -36,9 +36,9 @@ import torch.nn.functional as F
 import transformers
 
 import cmixlib
-from cmixlib import arch
-from cmixlib import decoder_methods as dm
-from cmixlib.decoder import DecompositionError, run_decoder
+from cmixlib.models import arch
+from cmixlib.methods import decoder as dm
+from cmixlib.forward.decoder import DecompositionError, run_decoder
 from tolerances import U64, assert_no_worse_than_baseline
 
 N, V, D, H, KV, DH = 6, 61, 32, 4, 2, 8
@@ -388,7 +388,7 @@ def test_a_wrong_declaration_is_caught_at_run_time(wrong, monkeypatch):
 
 
 def test_random_decoder_builds_every_family():
-    from cmixlib.decoder import random_decoder
+    from cmixlib.forward.decoder import random_decoder
     for family in arch.DECODER_FAMILIES:
         model = random_decoder(family, hidden=32, heads=4, layers=1, intermediate=48, vocab=61)
         run_decoder(model, torch.arange(5))          # the run-time checks pass in float32
@@ -405,13 +405,13 @@ def test_the_references_catch_wrong_declarations_without_the_run_time_check(
     """With the capture's identity checks switched off, the brute-force tests still fail."""
     import dataclasses
 
-    from cmixlib import decoder as dec
+    from cmixlib.forward import decoder as dec
     family = wrong.split()[0]
     change = {"gemma gain w": dict(norm_gain="w"), "granite r ignored":
               dict(residual_multiplier_key=None), "olmo eps": dict(norm_eps=1e-1)}[wrong]
     monkeypatch.setitem(arch.DECODER_FAMILIES, family,
                         dataclasses.replace(arch.DECODER_FAMILIES[family], **change))
-    from cmixlib import decoder_logit
+    from cmixlib.methods import alti_logit as decoder_logit
     monkeypatch.setattr(dec, "check_capture", lambda cap, model: None)
     monkeypatch.setattr(decoder_logit, "_check_reconstruction", lambda *a: None)
     run = {"alti_logit": test_alti_logit_sources_and_reconstruction,

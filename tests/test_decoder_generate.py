@@ -1,13 +1,13 @@
-"""Generation-time attribution (cmixlib.decoder_generate) against its definition: each step's
+"""Generation-time attribution (cmixlib.methods.generation) against its definition: each step's
 row equals decoder_context_mixing run on the prefix alone; padded batches equal the prompts
 run alone; greedy tokens and step scores against a plain loop."""
 import numpy as np
 import pytest
 import torch
 
-from cmixlib.decoder import random_decoder
-from cmixlib.decoder_generate import attribute_generation, greedy_continuation
-from cmixlib.decoder_methods import decoder_context_mixing
+from cmixlib.forward.decoder import random_decoder
+from cmixlib.methods.generation import attribute_generation, greedy_continuation
+from cmixlib.methods.decoder import decoder_context_mixing
 from cmixlib.validation import InputError
 
 METHODS = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
@@ -132,7 +132,7 @@ def test_generation_figure_and_matrix(model):
 def _needs_smollm2():
     import importlib.util
 
-    from cmixlib import offline_models as om
+    from cmixlib.models import offline as om
     deps = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
     return pytest.mark.skipif(om.smollm2_gguf_path() is None or not deps,
                               reason="SmolLM2's GGUF or its readers are not installed")

@@ -1,4 +1,4 @@
-"""What a decoder is given (cmixlib.decoder_inputs, issue 42): one BOS rule whatever the input
+"""What a decoder is given (cmixlib.forward.decoder_inputs, issue 42): one BOS rule whatever the input
 form; logit targets as strings, per prompt or per position, validated; unsupported dtypes
 refused. Each test failed on the code before this module (5db14ca): a string got no BOS,
 per-prompt targets were applied to positions, " are" and 10**6 ended in TypeError/IndexError,
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import offline_models as om
-from cmixlib.decoder import random_decoder
-from cmixlib.decoder_inputs import decoder_text_ids
+from cmixlib.models import offline as om
+from cmixlib.forward.decoder import random_decoder
+from cmixlib.forward.decoder_inputs import decoder_text_ids
 
 _GGUF_DEPS = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
 needs_smollm2 = pytest.mark.skipif(
@@ -159,8 +159,8 @@ def test_smollm2_passes_the_identity_checks_and_alti_logit_adds_up(smollm2):
     """SmolLM2 (llama family, float32): the capture's identity checks hold, and ALTI-Logit's
     explanation plus its remainder is the model's logit difference (alti_logit asserts the
     bound derived from its computation; here a looser 1e-3 of the terms' magnitude)."""
-    from cmixlib.decoder import run_decoder
-    from cmixlib.decoder_logit import explain_logit
+    from cmixlib.forward.decoder import run_decoder
+    from cmixlib.methods.alti_logit import explain_logit
 
     ids = smollm2.encode_for_decoder(TEXTS[0])["input_ids"][0]
     cap = run_decoder(smollm2.model, ids)                     # raises if an identity fails
@@ -177,7 +177,7 @@ def test_smollm2_passes_the_identity_checks_and_alti_logit_adds_up(smollm2):
 
 def test_mapping_keys_a_decoder_would_drop_are_refused():
     """position_ids (or any key but input_ids/attention_mask) must not be silently dropped."""
-    from cmixlib.decoder_inputs import decoder_sentences
+    from cmixlib.forward.decoder_inputs import decoder_sentences
 
     model = random_decoder("llama")
     ids = torch.tensor([[1, 5, 6]])

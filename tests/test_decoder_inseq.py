@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from cmixlib import offline_models as om
-from cmixlib.decoder_methods import decoder_context_mixing
-from cmixlib.decoder_vz import INSEQ_MIN_SCORE
+from cmixlib.models import offline as om
+from cmixlib.methods.decoder import decoder_context_mixing
+from cmixlib.methods.value_zeroing_decoder import INSEQ_MIN_SCORE
 from cmixlib.validation import InputError
 
 DATA = pathlib.Path(__file__).parent / "data" / "inseq"

@@ -31,10 +31,11 @@ import cmixlib
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import gradients as G
-from cmixlib import models, training
-from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-from cmixlib.hta import hta
-from cmixlib.value_zeroing import value_zeroing_layer
+from cmixlib.models import loading as models
+from cmixlib import training
+from cmixlib.forward.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+from cmixlib.methods.hta import hta
+from cmixlib.methods.value_zeroing import value_zeroing_layer
 from device_guard import HostTracker
 from fakes import TOK, BundleSources, FakeBundle, rationale_posts
 from test_decoder_experiments import ToySources

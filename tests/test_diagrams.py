@@ -11,9 +11,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from cmixlib import plotting, registry  # noqa: E402
-from cmixlib.plotting import (LAYER_READS, draw_encoder_layer, draw_rollout,  # noqa: E402
-                              draw_value_zeroing)
+from cmixlib import plotting
+from cmixlib.methods import registry  # noqa: E402
+from cmixlib.plotting import LAYER_READS, draw_encoder_layer, draw_rollout, draw_value_zeroing
 
 #: every name that notebooks, tests and the book import from cmixlib.plotting
 OLD_PUBLIC = ["DIV_CMAP", "METHOD_COLORS", "METHOD_LABELS", "SEQ_CMAP", "colour_tokens_html",

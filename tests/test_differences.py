@@ -1,4 +1,4 @@
-"""The rules that explain a "differs" (cmixlib.differences), ALTI Figures 8-10's homogeneity
+"""The rules that explain a "differs" (cmixlib.book.differences), ALTI Figures 8-10's homogeneity
 measures and claims, and the example items' status rows, on hand-made tables."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cmixlib import differences as D
+from cmixlib.book import differences as D
 from cmixlib.experiments.alti_layers import (FIGS8_10_HEADLINE, figs8_10_claims, homogeneity,
                                              special_mass)
 
@@ -59,7 +59,7 @@ def test_mixing_alignment_why_uses_both_metrics_and_only_the_named_methods():
 
 
 def test_globenc_table2_why_names_the_cell_furthest_from_the_paper():
-    from cmixlib import paper_numbers as pn
+    from cmixlib.data import paper_numbers as pn
 
     methods = ("attn_norm", "attn_norm_res", "globenc_layer")
     paper = pn.globenc_table2()
@@ -140,13 +140,13 @@ def test_row_spread_against_a_loop():
 
 
 def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
-    """A paper-example claim (cmixlib.claims.rules): the row named by the claim, else the item's
+    """A paper-example claim (cmixlib.book.claims.rules): the row named by the claim, else the item's
     headline; every other row for the "all" test; a missing row is "not tested", never a
     guess."""
     import types
 
-    import cmixlib.book_runs as B
-    from cmixlib.claims import rules
+    import cmixlib.book.runs as B
+    from cmixlib.book.claims import rules
 
     frame = pd.DataFrame([
         {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True},

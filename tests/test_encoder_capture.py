@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import norms
-from cmixlib.encoder import (_as_slice, encoder_layers, iter_sentences, layer_norm_linear,
-                             layer_norm_scale, layer_output, layer_states,
-                             record_layer_calls, run_and_capture)
+from cmixlib.methods import norms
+from cmixlib.forward.encoder import (_as_slice, encoder_layers, iter_sentences, layer_norm_linear,
+                                     layer_norm_scale, layer_output, layer_states,
+                                     record_layer_calls, run_and_capture)
 
 ARCHS = ["bert", "roberta", "electra", "distilbert", "mpnet"]
 REL = 1e-12
@@ -133,9 +133,9 @@ def test_cropping_by_slice_equals_indexing():
 
 # --------------------------------------------------------------------------- named capture points
 # The HF module of each point, typed here from the transformers source of each family (not read
-# from cmixlib.arch), so that a wrong path in arch or points cannot agree with itself.
-from cmixlib import points as P                      # noqa: E402
-from cmixlib.decoder import random_decoder           # noqa: E402
+# from cmixlib.models.arch), so that a wrong path in arch or points cannot agree with itself.
+from cmixlib.forward import points as P                      # noqa: E402
+from cmixlib.forward.decoder import random_decoder           # noqa: E402
 
 _BERT_PATHS = {"layers": "encoder.layer", "value": "attention.self.value",
                "out": "attention.output.dense", "ln1": "attention.output.LayerNorm",
@@ -311,7 +311,7 @@ def test_capture_refuses_bad_names_and_batches():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_edited_values_is_value_zeroing(arch):
     """``edited(layer, "values", ...)`` zeroing v_j in every head equals the closed form of
-    Value Zeroing, p_i - F_ij through LN1, the FFN and LN2 (cmixlib.value_zeroing's batched
+    Value Zeroing, p_i - F_ij through LN1, the FFN and LN2 (cmixlib.methods.value_zeroing's batched
     form), on the layer module called as the model calls it; the hook is gone afterwards."""
     model = cmixlib.random_model(arch, dtype=torch.float64, seed=9)
     ids = torch.randint(5, 100, (6,), generator=torch.Generator().manual_seed(1))

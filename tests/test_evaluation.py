@@ -1,11 +1,11 @@
-"""Hand-computed cases for cmixlib.evaluation."""
+"""Hand-computed cases for cmixlib.metrics.evaluation."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from cmixlib import evaluation as ev
+from cmixlib.metrics import evaluation as ev
 
 
 def test_normalize_scores_clips_and_handles_zero_rows():
@@ -123,7 +123,7 @@ def test_average_precision_equals_scikit_learn_with_ties():
 
 
 def test_mlm_accuracy_sentence_follows_its_rule():
-    from cmixlib.evaluation import describe_mlm_accuracy, mlm_accuracy_table
+    from cmixlib.metrics.evaluation import describe_mlm_accuracy, mlm_accuracy_table
 
     good = {"agreement_accuracy_test": 0.85, "n_agreement_test": 100,
             "agreement_by_subset": {"ana": 0.9, "darn": 0.7},

@@ -1,7 +1,7 @@
-"""Sentences generated from computed values (cmixlib.evaluation.describe_*)."""
+"""Sentences generated from computed values (cmixlib.metrics.evaluation.describe_*)."""
 import pandas as pd
 
-from cmixlib.verdicts import describe_claims
+from cmixlib.book.verdicts import describe_claims
 
 
 def test_describe_claims_counts_and_names_the_failed_claims():
@@ -17,7 +17,7 @@ def test_describe_claims_counts_and_names_the_failed_claims():
 def test_describe_model_difference_from_the_config():
     from types import SimpleNamespace
 
-    from cmixlib.verdicts import describe_model_difference
+    from cmixlib.book.verdicts import describe_model_difference
 
     small = SimpleNamespace(num_hidden_layers=6, hidden_size=384, num_attention_heads=12,
                             _name_or_path="tiny")
@@ -30,7 +30,7 @@ def test_describe_model_difference_from_the_config():
 
 
 def test_describe_depth_trend_rule():
-    from cmixlib.verdicts import describe_depth_trend
+    from cmixlib.book.verdicts import describe_depth_trend
 
     assert "rises with depth" in describe_depth_trend({1: 1.0, 2: 1.5, 3: 2.0}, "compression")
     assert "falls with depth" in describe_depth_trend({1: 3.0, 2: 2.0, 3: 1.0}, "x")
@@ -39,7 +39,7 @@ def test_describe_depth_trend_rule():
 
 
 def test_describe_ranking_names_orders_and_agreement():
-    from cmixlib.verdicts import describe_ranking
+    from cmixlib.book.verdicts import describe_ranking
 
     paper = {"a": 0.3, "b": 0.2, "c": 0.1, "d": 0.0}
     same = describe_ranking({"a": 3, "b": 2, "c": 1, "d": 0, "extra": 9}, paper)
@@ -50,7 +50,7 @@ def test_describe_ranking_names_orders_and_agreement():
 
 
 def test_alignment_claims_follow_their_rules():
-    from cmixlib.verdicts import alignment_claims
+    from cmixlib.book.verdicts import alignment_claims
 
     cols = ["random", "attention", "attn_norm", "attn_norm_res_ln", "globenc_layer", "alti_layer",
             "value_zeroing", "deeplift"]
@@ -69,7 +69,7 @@ def test_alignment_claims_follow_their_rules():
 
 
 def test_ranking_verdict_rules():
-    from cmixlib.verdicts import ranking_verdict
+    from cmixlib.book.verdicts import ranking_verdict
 
     paper = {"a": 0.5, "b": 0.3, "c": 0.1}
     assert ranking_verdict({"a": 0.52, "b": 0.29, "c": 0.12}, paper, same_model=True)[0] == \

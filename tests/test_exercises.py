@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cmix_course as ex
-from cmixlib.arch import layer_list
+from cmixlib.models.arch import layer_list
 from tolerances import rounding_atol
 
 
@@ -118,7 +118,7 @@ def test_rollout_checker():
 
 
 def test_reference_rollout_matches_library():
-    from cmixlib.attention import rollout
+    from cmixlib.methods.aggregation import rollout
 
     from cmix_course.method_exercises import random_maps  # the checker's input maps
 
@@ -175,7 +175,8 @@ def test_value_zeroing_reference_matches_library():
 def _states_and_ln2_inputs(arch="bert"):
     """Layer states of a tiny random model and the real LN2 input of each layer (by a hook)."""
     import cmixlib
-    from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+    from cmixlib.forward.encoder import (encoder_layers, iter_sentences, layer_states,
+                                         run_and_capture)
 
     model = cmixlib.random_model(arch, dtype=torch.float64, seed=4)
     ids = torch.randint(5, 100, (1, 6), generator=torch.Generator().manual_seed(4))
@@ -193,7 +194,7 @@ def _states_and_ln2_inputs(arch="bert"):
 
 @pytest.mark.parametrize("arch", ["bert", "distilbert"])
 def test_nenc_and_alti_references_match_the_library(arch):
-    from cmixlib import norms
+    from cmixlib.methods import norms
 
     states, q, mods = _states_and_ln2_inputs(arch)
     for st, qk, m in zip(states, q, mods):

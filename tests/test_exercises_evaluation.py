@@ -1,6 +1,6 @@
 """The checkers of chapters 9 (cue alignment) and 10 (online codelength) accept the solution,
 diagnose typical wrong answers, report the stub as not attempted, and their references agree
-with the library (cmixlib.evaluation, cmixlib.probing)."""
+with the library (cmixlib.metrics.evaluation, cmixlib.metrics.probing)."""
 import math
 
 import numpy as np
@@ -9,8 +9,8 @@ import torch
 from sklearn.metrics import average_precision_score
 
 import cmix_course as ex
-from cmixlib import probing
-from cmixlib.evaluation import cue_alignment
+from cmixlib.metrics import probing
+from cmixlib.metrics.evaluation import cue_alignment
 from tolerances import rounding_atol
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
-from cmixlib import evaluation as ev
+from cmixlib.metrics import evaluation as ev
 import cmix_course as ex
-from cmixlib.anisotropy import mean_pairwise_cosine
+from cmixlib.metrics.anisotropy import mean_pairwise_cosine
 
 
 def stub(*args):

@@ -76,8 +76,8 @@ def test_cls_spearman_cases_separate_the_mistakes():
 
 @pytest.mark.parametrize("normalize", [False, True])
 def test_reference_cls_spearman_matches_library(normalize):
-    from cmixlib.attention import normalize_rows, rollout
-    from cmixlib.evaluation import spearman_rows
+    from cmixlib.methods.aggregation import normalize_rows, rollout
+    from cmixlib.metrics.evaluation import spearman_rows
 
     maps = random_raw_maps(5, 7, 3)
     sal = np.random.default_rng(4).random(7)
@@ -91,8 +91,8 @@ def test_reference_cls_spearman_matches_the_experiment():
     """What ``globenc-correlations`` computes for one example (its per-example rho) equals the
     reference applied to the library's raw N-Enc maps and gradient × input saliency."""
     import cmixlib
-    from cmixlib import core
-    from cmixlib.attention import normalize_rows, rollout
+    from cmixlib.methods import dispatch as core
+    from cmixlib.methods.aggregation import normalize_rows, rollout
     from cmixlib.experiments.globenc import _correlation_rows
     from cmixlib.gradients import ClassTarget, batch_attribute
     from fakes import FakeBundle

@@ -8,7 +8,8 @@ from cmix_course.norm_exercises import reference_n_res_ln
 
 def _states(arch: str):
     import cmixlib
-    from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+    from cmixlib.forward.encoder import (encoder_layers, iter_sentences, layer_states,
+                                         run_and_capture)
 
     model = cmixlib.random_model(arch, dtype=torch.float64, seed=5)
     ids = torch.randint(5, 100, (1, 7), generator=torch.Generator().manual_seed(5))
@@ -18,7 +19,7 @@ def _states(arch: str):
 
 @pytest.mark.parametrize("arch", ["bert", "electra"])
 def test_reference_matches_the_library(arch):
-    from cmixlib import norms
+    from cmixlib.methods import norms
 
     for st in _states(arch):
         parts = (st.alpha, st.head_vectors, st.x, st.mods.out.bias, st.mods.ln1)

@@ -13,8 +13,8 @@ from tolerances import assert_no_worse_than_baseline
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import training
-from cmixlib.encoder import encoder_layers
-from cmixlib.hta import HTAError, hta
+from cmixlib.forward.encoder import encoder_layers
+from cmixlib.methods.hta import HTAError, hta
 
 
 @pytest.fixture(autouse=True)
@@ -262,7 +262,7 @@ class RecordedTraining(X.Sources):
         self.calls = []
 
     def train_classifier(self, task, model, **kw):
-        from cmixlib.models import ModelLoadError
+        from cmixlib.models.loading import ModelLoadError
 
         self.calls.append((model, kw))
         if model == "distilbert-base-uncased":

@@ -14,11 +14,11 @@ import torch
 import transformers as tf
 
 import cmixlib
-from cmixlib.decoder import random_decoder
-from cmixlib.decoder_methods import DECODER_METHOD_NAMES
+from cmixlib.forward.decoder import random_decoder
+from cmixlib.methods.decoder import DECODER_METHOD_NAMES
 from cmixlib.plotting import explorer as X
 from cmixlib.plotting import explorer_models as XM
-from cmixlib.saliency import example_rows, text_example
+from cmixlib.experiments.saliency import example_rows, text_example
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("check_explorer", ROOT / "tools" / "check_explorer.py")
@@ -176,7 +176,7 @@ def test_baseline_rows_equal_the_library_rows(blocks, baseline_models, sentences
         assert b["model"] == model.describe() and b["target"] == ex["target_index"]
         ref = example_rows(model, ex, list(XM.BASELINE_METHODS), XM.BASELINE_SETTINGS)
         for name, row in ref.items():
-            key = cmixlib.registry.resolve(name)
+            key = cmixlib.methods.registry.resolve(name)
             scale = b["scale"][key]
             assert scale == pytest.approx(float(np.abs(row).max()), rel=1e-6)
             np.testing.assert_allclose(np.asarray(b["rows"][key]) / 10 ** X.DECIMALS,

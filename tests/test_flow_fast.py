@@ -12,7 +12,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 import cmixlib
-import cmixlib.attention as att
+import cmixlib.methods.aggregation as att
 from cmixlib import InputError, attention_flow
 
 

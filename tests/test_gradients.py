@@ -40,7 +40,7 @@ def mlm_target(score="auto"):
 
 
 def layer_blocks(m):
-    return cmixlib.arch.layer_list(m)
+    return cmixlib.models.arch.layer_list(m)
 
 
 def hand_input_grad(m, ids, target, mask=None):
@@ -531,7 +531,7 @@ def test_batch_attribute_checks_the_head():
     """The layer-wise path scores z_t = transform(h) . W_t + b_t from the decoder's weights; a head
     whose decoder computes something else must be detected, not silently mis-scored."""
     m = cmixlib.random_model("bert", task="mlm", dtype=torch.float64, seed=1)
-    _, decoder = cmixlib.arch.mlm_head(m)
+    _, decoder = cmixlib.models.arch.mlm_head(m)
     linear = type(decoder).forward
     decoder.forward = lambda h: linear(decoder, h) * 1.01      # logits no longer h W^T + b
     with pytest.raises(G.GradientAttributionError, match="does not reproduce"):
@@ -540,7 +540,7 @@ def test_batch_attribute_checks_the_head():
 
 def test_public_names():
     assert set(G.__all__) <= set(dir(G))
-    assert G.mlm_head is cmixlib.arch.mlm_head                  # re-exported for older callers
+    assert G.mlm_head is cmixlib.models.arch.mlm_head                  # re-exported for older callers
     for name in ("batch_attribute", "blank_out", "random_scores", "deeplift_rescale", "ScoreModule"):
         assert name in G.__all__
 
@@ -576,7 +576,7 @@ def _input_level_reference(m, ids, target, which, n_steps=8):
 def _ffn_input_rows(m):
     """Record the sequence length of every input the last block's FFN input layer computes on."""
     seen: list[int] = []
-    ffn = cmixlib.arch.layer_parts(m)[-1].ffn_in
+    ffn = cmixlib.models.arch.layer_parts(m)[-1].ffn_in
     handle = ffn.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].shape[1]))
     return seen, handle
 

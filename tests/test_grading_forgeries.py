@@ -12,9 +12,9 @@ from tests.test_grading_submissions import ROOT, chapter, submission
 
 #: chapter -> (answer name, checker, the library's function as a dotted path, a wrong answer)
 CASES = {
-    3: ("my_rollout", "check_rollout", ("cmixlib.attention", "rollout"),
+    3: ("my_rollout", "check_rollout", ("cmixlib.methods.aggregation", "rollout"),
         "np.zeros_like(np.asarray(args[0], dtype=float))"),
-    9: ("my_cue_alignment", "check_cue_alignment", ("cmixlib.evaluation", "cue_alignment"),
+    9: ("my_cue_alignment", "check_cue_alignment", ("cmixlib.metrics.evaluation", "cue_alignment"),
         "(0.0, 0.0, 0.0)"),
 }
 

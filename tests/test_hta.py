@@ -1,4 +1,4 @@
-"""HTA × input in closed form (``cmixlib.hta``, ``method="closed"``) against an independent slow
+"""HTA × input in closed form (``cmixlib.methods.hta``, ``method="closed"``) against an independent slow
 reference: the full ``(n d) x (n d)`` Jacobian of each Hugging Face layer module, replayed with the
 arguments the model called it with, by ``torch.autograd.functional.jacobian``; then the Frobenius
 norms of its ``d x d`` blocks. Float64 models must agree to 1e-9 relative; float32 ones follow
@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import cmixlib
-import cmixlib.hta as H
-from cmixlib.encoder import UnsupportedModelError, encoder_layers, layer_output, record_layer_calls
-from cmixlib.hta import hta
+import cmixlib.methods.hta as H
+from cmixlib.forward.encoder import (UnsupportedModelError, encoder_layers, layer_output,
+                                     record_layer_calls)
+from cmixlib.methods.hta import hta
 from cmixlib.validation import InputError
 from tolerances import assert_no_worse_than_baseline
 
@@ -25,7 +26,7 @@ REL64 = 1e-9          # float64 closed form against the full Jacobian (measured:
 
 def _model(arch, dtype=torch.float64, sharpen=12.0, **kw):
     """A tiny random model; random_model perturbs LayerNorm gains/biases and linear biases
-    (cmixlib.models.perturb_norms_and_biases), so none of them is trivially 1 or 0. The query and
+    (cmixlib.models.loading.perturb_norms_and_biases), so none of them is trivially 1 or 0. The query and
     key weights are multiplied by ``sharpen``: with the initialisation's small weights the
     attention is almost uniform and the terms of the derivative through the attention weights
     (through the queries and the keys) would be too small to test."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import classifier_weights as cw
+from cmixlib.models import classifiers as cw
 from cmixlib.training import LABELS
 
 
@@ -136,9 +136,9 @@ def test_an_unloadable_name_falls_back_to_the_committed_classifier():
     name = "no-such-org/no-such-model-for-cmixlib-tests"
     with pytest.warns(UserWarning, match="not available"):
         b = cmixlib.load_classifier("sst2", name)
-    assert b.is_fallback and b.requested == name and b.name == cmixlib.models.FALLBACK_NAME
+    assert b.is_fallback and b.requested == name and b.name == cmixlib.models.loading.FALLBACK_NAME
     assert "offline fallback" in b.describe() and "committed weights" in b.describe()
-    with pytest.raises(cmixlib.models.ModelLoadError):
+    with pytest.raises(cmixlib.models.loading.ModelLoadError):
         cmixlib.load_classifier("sst2", name, allow_fallback=False)
 
 

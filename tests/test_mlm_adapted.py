@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import mlm_adapted, training
+from cmixlib.models import mlm_adapted
+from cmixlib import training
 
 
 def test_checksums_match_the_manifest():

@@ -86,7 +86,7 @@ def test_batch_of_texts_with_real_tokenizer(packaged_bundle):
 
 @pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert", "mpnet"])
 def test_mlm_head_reproduces_the_model_logits(arch):
-    from cmixlib.arch import mlm_head
+    from cmixlib.models.arch import mlm_head
     from cmixlib.training import mlm_head_logits
 
     m = cmixlib.random_model(arch, task="mlm", dtype=torch.float64, seed=4)

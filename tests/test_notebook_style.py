@@ -50,7 +50,7 @@ def test_code_lines_fit_the_page(path):
 
 #: A hook registered in a code cell: forward hooks, forward pre-hooks, backward hooks, module
 #: hooks of torch.nn.modules.module. Chapters read internals through ``cmixlib.capture`` (named
-#: capture points) and change them through ``cmixlib.points.edited``.
+#: capture points) and change them through ``cmixlib.forward.points.edited``.
 HOOK_CALL = re.compile(r"\bregister_(?:module_)?(?:forward|forward_pre|full_backward|"
                        r"full_backward_pre|backward)_hook\s*\(")
 
@@ -80,4 +80,4 @@ def test_no_chapter_defines_a_hook(path):
     report = "\n".join(f"  {path.name}: cell {k}, line {n}: {line}" for k, n, line in found)
     assert not found, (f"{path.name} registers PyTorch hooks; read the model through "
                        "cmixlib.capture(bundle, text)[layer, name] and change it with "
-                       f"cmixlib.points.edited instead:\n{report}")
+                       f"cmixlib.forward.points.edited instead:\n{report}")

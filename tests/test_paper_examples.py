@@ -1,4 +1,4 @@
-"""cmixlib.saliency, the computations behind chapter 14 (the papers' example maps): every row
+"""cmixlib.experiments.saliency, the computations behind chapter 14 (the papers' example maps): every row
 equals the direct library call, GlobEnc's raw rollout equals the product written out, examples
 are built, found and chosen as documented, and bad input gets a clear error."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import saliency as S
-from cmixlib.attention import rollout
+from cmixlib.experiments import saliency as S
+from cmixlib.methods.aggregation import rollout
 from cmixlib.gradients import ClassTarget, MLMTarget, attribute, blank_out
 
 from fakes import FakeBundle
@@ -260,9 +260,9 @@ def test_plot_layer_rows_and_titled_map_grid():
     plt.close("all")
 
 
-# ---- cmixlib.model_examples: the papers' sentences on further models (MPNet, a decoder) ----
+# ---- cmixlib.book.model_examples: the papers' sentences on further models (MPNet, a decoder) ----
 
-from cmixlib import model_examples as ME  # noqa: E402
+from cmixlib.book import model_examples as ME  # noqa: E402
 
 
 def _named(model, tok, name):
@@ -273,7 +273,7 @@ def _named(model, tok, name):
 @pytest.fixture(scope="module")
 def further_bundles():
     import transformers as tf
-    from cmixlib.decoder import random_decoder
+    from cmixlib.forward.decoder import random_decoder
 
     tok = tf.AutoTokenizer.from_pretrained(cmixlib.packaged_model_path())
     dtok = tf.AutoTokenizer.from_pretrained(cmixlib.packaged_model_path())

@@ -1,4 +1,4 @@
-"""Plausibility against human rationales: the metrics of cmixlib.plausibility on hand-computed
+"""Plausibility against human rationales: the metrics of cmixlib.metrics.plausibility on hand-computed
 cases, the HateXplain rationale loader on the shipped files, and the `hatexplain-plausibility`
 experiment on a tiny random classifier through the Sources seam."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import cmixlib
 from cmixlib import data
 from cmixlib import experiments as X
-from cmixlib import plausibility as pl
+from cmixlib.metrics import plausibility as pl
 from cmixlib.data.hatexplain import majority_rationale
 from cmixlib.experiments.plausibility import PLAUSIBILITY_METHODS, SUBSETS, attribution_rows
 from fakes import FakeBundle, rationale_posts
@@ -280,7 +280,7 @@ def test_experiment_refuses_an_unknown_method_and_a_bad_pooling():
 
 
 def test_book_run_entry():
-    from cmixlib import book_runs as B
+    from cmixlib.book import runs as B
 
     spec = B.BOOK_RUNS["plausibility"]
     assert spec.experiment == "hatexplain-plausibility" and spec.group == "classifier"

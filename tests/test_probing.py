@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from cmixlib.probing import DEFAULT_BLOCKS, VZ_BLOCKS, block_boundaries, mdl_by_layer, mdl_probe
+from cmixlib.metrics.probing import (DEFAULT_BLOCKS, VZ_BLOCKS, block_boundaries, mdl_by_layer,
+                                     mdl_probe)
 
 
 def _data(n=600, d=16, seed=0, signal=3.0):

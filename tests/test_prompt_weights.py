@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cmixlib import random_model, training
-from cmixlib.classifier_weights import ClassifierWeightsError, merge_weights
+from cmixlib.models.classifiers import ClassifierWeightsError, merge_weights
 from cmixlib.training import lora
 from cmixlib.training import prompt as P
 from tolerances import rounding_atol

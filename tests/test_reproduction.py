@@ -1,8 +1,8 @@
-"""The reproduction-status rules (cmixlib.reproduction) on hand-made inputs."""
+"""The reproduction-status rules (cmixlib.book.reproduction) on hand-made inputs."""
 import pandas as pd
 
-from cmixlib import reproduction as R
-from cmixlib.verdicts import claims_verdict
+from cmixlib.book import reproduction as R
+from cmixlib.book.verdicts import claims_verdict
 
 
 def test_claims_verdict_rule():
@@ -25,7 +25,7 @@ def test_every_item_is_assessed_or_says_why_not():
 def test_every_item_that_can_differ_has_an_investigation():
     """Each assessed item whose verdict can be "differs" (a claims or ranking item) has a
     "why": the Table 3 rows their own, every other item of ITEM_WHYS or a ranking detail."""
-    from cmixlib.differences import ITEM_WHYS
+    from cmixlib.book.differences import ITEM_WHYS
 
     keys = {(it.paper, it.item) for it in R.ITEMS}
     assert set(ITEM_WHYS) <= keys
@@ -85,7 +85,7 @@ def test_table3_rows_give_the_investigated_reason_and_the_sanity_flags(monkeypat
 
 
 def test_globenc_table1_rows_are_flagged_against_the_controls(monkeypatch):
-    from cmixlib import paper_numbers as pn
+    from cmixlib.data import paper_numbers as pn
     from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlations_compare
 
     vals = dict(zip(GLOBENC_METHODS, [-0.1, 0.0, 0.3, 0.1, 0.4, 0.5, 0.2, 0.6]))

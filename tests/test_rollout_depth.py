@@ -1,6 +1,6 @@
-"""cmixlib.rollout_depth and the experiment vz-rollout-depth (chapter 11, "Rollout on a small
+"""cmixlib.experiments.rollout_depth and the experiment vz-rollout-depth (chapter 11, "Rollout on a small
 model"), against slow obvious references and against vz-faithfulness on tiny random models; the
-sentences of cmixlib.depth_verdicts on hand-made tables."""
+sentences of cmixlib.book.depth_verdicts on hand-made tables."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +8,7 @@ import torch
 
 import cmixlib
 from cmixlib import experiments as X
-from cmixlib.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
+from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
 from cmixlib.validation import InputError
 from tolerances import rounding_atol
 
@@ -164,7 +164,7 @@ def test_rollout_depth_on_fakes_agrees_with_vz_faithfulness():
     assert ((ent.entropy >= 0) & (ent.entropy <= 1 + 1e-12)).all()
 
 
-# ---- the sentences of cmixlib.depth_verdicts, on hand-made frames -------------------------------
+# ---- the sentences of cmixlib.book.depth_verdicts, on hand-made frames -------------------------------
 def depth_frames(single=(0.1, 0.3, 0.2), rollout=(0.1, 0.0, -0.1), plus=(0.1, 0.2, 0.15),
                  nearness=0.25, self_weight=0.02, neighbour=0.4, drift=(0.5, 0.1, -0.3),
                  blank_near=0.2, std=0.3, n=400, alt=None):
@@ -198,7 +198,7 @@ def depth_frames(single=(0.1, 0.3, 0.2), rollout=(0.1, 0.0, -0.1), plus=(0.1, 0.
 
 
 def test_clear_difference_rule():
-    from cmixlib.depth_verdicts import SE_FACTOR, clear_difference
+    from cmixlib.book.depth_verdicts import SE_FACTOR, clear_difference
 
     a = pd.Series({"mean": 0.1, "std": 0.5, "n": 100})
     se = np.sqrt(2 * 0.5 ** 2 / 100)                      # the combined standard error
@@ -211,7 +211,7 @@ def test_clear_difference_rule():
 
 
 def test_table3_reason_clauses_follow_the_numbers():
-    from cmixlib.depth_verdicts import table3_reason
+    from cmixlib.book.depth_verdicts import table3_reason
 
     text = table3_reason(depth_frames())
     assert text.startswith("Value Zeroing's single-layer maps reach +0.30 (layer 2) but its "
@@ -230,9 +230,9 @@ def test_table3_reason_clauses_follow_the_numbers():
 
 
 def test_describe_depth_and_identity_and_sensitivity():
-    from cmixlib.depth_verdicts import (describe_depth_faithfulness, describe_drift,
-                                        describe_identity_effect, describe_offset_profile,
-                                        describe_sensitivity)
+    from cmixlib.book.depth_verdicts import (describe_depth_faithfulness, describe_drift,
+                                             describe_identity_effect, describe_offset_profile,
+                                             describe_sensitivity)
 
     f = depth_frames()
     s = describe_depth_faithfulness(f["result"])

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib import classifier_weights as cw
-from cmixlib import student_weights as sw
+from cmixlib.models import classifiers as cw
+from cmixlib.models import student as sw
 
 
 @lru_cache(maxsize=None)

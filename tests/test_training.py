@@ -304,7 +304,7 @@ def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
     shutil.copytree(src / "training", pkg / "training",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(src / "arch", pkg / "arch", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("models.py", "batching.py", "plotting/maps.py"):
+    for name in ("models/loading.py", "forward/batching.py", "plotting/maps.py"):
         (pkg / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src / name, pkg / name)
     monkeypatch.setattr(cmix_cache, "PACKAGE_DIR", pkg)
@@ -312,7 +312,7 @@ def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
     (pkg / "plotting/maps.py").write_text((pkg / "plotting/maps.py").read_text()
                                           + "\n# not a dependency\n")
     assert T.code_version() == T.CODE_VERSION
-    for part in ("training/loop.py", "arch/encoders.py", "models.py", "batching.py"):
+    for part in ("training/loop.py", "models/arch/encoders.py", "models/loading.py", "forward/batching.py"):
         path = pkg / part
         text = path.read_text()
         path.write_text(text + "\n# a comment\n")

@@ -11,10 +11,10 @@ import torch
 
 import cmixlib
 from cmixlib import InputError, UnsupportedModelError, cli
-from cmixlib import evaluation as ev
+from cmixlib.metrics import evaluation as ev
 from cmixlib import gradients as G
 from cmixlib.experiments import runner
-from cmixlib.models import default_device, resolve_device
+from cmixlib.models.loading import default_device, resolve_device
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -363,7 +363,7 @@ def test_cli_turns_bad_input_into_one_line_and_status_2(argv, env, message, monk
 
 
 def test_input_error_is_still_where_it_was():
-    assert cmixlib.InputError is cmixlib.core.InputError is cmixlib.validation.InputError
+    assert cmixlib.InputError is cmixlib.methods.dispatch.InputError is cmixlib.validation.InputError
     assert issubclass(InputError, ValueError) and issubclass(G.GradientAttributionError, InputError)
 
 

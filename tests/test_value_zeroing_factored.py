@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 
 import cmixlib
-from cmixlib.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
-import cmixlib.value_zeroing as vz_module
-from cmixlib.value_zeroing import factored_is_cheaper, value_zeroing_layer, w1_head_map
+from cmixlib.forward.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
+import cmixlib.methods.value_zeroing as vz_module
+from cmixlib.methods.value_zeroing import factored_is_cheaper, value_zeroing_layer, w1_head_map
 from test_core import hooked_forward
 from tolerances import assert_no_worse_than_baseline
 

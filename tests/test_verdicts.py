@@ -1,4 +1,4 @@
-"""The verdict rules (cmixlib.verdicts, cmixlib.reproduction) on small hand-made tables."""
+"""The verdict rules (cmixlib.book.verdicts, cmixlib.book.reproduction) on small hand-made tables."""
 from itertools import permutations
 from math import factorial
 from types import SimpleNamespace
@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cmixlib import reproduction as R
-from cmixlib.verdicts import (ALIGNMENT_HEADLINE, VERDICTS, alignment_claims, claims_verdict,
-                              holds_every_layer, permutation_p, ranking_verdict,
-                              with_model_condition)
+from cmixlib.book import reproduction as R
+from cmixlib.book.verdicts import (ALIGNMENT_HEADLINE, VERDICTS, alignment_claims, claims_verdict,
+                                   holds_every_layer, permutation_p, ranking_verdict,
+                                   with_model_condition)
 
 FOUR = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
 
@@ -197,9 +197,9 @@ def _globenc_frame(rollout: dict, individual: dict) -> pd.DataFrame:
 
 
 def test_globenc_fig3_and_table2_claims_follow_their_rules():
-    from cmixlib.reproduction import (GLOBENC_FIG3_HEADLINE, GLOBENC_TABLE2_HEADLINE,
-                                      almost_every_layer, globenc_fig3_claims,
-                                      globenc_table2_claims)
+    from cmixlib.book.reproduction import (GLOBENC_FIG3_HEADLINE, GLOBENC_TABLE2_HEADLINE,
+                                           almost_every_layer, globenc_fig3_claims,
+                                           globenc_table2_claims)
 
     assert almost_every_layer(pd.Series([False, True, True, True]))
     assert not almost_every_layer(pd.Series([False, False, True, True]))
@@ -225,7 +225,7 @@ def test_globenc_fig3_and_table2_claims_follow_their_rules():
 def test_every_numbered_item_of_the_three_papers_has_a_row():
     """NUMBERED_ITEMS (transcribed from the papers' captions) is covered by the status rows, and
     no row names an item that is not in a paper."""
-    from cmixlib.reproduction import ITEMS, NUMBERED_ITEMS, covered_items
+    from cmixlib.book.reproduction import ITEMS, NUMBERED_ITEMS, covered_items
 
     assert covered_items("Figure 4, Figures A.5-A.18") == {"Figure 4", *(f"Figure A.{k}" for k
                                                                          in range(5, 19))}
@@ -241,7 +241,7 @@ def test_every_numbered_item_of_the_three_papers_has_a_row():
 
 
 def test_status_rows_show_sizes_and_methods_for_reading():
-    from cmixlib.reproduction import show_size
+    from cmixlib.book.reproduction import show_size
 
     assert show_size(1106) == "1,106" and show_size(None) == ""
     assert show_size({"sst2": 500, "sva": 500}) == "sst2 500, sva 500"
@@ -249,7 +249,7 @@ def test_status_rows_show_sizes_and_methods_for_reading():
 
 
 def test_methods_that_do_not_beat_the_sanity_baselines_are_flagged():
-    from cmixlib.verdicts import below_sanity_baselines
+    from cmixlib.book.verdicts import below_sanity_baselines
 
     table = {"random": 0.01, "alti": 0.30, "nearness": 0.25, "value_zeroing_rollout": 0.05,
              "globenc": 0.25}
@@ -259,7 +259,7 @@ def test_methods_that_do_not_beat_the_sanity_baselines_are_flagged():
 
 
 def test_describe_sanity_baselines_names_the_flagged_methods():
-    from cmixlib.verdicts import describe_sanity_baselines
+    from cmixlib.book.verdicts import describe_sanity_baselines
 
     table = {"random": 0.01, "alti": 0.30, "nearness": 0.25, "globenc": 0.25}
     assert describe_sanity_baselines(table) == ("Sanity baselines: random +0.01, nearness +0.25; "

@@ -32,11 +32,11 @@ def test_pooled_over_paradigms_is_the_mean_over_those_examples():
     import pandas as pd
     import pytest
 
-    from cmixlib.decoder_report import pooled_over_paradigms
+    from cmixlib.book.decoder_report import pooled_over_paradigms
 
     per_ex = pd.DataFrame({"uid": ["a", "a", "b", "c"], "method": ["m"] * 4, "layer": [0] * 4,
                            "dot": [0.1, 0.3, 0.9, 0.5]})
-    from cmixlib import evaluation as ev
+    from cmixlib.metrics import evaluation as ev
     byp = ev.aggregate_alignment(per_ex, metrics=("dot",), by=("uid", "method", "layer"))
     got = pooled_over_paradigms(byp, ["a", "b"])
     assert got["mean"].item() == pytest.approx((0.1 + 0.3 + 0.9) / 3, rel=1e-12)

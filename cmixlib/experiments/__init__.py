@@ -10,7 +10,7 @@ and returns a :class:`RunResult`.
 actually used (:meth:`cmixlib.ModelBundle.describe`, which names an offline fallback), the data
 size, ``limit``, every setting (defaults merged with overrides), the wall time, the code version,
 the creation time, free-text notes (e.g. what could not be computed) and the published numbers the
-result is compared with (``paper.csv``; quotes from :mod:`cmixlib.paper_numbers`, never used in any
+result is compared with (``paper.csv``; quotes from :mod:`cmixlib.data.paper_numbers`, never used in any
 computation).
 
 **Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
@@ -76,20 +76,22 @@ first use for another checkpoint without such a head. ``--limit`` keeps the firs
 """
 from __future__ import annotations
 
-from ..cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
-from . import (alti, alti_layers, decoder, examples, globenc, plausibility, value_zeroing,
-               vz_rollout)
-from .alti import FIG7_METHODS
-from .common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch, comparison_table,
-                     map_agreement, mean_ci, mlm_target, padded_batch, target_rows,
-                     target_rows_batch)
-from .globenc import FIG4_METHODS, FIG4_VARIANTS, GLOBENC_METHODS
-from .runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment, RunResult, cache_key,
-                     code_version, list_experiments, presentation_files, register, results_root,
-                     run_experiment)
-from .sources import Data, Inputs, Model, ModelByCondition, Sources, blimp_sample, load_condition_mlm
-from .spec import RunSpec
-from .value_zeroing import VZ_DISTANCE_VARIANTS, VZ_GLOBAL_METHODS, VZ_LAYER_METHODS, align_key_note
+from cmixlib.cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
+from cmixlib.experiments import (alti, alti_layers, decoder, examples, globenc, plausibility,
+                                 value_zeroing, vz_rollout)
+from cmixlib.experiments.alti import FIG7_METHODS
+from cmixlib.experiments.common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch,
+                                        comparison_table, map_agreement, mean_ci, mlm_target,
+                                        padded_batch, target_rows, target_rows_batch)
+from cmixlib.experiments.globenc import FIG4_METHODS, FIG4_VARIANTS, GLOBENC_METHODS
+from cmixlib.experiments.runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment,
+                                        RunResult, cache_key, code_version, list_experiments,
+                                        presentation_files, register, results_root, run_experiment)
+from cmixlib.experiments.sources import (Data, Inputs, Model, ModelByCondition, Sources,
+                                         blimp_sample, load_condition_mlm)
+from cmixlib.experiments.spec import RunSpec
+from cmixlib.experiments.value_zeroing import (VZ_DISTANCE_VARIANTS, VZ_GLOBAL_METHODS,
+                                               VZ_LAYER_METHODS, align_key_note)
 
 __all__ = ["Experiment", "Context", "RunSpec", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",

@@ -7,16 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from .. import paper_numbers as pn
-from ..arch import num_layers
-from ..batching import length_batches
-from .common import (GRADIENT_METHODS, batched, blank_out_rows, cls_rows_batch, comparison_table,
-                     describe, mean_ci, padded_batch, predicted_classes_batch,
-                     target_rows_batch)
-from .controls import CONTROLS, control_scores, control_seed
-from .runner import Context, Experiment
-from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, ModelByCondition
+from cmixlib.metrics import evaluation as ev
+from cmixlib.data import paper_numbers as pn
+from cmixlib.models.arch import num_layers
+from cmixlib.forward.batching import length_batches
+from cmixlib.experiments.common import (GRADIENT_METHODS, batched, blank_out_rows, cls_rows_batch,
+                                        comparison_table, describe, mean_ci, padded_batch,
+                                        predicted_classes_batch, target_rows_batch)
+from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
+                                         ModelByCondition)
 
 __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "FIG7_METHODS",
            "FIG3_ANISOTROPY", "FIG3_ISOTROPY_THRESHOLD", "fig3_claims", "fig3_repo_frame",
@@ -149,8 +150,9 @@ def _fig7_vectors(bundle, batch: list[dict], classes: list[int], methods: list[s
     """For each sentence of a padded batch, final-layer [CLS] rows of context-mixing methods and
     input-level gradient attributions of the probability of its class in ``classes`` (ALTI's
     convention: the predicted class)."""
-    from .. import core
-    from ..gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget, batch_attribute
+    from cmixlib.methods import dispatch as core
+    from cmixlib.gradients import (GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget,
+                                   batch_attribute)
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     lengths = [len(ex["input_ids"]) for ex in batch]
@@ -229,8 +231,8 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     With ``ig_check`` > 0, the first ``ig_check`` compared sentences also get IG with
     ``ig_check_steps`` steps (the authors' code: 100): frame ``ig_check`` gives the Spearman of
     each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min)."""
-    from .. import core
-    from ..gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
+    from cmixlib.methods import dispatch as core
+    from cmixlib.gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
 
     s = ctx.settings
     methods = list(s["methods"])
@@ -329,7 +331,7 @@ FIG3_ISOTROPY_THRESHOLD = 0.1
 
 def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
     """ALTI Figure 3 (the quantity of the repository's ``get_cos_mean``), with exact expectations
-    (:mod:`cmixlib.anisotropy`) in place of one random pair of positions per sentence. For each
+    (:mod:`cmixlib.metrics.anisotropy`) in place of one random pair of positions per sentence. For each
     SST-2 test sentence (the first ``limit``, as the code: the first 500 of the GLUE test split)
     and layer, the mean pairwise cosine (c = (||sum_k u_k||^2 - N) / (N(N-1)), u_k unit vectors)
     of: ``hidden``, the token representations of layers 0..L (embedding output, layer outputs;
@@ -344,8 +346,8 @@ def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
     positions as vectors and as queries (the code keeps them); sentences left with fewer than two
     tokens are skipped with a note. ``condition``: "finetuned" (the SST-2 classifier of Table 2)
     or "pretrained" (the bare encoder)."""
-    from ..anisotropy import capture_anisotropy
-    from ..encoder import encoder_layers, iter_sentences, run_and_capture
+    from cmixlib.metrics.anisotropy import capture_anisotropy
+    from cmixlib.forward.encoder import encoder_layers, iter_sentences, run_and_capture
 
     s = ctx.settings
     if s["pool"] not in ("queries", "sentences"):
@@ -385,7 +387,7 @@ def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
 
 
 def fig3_repo_frame(paper: pd.DataFrame) -> pd.DataFrame:
-    """The repository's Figure 3 numbers (:func:`cmixlib.paper_numbers.alti_repo_anisotropy`) as
+    """The repository's Figure 3 numbers (:func:`cmixlib.data.paper_numbers.alti_repo_anisotropy`) as
     a result frame: layer, kind ("hidden"/"transformed"), mean, paper_model."""
     kinds = {"mean_cosine_hidden": "hidden", "mean_cosine_transformed": "transformed"}
     p = paper[paper["metric"].isin(kinds)]
@@ -408,7 +410,7 @@ def _fig3_compare(frames, paper: pd.DataFrame) -> pd.DataFrame:
 
 
 def fig3_claims(result: pd.DataFrame, threshold: float = FIG3_ISOTROPY_THRESHOLD) -> pd.Series:
-    """ALTI §3's claims about Figure 3 as booleans (for :func:`cmixlib.verdicts.claims_verdict`),
+    """ALTI §3's claims about Figure 3 as booleans (for :func:`cmixlib.book.verdicts.claims_verdict`),
     from a frame with layer, kind, mean (ours, or :func:`fig3_repo_frame` of the repository's).
 
     1. "transformed representations exhibit low anisotropy" against token representations whose

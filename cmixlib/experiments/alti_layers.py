@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..attention import normalize_rows, rollout, row_spread
-from .common import batched, padded_batch
-from .runner import Context, Experiment
-from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
+from cmixlib.methods.aggregation import normalize_rows, rollout, row_spread
+from cmixlib.experiments.common import batched, padded_batch
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
 
 __all__ = ["FIGS8_10", "FIGS8_10_METHODS", "homogeneity", "special_mass", "figs8_10_claims",
            "FIGS8_10_HEADLINE", "relevance_maps"]
@@ -33,7 +33,7 @@ FIGS8_10_HEADLINE = "attention rollout's last-layer rows are more homogeneous th
 
 def homogeneity(maps: np.ndarray) -> np.ndarray:
     r"""Homogeneity of the rows of each map, ``(..., n, n) -> (...)``: one minus the mean
-    total-variation distance between its rows (:func:`cmixlib.attention.row_spread`), after
+    total-variation distance between its rows (:func:`cmixlib.methods.aggregation.row_spread`), after
     normalising each row to sum 1,
 
     .. math:: h(R) = 1 - \frac{1}{n^2}\sum_{i,k} \tfrac12 \sum_j \big|\hat R_{ij} -
@@ -58,7 +58,7 @@ def special_mass(maps: np.ndarray) -> np.ndarray:
 def relevance_maps(bundle, batch: list[dict]) -> list[dict[str, np.ndarray]]:
     """``{method: (L, n, n)}`` of :data:`FIGS8_10_METHODS` for each sentence of a batch (one padded
     forward; norm rollout = row-normalised rollout of N-ResLN without identity, as Table 2)."""
-    from .. import core
+    from cmixlib.methods import dispatch as core
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     maps = core.context_mixing(bundle.model, bundle.tokenizer,
@@ -101,7 +101,7 @@ def figs8_10(ctx: Context) -> dict[str, pd.DataFrame]:
 
 def figs8_10_claims(result: pd.DataFrame) -> pd.Series:
     """The main text's claims about Figures 8-10 as booleans (for
-    :func:`cmixlib.verdicts.claims_verdict`), from the ``result`` frame of the run:
+    :func:`cmixlib.book.verdicts.claims_verdict`), from the ``result`` frame of the run:
 
     1. (headline, :data:`FIGS8_10_HEADLINE`) at the last layer, attention rollout's mean
        homogeneity is above ALTI's;

@@ -8,10 +8,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from ..arch import num_layers
-from ..batching import length_batches, pad_sequences
-from .spec import RunView
+from cmixlib.metrics import evaluation as ev
+from cmixlib.models.arch import num_layers
+from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.experiments.spec import RunView
 
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
@@ -62,8 +62,8 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     equal to :func:`cmixlib.gradients.blank_out` of each example alone up to float rounding. The
     sequences (each example and its erased copies) run about :data:`BLANK_OUT_TOKENS` tokens per
     forward."""
-    from ..gradients import MLMTarget
-    from ..gradients.erasure import blank_out_batch
+    from cmixlib.gradients import MLMTarget
+    from cmixlib.gradients.erasure import blank_out_batch
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
@@ -80,7 +80,7 @@ def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
     example alone up to float rounding)."""
     import torch
 
-    from ..models import model_device
+    from cmixlib.models.loading import model_device
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     dev = model_device(bundle.model)
@@ -91,7 +91,7 @@ def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
 
 def mlm_target(ex, settings: Mapping):
     """The :class:`cmixlib.gradients.MLMTarget` of a BLiMP/SVA example (``grad_score`` setting)."""
-    from ..gradients import MLMTarget
+    from cmixlib.gradients import MLMTarget
 
     return MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
                      None if ex.get("foil_id") is None else int(ex["foil_id"]),
@@ -104,7 +104,7 @@ def _example_batches(examples: list[dict]) -> list[list[int]]:
 
 def padded_batch(examples: list[dict], pad_id: int = 0):
     """``(input_ids, attention_mask)`` ``(B, n)`` long tensors of the examples' ``input_ids``,
-    right-padded with ``pad_id`` (:func:`cmixlib.batching.pad_sequences`)."""
+    right-padded with ``pad_id`` (:func:`cmixlib.forward.batching.pad_sequences`)."""
     return pad_sequences([ex["input_ids"] for ex in examples], int(pad_id))
 
 
@@ -117,9 +117,9 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS`,
     ``"random"`` (uniform, seeded per example with ``seeds``) and ``"nearness"``
     (``-|j - t|``, t the target position; the same in every layer)."""
-    from .. import core
-    from ..attention import rollout
-    from ..gradients import batch_attribute
+    from cmixlib.methods import dispatch as core
+    from cmixlib.methods.aggregation import rollout
+    from cmixlib.gradients import batch_attribute
 
     model, tok = bundle.model, bundle.tokenizer
     lengths = [len(ex["input_ids"]) for ex in exs]
@@ -152,7 +152,7 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
             for m in grad:
                 out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
     if "random" in methods:
-        from ..gradients import random_scores
+        from cmixlib.gradients import random_scores
 
         L = num_layers(model)
         for b in range(len(exs)):
@@ -203,7 +203,7 @@ def cls_rows_batch(bundle, batch: list[dict], methods: list[str],
     gradient method of the predicted class's probability w.r.t. the word embeddings
     (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time. ``settings`` may set
     ``ig_steps`` and ``grad_aggregate`` (IG / DeepLift; default: batch_attribute's 50 and "sum")."""
-    from ..gradients import ClassTarget, batch_attribute
+    from cmixlib.gradients import ClassTarget, batch_attribute
 
     settings = settings or {}
     mix = [m for m in methods if m not in GRADIENT_METHODS]
@@ -238,7 +238,7 @@ def exclude_positions(ex, mode: str | None) -> list[int] | None:
 
 
 def mean_ci(values, confidence: float) -> dict[str, float]:
-    r"""Mean, population std (as :func:`cmixlib.evaluation.mean_std`), ``n`` and a two-sided
+    r"""Mean, population std (as :func:`cmixlib.metrics.evaluation.mean_std`), ``n`` and a two-sided
     Student-t confidence interval of the mean over the finite values (:func:`scipy.stats.t.interval`):
 
     .. math:: \bar v \pm t_{(1+c)/2,\; n-1}\, s/\sqrt{n}, \qquad s = \text{sample std (ddof=1)}.

@@ -1,5 +1,5 @@
 """The sanity baselines ("controls") of the faithfulness and correlation tables: scores a
-method must beat to mean anything (:data:`cmixlib.verdicts.SANITY_BASELINES`)."""
+method must beat to mean anything (:data:`cmixlib.book.verdicts.SANITY_BASELINES`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +22,7 @@ def control_scores(n: int, target: int, seed: int,
     ([MASK], or 0 for [CLS]): ``"random"``, uniform(0, 1) from ``default_rng(seed)``
     (:func:`cmixlib.gradients.random_scores`), and ``"nearness"``,
     :math:`s_j = -\lvert j - t\rvert` (for [CLS]: earlier tokens score higher)."""
-    from ..gradients import random_scores
+    from cmixlib.gradients import random_scores
 
     unknown = [c for c in controls if c not in CONTROLS]
     if unknown:

@@ -10,16 +10,16 @@ determiner or reflexive); its logits choose between the target and the foil, who
 **first tokens** of the target and foil words in context (``ids(prefix + " " + word)`` after
 the prefix's ids). ALTI-Logit explains lambda_t - lambda_f at p: its layer-wise rows are each
 layer's tracked attention terms, its global row the authors' explanation (summed over layers,
-with the embedding term at p, :attr:`cmixlib.decoder_logit.AltiLogit.explanation`); the part
+with the embedding term at p, :attr:`cmixlib.methods.alti_logit.AltiLogit.explanation`); the part
 of the logit difference that no token receives (MLPs, biases) is reported beside it per example
-(``logit_parts``: :meth:`~cmixlib.decoder_logit.AltiLogit.summary`). A pair is dropped, with its
+(``logit_parts``: :meth:`~cmixlib.methods.alti_logit.AltiLogit.summary`). A pair is dropped, with its
 reason, when a cue word does not precede the target (``cue_after_target``: in ``dna``/``dnaa``
 the noun follows the determiner, so a causal model cannot see it), when the prefix's tokens
 change once the next word is appended (``tokens_cross_words``), or when target and foil share
 their first token (``same_first_token``, e.g. *dislike* / *dislike·s*).
 
 Scores, per kept pair and method: the row p of each layer's map (cue alignment per layer:
-dot, AP, probes needed, :func:`cmixlib.evaluation.alignment_rows`, against the cue tokens other
+dot, AP, probes needed, :func:`cmixlib.metrics.evaluation.alignment_rows`, against the cue tokens other
 than those of the word at p, :func:`alignment_cues`: a map's share on p is its self share, not
 evidence of finding the cue; a pair whose only cue word is the word at p, as in ``rpsv`` where
 the subject noun is the word before the verb, is left out of the cue alignment with the reason
@@ -40,11 +40,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from ..batching import length_batches, pad_sequences
-from ..validation import InputError
-from .runner import Context, Experiment
-from .sources import Sources, blimp_sample
+from cmixlib.metrics import evaluation as ev
+from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.validation import InputError
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import Sources, blimp_sample
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",
            "BLANK_MODES", "DecoderSources", "causal_example", "causal_examples",
@@ -80,15 +80,15 @@ class DecoderSources(Sources):
     for the spaces between words). Tests override both with a random decoder and toy pairs."""
 
     def decoder(self) -> tuple[Any, dict | None]:
-        from ..models import load_model
+        from cmixlib.models.loading import load_model
 
         return load_model(self._settings["decoder"]), None
 
     def blimp_pairs(self) -> list[dict]:
         """Annotated BLiMP agreement pairs (word level, with ``spaces``) of the test half that
         the chapter 9 runs use, in split order."""
-        from ..data import annotate_blimp
-        from ..models import load_model
+        from cmixlib.data import annotate_blimp
+        from cmixlib.models.loading import load_model
 
         encoder = load_model(self._model)
         spaces = {(r["uid"], r["pair_id"]): r["spaces"]
@@ -292,8 +292,8 @@ def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int,
             explanation: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists;
     ``explanation``: ALTI-Logit's explanation row at p (with the embedding term)."""
-    from ..attention import rollout
-    from ..gradients import random_scores
+    from cmixlib.methods.aggregation import rollout
+    from cmixlib.gradients import random_scores
 
     p, n = int(ex["target_index"]), len(ex["input_ids"])
     near = -np.abs(np.arange(n) - p).astype(float)
@@ -328,8 +328,8 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
 
     import torch
 
-    from ..core import context_mixing
-    from ..decoder_logit import explain_logit
+    from cmixlib.methods.dispatch import context_mixing
+    from cmixlib.methods.alti_logit import explain_logit
 
     s = ctx.settings
     if s["blank"] not in BLANK_MODES:
@@ -346,7 +346,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx._devices.add(str(next(model.parameters()).device))
     bos = getattr(bundle, "bos_token_id", None)
     if bos is None:
-        from ..offline_models import decoder_bos_id
+        from cmixlib.models.offline import decoder_bos_id
 
         bos = decoder_bos_id(tok)
     if bos is None:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..registry import method_label
-from .runner import Context, Experiment
+from cmixlib.methods.registry import method_label
+from cmixlib.experiments.runner import Context, Experiment
 
 __all__ = ["EXAMPLES", "VZ_TABLE1", "ALTI_TABLE_SENTENCES", "EXAMPLE_HEADLINES",
            "example_claims"]
@@ -94,8 +94,8 @@ def _claim(item: str, claim: str, holds: bool, evidence: str) -> dict:
 def _vz_table1() -> list[dict]:
     """One claim per example (exactly the paper's underlined words), and the headline: the cue
     noun (the paper's last underlined word: the head the target agrees with) is marked in all."""
-    from ..data import load_spacy
-    from ..data.blimp_rules import annotate_pair
+    from cmixlib.data import load_spacy
+    from cmixlib.data.blimp_rules import annotate_pair
 
     nlp, item, claims, nouns = load_spacy(), "VZ Table 1", [], []
     for ex in VZ_TABLE1:
@@ -113,8 +113,8 @@ def _vz_table1() -> list[dict]:
 
 
 def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
-    from ..saliency import (example_rows, experiment_inputs, experiment_settings, find_example,
-                            target_probabilities)
+    from cmixlib.experiments.saliency import (example_rows, experiment_inputs, experiment_settings,
+                                              find_example, target_probabilities)
 
     exp = "vz-faithfulness"
     s = experiment_settings(exp, ctx.settings[exp])
@@ -146,9 +146,10 @@ def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
 
 
 def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
-    from ..saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs, experiment_settings,
-                            predicted_classes, target_probabilities, text_example)
-    from ..training.classifiers import LABELS
+    from cmixlib.experiments.saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs,
+                                              experiment_settings, predicted_classes,
+                                              target_probabilities, text_example)
+    from cmixlib.training.classifiers import LABELS
 
     exp, exp7 = "alti-table2", "alti-fig7-consistency"
     run = {"model": ctx.model, "sources": ctx.sources, "data": False}
@@ -182,9 +183,9 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
 
 
 def _globenc_figure1(ctx: Context) -> tuple[list[dict], str]:
-    from .. import data
-    from ..saliency import experiment_inputs, experiment_settings, find_example
-    from .globenc import _correlation_rows, _variant
+    from cmixlib import data
+    from cmixlib.experiments.saliency import experiment_inputs, experiment_settings, find_example
+    from cmixlib.experiments.globenc import _correlation_rows, _variant
 
     exp = "globenc-correlations"
     s = experiment_settings(exp, ctx.settings[exp])
@@ -206,7 +207,7 @@ def example_claims(ctx: Context) -> dict[str, pd.DataFrame]:
     """Every claim of the module docstring, on the papers' own example sentences (typed from the
     papers), with the models other experiments read, loaded with the settings given for them
     (one setting per experiment, the book run's settings,
-    :class:`~cmixlib.book_runs.BookRun` ``borrows``; each merged with that experiment's
+    :class:`~cmixlib.book.runs.BookRun` ``borrows``; each merged with that experiment's
     defaults): the fine-tuned MLM of
     ``vz-faithfulness`` (VZ Figure 4), the SST-2 classifier and pre-trained MLM of
     ``alti-table2`` with IG at ``alti-fig7-consistency``'s steps (ALTI Tables 1, 3-9), the SST-2

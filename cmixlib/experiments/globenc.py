@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from .. import paper_numbers as pn
-from .common import batched, comparison_table, ids_tensor, map_agreement, mean_ci, padded_batch
-from .controls import CONTROLS, control_scores, control_seed
-from .runner import Context, Experiment
-from .sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model, whole_split
+from cmixlib.metrics import evaluation as ev
+from cmixlib.data import paper_numbers as pn
+from cmixlib.experiments.common import (batched, comparison_table, ids_tensor, map_agreement,
+                                        mean_ci, padded_batch)
+from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
+                                         whole_split)
 
 __all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "ROLLOUT_VARIANTS",
            "variant_comparison", "FIG4_METHODS",
@@ -26,7 +28,7 @@ def ln_outliers(ctx: Context) -> dict[str, pd.DataFrame]:
     layers' outlier sets). Needs only the model weights. The paper prints no numbers (figure only)."""
     from scipy.stats import pearsonr
 
-    from ..arch import layer_parts
+    from cmixlib.models.arch import layer_parts
 
     bundle, _, _ = ctx.load_inputs()
     layers = layer_parts(bundle.model)
@@ -96,9 +98,9 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
     ``{("control", c, "control"): rho}`` for each of ``controls``
     (:func:`cmixlib.experiments.controls.control_scores`, target 0, the random one seeded with
     the example's ``_row`` index)."""
-    from .. import core
-    from ..attention import normalize_rows, rollout
-    from ..gradients import ClassTarget, batch_attribute
+    from cmixlib.methods import dispatch as core
+    from cmixlib.methods.aggregation import normalize_rows, rollout
+    from cmixlib.gradients import ClassTarget, batch_attribute
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     extras = _padded_segments(batch, ids)
@@ -224,7 +226,7 @@ FIG4_VARIANTS: dict[str, dict] = {"map_raw": {"unit": "map", "diagonal": True},
 def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     """GlobEnc Figure 4 on the SST-2 classifier of ``globenc-correlations`` (:meth:`Sources.classifier`):
     for the first ``limit`` dev sentences (with ``max_tokens``, only those of at most that many
-    tokens, [CLS]/[SEP] included; None: no cap; GlobEnc: the first 256), each layer's HTA × input map (:func:`cmixlib.hta.hta`,
+    tokens, [CLS]/[SEP] included; None: no cap; GlobEnc: the first 256), each layer's HTA × input map (:func:`cmixlib.methods.hta.hta`,
     c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
     ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
     in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
@@ -234,8 +236,8 @@ def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     and N-Enc."""
     import time
 
-    from .. import core
-    from ..hta import hta
+    from cmixlib.methods import dispatch as core
+    from cmixlib.methods.hta import hta
 
     s = ctx.settings
     map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting

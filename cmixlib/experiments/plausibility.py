@@ -1,5 +1,5 @@
 r"""Beyond the papers: plausibility of every method's ``[CLS]`` attribution against HateXplain's
-human rationales (ERASER's AUPRC, token F1 and IOU F1; :mod:`cmixlib.plausibility`)."""
+human rationales (ERASER's AUPRC, token F1 and IOU F1; :mod:`cmixlib.metrics.plausibility`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,19 +7,19 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .. import plausibility as pl
-from ..registry import ROLLOUT_PREFIX
-from .common import (GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch,
-                     predicted_classes_batch)
-from .runner import Context, Experiment
-from .sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
+from cmixlib.metrics import plausibility as pl
+from cmixlib.methods.registry import ROLLOUT_PREFIX
+from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch,
+                                        predicted_classes_batch)
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
 
 __all__ = ["PLAUSIBILITY", "PLAUSIBILITY_METHODS", "METRICS", "SUBSETS", "attribution_rows",
            "describe_most_plausible"]
 
 
 def _mixing_methods() -> list[str]:
-    from .. import core
+    from cmixlib.methods import dispatch as core
 
     layer = [m for m, spec in core.METHODS.items() if spec.kind == "layer"]
     rolled = {spec.base for spec in core.METHODS.values() if spec.base is not None}
@@ -32,7 +32,7 @@ def _mixing_methods() -> list[str]:
 #: N-ResLN, W-FixedRes, N-FixedRes, W-Res), the gradient baselines of :data:`GRADIENT_METHODS`
 #: and the random control.
 PLAUSIBILITY_METHODS = _mixing_methods() + list(GRADIENT_METHODS) + ["random"]
-#: The per-post metrics (:func:`cmixlib.plausibility.plausibility_scores`).
+#: The per-post metrics (:func:`cmixlib.metrics.plausibility.plausibility_scores`).
 METRICS = ("auprc", "token_f1", "iou_f1")
 #: The post subsets of frame ``subsets``: every evaluated post, those whose predicted class is
 #: the majority label, those predicted hateful or offensive (not ``normal``).
@@ -52,9 +52,9 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     embeddings (one :func:`cmixlib.gradients.batch_attribute` call; IG with ``ig_steps``
     Gauss-Legendre steps, IG and DeepLift aggregated by ``grad_aggregate``), and uniform random
     scores seeded per post."""
-    from .. import core
-    from ..attention import attention_flow, normalize_rows, rollout
-    from ..gradients import ClassTarget, batch_attribute, random_scores
+    from cmixlib.methods import dispatch as core
+    from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+    from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     lengths = [len(ex["input_ids"]) for ex in batch]
@@ -103,7 +103,7 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
 
 
 def _summary_rows(per: pd.DataFrame, methods: list[str], confidence: float) -> list[dict]:
-    from ..registry import method_label
+    from cmixlib.methods.registry import method_label
 
     rows = []
     for m in methods:
@@ -126,7 +126,7 @@ def plausibility(ctx: Context) -> dict[str, pd.DataFrame]:
     (:func:`attribution_rows`; gradients of the class the model predicts),
     pooled to HateXplain's words by ``pooling`` (default the sum of a word's pieces; ``[CLS]`` and
     ``[SEP]`` belong to no word), then AUPRC, token F1 and IOU F1 against the rationale (top
-    :math:`k = |\text{rationale}|` words; :mod:`cmixlib.plausibility`). Frame ``result``: per
+    :math:`k = |\text{rationale}|` words; :mod:`cmixlib.metrics.plausibility`). Frame ``result``: per
     method, the mean over all evaluated posts with a two-sided ``confidence`` t interval
     (:func:`mean_ci`); ``subsets``: the same for :data:`SUBSETS`; ``per_post``: every score."""
     s = ctx.settings
@@ -194,7 +194,7 @@ def describe_most_plausible(result: pd.DataFrame, metric: str = "auprc",
     intervals do not show the two equal; separate ones show the top method ahead at that
     confidence. With ``per_post`` (frame ``per_post``), the sentence adds the mean paired
     difference per post with its t interval (:func:`mean_ci`, the result's confidence)."""
-    from ..registry import method_label
+    from cmixlib.methods.registry import method_label
 
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")

@@ -26,14 +26,14 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ..models import default_device, model_device, resolve_device, use_device
-from ..validation import InputError, check_bool, check_choice, check_positive_int
-from ..validation import describe as show
-from ..cache import (PACKAGE_DIR, cache_root, code_text, jsonable, result_closure, source_files,
-                     stable_hash)
-from .common import describe
-from .sources import Inputs, Sources
-from .spec import RunSpec
+from cmixlib.models.loading import default_device, model_device, resolve_device, use_device
+from cmixlib.validation import InputError, check_bool, check_choice, check_positive_int
+from cmixlib.validation import describe as show
+from cmixlib.cache import (PACKAGE_DIR, cache_root, code_text, jsonable, result_closure,
+                           source_files, stable_hash)
+from cmixlib.experiments.common import describe
+from cmixlib.experiments.sources import Inputs, Sources
+from cmixlib.experiments.spec import RunSpec
 
 __all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "code_files", "PRESENTATION_MODULES", "presentation_files",
@@ -52,7 +52,7 @@ class Experiment:
     it reads (:class:`cmixlib.experiments.sources.Inputs`, or one per task for experiments run on
     several tasks), loaded through the run's :class:`~cmixlib.experiments.sources.Sources` by
     :meth:`Context.load_inputs`. ``paper_numbers()``: the published numbers it is compared with
-    (quotes from :mod:`cmixlib.paper_numbers`); ``compare(frames, paper)``: ours beside them;
+    (quotes from :mod:`cmixlib.data.paper_numbers`); ``compare(frames, paper)``: ours beside them;
     ``summary(frames)``: a compact text view.
     """
 
@@ -209,9 +209,7 @@ def results_root() -> Path:
 #: command line, coursework checkers, plots. No other module imports them (a test checks this), so
 #: they cannot change a result, and :func:`code_version` leaves them out: editing a plot does not
 #: recompute the book.
-PRESENTATION_MODULES = frozenset({"book", "book_runs", "claims", "cli", "decoder_report",
-                                  "depth_verdicts", "differences", "model_examples", "plotting",
-                                  "reproduction", "reproduction_examples", "verdicts"})
+PRESENTATION_MODULES = frozenset({"book", "plotting", "cli"})
 
 def presentation_files() -> frozenset[str]:
     """The ``.py`` files of :data:`PRESENTATION_MODULES` (all files of a sub-package), as paths
@@ -287,7 +285,7 @@ def _check_settings(exp: Experiment, settings: Mapping[str, Any] | None) -> dict
 def _resolve_model(model: str | None) -> str:
     if model:
         return model
-    from ..models import default_model_name
+    from cmixlib.models.loading import default_model_name
 
     return default_model_name()
 
@@ -307,7 +305,7 @@ def _load_cached(directory: Path) -> tuple[dict[str, pd.DataFrame], dict, pd.Dat
 
 def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: Path) -> RunResult:
     """Run ``exp`` in ``ctx``, write its files to ``directory`` and return the result."""
-    from .. import __version__
+    from cmixlib import __version__
 
     t0 = time.perf_counter()
     frames = dict(exp.compute(ctx))
@@ -353,7 +351,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     model name of its own, or ``use_cache=False``.
 
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default: ``$CMIX_DEVICE``, else CUDA when
-    available) is where the models this run loads go (:func:`cmixlib.models.use_device`); it is
+    available) is where the models this run loads go (:func:`cmixlib.models.loading.use_device`); it is
     recorded as ``meta["device"]`` but is not part of the cache key: a result computed on one
     device is reused on another (they agree up to floating-point rounding; models trained for
     a run can differ more, and their cache, too, is shared across devices). A device that is not
@@ -363,7 +361,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     in :data:`REGISTRY`; ``model`` None or a string; ``limit`` None or an integer >= 1; each
     setting None or of its default's kind (bool, integer, number, list; string settings take any
     value); ``use_cache``, ``progress`` bools; ``sources`` None or a :class:`Sources`; ``device``
-    (or ``$CMIX_DEVICE``) one :func:`cmixlib.models.resolve_device` accepts.
+    (or ``$CMIX_DEVICE``) one :func:`cmixlib.models.loading.resolve_device` accepts.
 
     Examples
     --------

@@ -4,7 +4,7 @@ experiment reads (:class:`Model`, :class:`Data`, :class:`Inputs`).
 
 The default :class:`Sources` loads the real models (the Value Zeroing experiments' MLM for a
 condition, :func:`load_condition_mlm`; a classifier fine-tuned on a task; the bare encoder; ALTI
-Figure 7's second classifier) through :mod:`cmixlib.training` / :mod:`cmixlib.models`, and the
+Figure 7's second classifier) through :mod:`cmixlib.training` / :mod:`cmixlib.models.loading`, and the
 real data through :mod:`cmixlib.data` (BLiMP agreement, :func:`blimp_sample`; SST-2; SVA; the
 dev split of a classification task)."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..arch import num_layers
-from .spec import RunSpec
+from cmixlib.models.arch import num_layers
+from cmixlib.experiments.spec import RunSpec
 
 __all__ = ["Sources", "Model", "ModelByCondition", "Data", "Inputs", "whole_split",
            "load_condition_mlm", "blimp_sample", "SST2_CLASSIFIER",
@@ -39,7 +39,7 @@ def load_condition_mlm(condition: str, settings: Mapping | None = None, model: s
     pre-trained MLM (:func:`cmixlib.training.load_mlm_model`) or its prompt-fine-tuned copy
     (:func:`cmixlib.training.load_finetuned_mlm`; ``settings`` may hold the experiments'
     ``ft_epochs`` and ``ft_max_train_examples``), exactly as the experiments load them."""
-    from .. import training
+    from cmixlib import training
 
     settings = settings or {}
     ft = {kw: settings[key] for key, kw in (("ft_epochs", "epochs"),
@@ -55,7 +55,7 @@ def load_condition_mlm(condition: str, settings: Mapping | None = None, model: s
 def blimp_sample(bundle, limit: int | None) -> list[dict]:
     """BLiMP agreement test split; with ``limit``, a seeded random sample (numpy seed 0) kept in
     split order, so that a small run still mixes the five subsets (the split is grouped by subset)."""
-    from .. import data
+    from cmixlib import data
 
     ex = data.load_blimp_agreement(bundle.tokenizer, split="test")
     if limit is None or limit >= len(ex):
@@ -117,7 +117,7 @@ class Sources:
     def train_classifier(self, task: str, model: str | None, **kw) -> tuple[Any, dict | None]:
         """``model`` fine-tuned on ``task`` (:func:`cmixlib.training.train_classifier`, cached):
         how :meth:`classifier` and :meth:`model_b` get their classifiers."""
-        from .. import training
+        from cmixlib import training
 
         return training.train_classifier(task, model, **kw)
 
@@ -137,7 +137,7 @@ class Sources:
         number, a brief fine-tune on that many examples (:meth:`train_classifier`)."""
         if self._settings.get("cls_max_train_examples") is not None:
             return self.train_classifier(task, self._model, **self._classifier_kw())
-        from ..classifier_weights import load_classifier
+        from cmixlib.models.classifiers import load_classifier
 
         bundle = load_classifier(task, self._model)
         ev = bundle.manifest.get("evaluation") or {}
@@ -147,7 +147,7 @@ class Sources:
 
     def base(self) -> tuple[Any, dict | None]:
         """The bare pre-trained encoder (:func:`cmixlib.load_model`)."""
-        from ..models import load_model
+        from cmixlib.models.loading import load_model
 
         return load_model(self._model), None
 
@@ -157,20 +157,20 @@ class Sources:
 
     def sst2(self, bundle, limit: int | None) -> list[dict]:
         """SST-2 dev sentences (the first ``limit``)."""
-        from .. import data
+        from cmixlib import data
 
         return data.load_sst2_inputs(bundle.tokenizer, split="dev", limit=limit)
 
     def sst2_test(self, bundle, limit: int | None) -> list[dict]:
         """SST-2 test sentences (the first ``limit``; unlabelled, ``label`` None): the split ALTI's
         analyses draw from, which need only the model's prediction."""
-        from .. import data
+        from cmixlib import data
 
         return data.load_sst2_inputs(bundle.tokenizer, split="test", limit=limit)
 
     def sva(self, bundle, limit: int | None) -> list[dict]:
         """Subject-verb agreement sentences (Linzen et al.): ``limit`` or 500, seed 0."""
-        from .. import data
+        from cmixlib import data
 
         return data.load_sva(bundle.tokenizer, limit=limit if limit is not None else 500, seed=0)
 
@@ -182,10 +182,10 @@ class Sources:
         classifier was trained with them, :mod:`cmixlib.training.classifiers`)."""
         if task == "sst2":
             return self.sst2(bundle, limit)
-        from .. import training
+        from cmixlib import training
 
         if task == "mnli" and getattr(bundle, "heldout_indices", None) is not None:
-            from ..classifier_weights import task_splits   # rows this classifier never saw
+            from cmixlib.models.classifiers import task_splits   # rows this classifier never saw
 
             xs, ys = task_splits("mnli")["eval"]
         else:
@@ -231,7 +231,7 @@ class Sources:
 
     def _model_b_named(self, name: str) -> tuple[Any, dict | None, str]:
         if self._settings.get("cls_max_train_examples") is None:
-            from ..classifier_weights import load_classifier
+            from cmixlib.models.classifiers import load_classifier
 
             b = load_classifier("sst2", name, allow_fallback=False)
             return b, {"accuracy": (b.manifest.get("evaluation") or {}).get("accuracy")}, name
@@ -239,7 +239,7 @@ class Sources:
         return b, info, name
 
     def _model_b_auto(self, bundle_a) -> tuple[Any, dict | None, str]:
-        from ..models import ModelLoadError
+        from cmixlib.models.loading import ModelLoadError
 
         if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
             try:
@@ -257,7 +257,7 @@ class Sources:
                      and manifest.get("task") == "sst2"
                      and getattr(bundle_a, "variant", "") == "fine-tuned on sst2 (committed weights)")
         if committed:
-            from ..student_weights import load_student
+            from cmixlib.models.student import load_student
 
             b = load_student("sst2")
             ev = b.manifest.get("evaluation") or {}
@@ -275,7 +275,7 @@ class Sources:
     def hatexplain_rationales(self, bundle, limit: int | None) -> list[dict]:
         """HateXplain posts with a majority rationale of the run's ``split`` setting (default
         ``"test"``), the first ``limit`` (:func:`cmixlib.data.load_hatexplain_rationale_inputs`)."""
-        from ..data.hatexplain import load_hatexplain_rationale_inputs
+        from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs
 
         return load_hatexplain_rationale_inputs(bundle.tokenizer, self._settings.get("split", "test"),
                                                 limit)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from .. import paper_numbers as pn
-from ..batching import length_batches
-from ..value_zeroing import value_zeroing_variant_maps
-from .common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
-                     comparison_table, exclude_positions, padded_batch)
-from .runner import Context, Experiment, run_experiment
-from .sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
+from cmixlib.metrics import evaluation as ev
+from cmixlib.data import paper_numbers as pn
+from cmixlib.forward.batching import length_batches
+from cmixlib.methods.value_zeroing import value_zeroing_variant_maps
+from cmixlib.experiments.common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
+                                        comparison_table, exclude_positions, padded_batch)
+from cmixlib.experiments.runner import Context, Experiment, run_experiment
+from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
 
 __all__ = ["VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "CUE_ALIGNMENT",
            "DISTANCE_ABLATION", "MDL_PROBING", "FAITHFULNESS", "align_key_note"]
@@ -95,7 +95,7 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
     distance of Appendix A.1: cosine (the paper's), Euclidean, Spearman (1 - rank correlation of the
     two representations) and cosine after per-dimension standardisation of the representations
     (Timkey & van Schijndel 2021; mean and std over the sentence's tokens, see
-    :func:`cmixlib.value_zeroing.value_zeroing_layer`). Also the Spearman correlation of each
+    :func:`cmixlib.methods.value_zeroing.value_zeroing_layer`). Also the Spearman correlation of each
     variant's [MASK] row with the cosine row, per layer ("agreement"). The paper reports no numbers,
     only that the pattern did not change."""
     s = ctx.settings
@@ -186,13 +186,13 @@ _ALIGNMENT_KEYS = ["condition", "methods", "exclude", "ties", "grad_score", "gra
 
 
 def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
-    """Compression (online-code MDL, :func:`cmixlib.probing.mdl_probe`, bits) of singular/plural from
+    """Compression (online-code MDL, :func:`cmixlib.metrics.probing.mdl_probe`, bits) of singular/plural from
     the [MASK] hidden state of layers 0..L (0 = embeddings), then Spearman's rho over layers 1..L
     between compression and each method's mean layer-wise cue alignment (``alignment_metric``; map
     of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
     run with the same model, limit and settings (cached). ``probe_limit`` lets the probe use more
     examples than the alignment (None: the same ``limit``; 0: the whole test split)."""
-    from ..probing import mdl_by_layer
+    from cmixlib.metrics.probing import mdl_by_layer
 
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import evaluation as ev
-from ..arch import num_layers
-from ..batching import length_batches
-from ..rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
-from .common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
-from .runner import Context, Experiment
-from .sources import FINETUNED_MLM_SETTINGS
-from .value_zeroing import MLM_ON_BLIMP
+from cmixlib.metrics import evaluation as ev
+from cmixlib.models.arch import num_layers
+from cmixlib.forward.batching import length_batches
+from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
+from cmixlib.experiments.common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
+from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS
+from cmixlib.experiments.value_zeroing import MLM_ON_BLIMP
 
 __all__ = ["DEPTH_BASES", "DEPTH_REPLACEMENTS", "DEPTH_EXCLUDES", "ROLLOUT_DEPTH"]
 
@@ -31,7 +31,7 @@ def _score_matrix(ex: dict, raw: dict[str, np.ndarray], bases: list[str], seed: 
     """Keys ``(method, aggregation, layer)`` and the ``(K, n)`` matrix of their [MASK]-row
     scores; the controls "random" (seeded as vz-faithfulness's) and "nearness" get aggregation
     "control" and layer 0."""
-    from ..gradients import random_scores
+    from cmixlib.gradients import random_scores
 
     t, n = int(ex["target_index"]), len(ex["input_ids"])
     keys, rows = [], []
@@ -49,12 +49,12 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     row-normalised map ("single"), of the rollout up to that layer without the identity
     ("rollout", Table 3's aggregation at the last layer), with it ("rollout+I":
     0.5 C + 0.5 I) and of the un-normalised product ("raw product";
-    :func:`cmixlib.rollout_depth.depth_rows`), plus the controls random and nearness
+    :func:`cmixlib.experiments.rollout_depth.depth_rows`), plus the controls random and nearness
     (-|j - t|). Each is correlated (Spearman) with blank-out, p(t|x) - p(t|x, token j ->
     replacement) over target and foil, for each blank-out ``replacements`` token and each
     ``excludes`` mode, then averaged over examples (frame "result": condition, method,
     aggregation, layer, replacement, exclude, mean, std, n, n_nan). Frame "profile": the mean
-    weight at offset k = j - i (:func:`cmixlib.rollout_depth.offset_profile`, |k| <=
+    weight at offset k = j - i (:func:`cmixlib.experiments.rollout_depth.offset_profile`, |k| <=
     ``max_offset``) of each layer's row-normalised map, over the non-special rows ("rows" =
     "context") and over the [MASK] row ("mask"). Frame "entropy": the mean normalised entropy
     of the [MASK] row per method, aggregation and layer (1 = uniform). Frame "nearness": the
@@ -62,7 +62,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     replacement: method "blank-out") with the nearness control, over the positions of the first
     ``excludes`` mode. Frame "row_profile": the mean score of each of those rows at offset
     k = j - t from the [MASK] (|k| <= ``max_offset``; [CLS] and [SEP] left out)."""
-    from .. import core
+    from cmixlib.methods import dispatch as core
 
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()

@@ -30,7 +30,7 @@ Map of the package (each module's docstring gives its equations):
 * here: :func:`attribute`, one entry point for all of :data:`METHODS`.
 
 Scores are **not** normalised; do that downstream. ``mlm_head`` is
-:func:`cmixlib.arch.mlm_head`, re-exported.
+:func:`cmixlib.models.arch.mlm_head`, re-exported.
 """
 from __future__ import annotations
 
@@ -40,16 +40,17 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..arch import mlm_head
-from .captum_methods import (GRADIENT_METHODS, batch_attribute, deeplift, grad_l2, grad_x_input_abs,
-                             grad_x_input_l2, integrated_gradients)
-from .erasure import _blank_out_method, blank_out
-from .layers import LEVELS, Level, attribution_layers, substitute_word_embeddings
-from .random_baseline import _random_method, random_scores
-from .rescale import deeplift_rescale, rescaled_activation_types
-from .targets import (ClassTarget, GradientAttributionError, MLMTarget, ScoreModule, Target,
-                      resolve_target, special_positions, target_probability, target_score,
-                      target_tensors)
+from cmixlib.models.arch import mlm_head
+from cmixlib.gradients.captum_methods import (GRADIENT_METHODS, batch_attribute, deeplift, grad_l2,
+                                              grad_x_input_abs, grad_x_input_l2,
+                                              integrated_gradients)
+from cmixlib.gradients.erasure import _blank_out_method, blank_out
+from cmixlib.gradients.layers import LEVELS, Level, attribution_layers, substitute_word_embeddings
+from cmixlib.gradients.random_baseline import _random_method, random_scores
+from cmixlib.gradients.rescale import deeplift_rescale, rescaled_activation_types
+from cmixlib.gradients.targets import (ClassTarget, GradientAttributionError, MLMTarget,
+                                       ScoreModule, Target, resolve_target, special_positions,
+                                       target_probability, target_score, target_tensors)
 
 __all__ = [
     "MLMTarget", "ClassTarget", "Target", "GradientAttributionError", "METHODS", "LEVELS",

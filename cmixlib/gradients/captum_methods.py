@@ -55,13 +55,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..encoder import layer_output
-from .layers import (Level, _check_level, _check_tail, _hidden_states_and_calls, _LayerCalls,
-                     _Substituted, _Tail, _WordEmbeddingScore, attribution_layers)
-from .rescale import deeplift_rescale
-from .target_rows import _first_row_head
-from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _prepare, _single,
-                      _token_id, extra_inputs, special_positions, target_tensors)
+from cmixlib.forward.encoder import layer_output
+from cmixlib.gradients.layers import (Level, _check_level, _check_tail, _hidden_states_and_calls,
+                                      _LayerCalls, _Substituted, _Tail, _WordEmbeddingScore,
+                                      attribution_layers)
+from cmixlib.gradients.rescale import deeplift_rescale
+from cmixlib.gradients.target_rows import _first_row_head
+from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, ScoreModule, Target,
+                                       _prepare, _single, _token_id, extra_inputs,
+                                       special_positions, target_tensors)
 
 __all__ = ["GRADIENT_METHODS", "batch_attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs",
            "integrated_gradients", "deeplift"]

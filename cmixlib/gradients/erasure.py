@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..validation import check_positive_int
-from .layers import Level
-from .target_rows import _first_row_head
-from .targets import (GradientAttributionError, MLMTarget, ScoreModule, Target, _attribution_errors, _prepare,
-                      _single, _token_id, extra_inputs, special_positions, target_tensors)
+from cmixlib.validation import check_positive_int
+from cmixlib.gradients.layers import Level
+from cmixlib.gradients.target_rows import _first_row_head
+from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, ScoreModule, Target,
+                                       _attribution_errors, _prepare, _single, _token_id,
+                                       extra_inputs, special_positions, target_tensors)
 
 __all__ = ["blank_out", "blank_out_batch"]
 

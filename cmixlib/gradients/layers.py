@@ -12,7 +12,7 @@ them twice; we never do that). For ELECTRA, :math:`x_j` has ``embedding_size`` d
 **Layer-wise** (``level="layers"``): row :math:`\ell` (:math:`\ell = 0..L-1`) attributes to the
 representations **entering** encoder layer :math:`\ell`, i.e. ``hidden_states[ℓ]`` of a Hugging
 Face forward with ``output_hidden_states=True``: the output of
-:func:`cmixlib.arch.embedding_output_module` (after LayerNorm, and after ELECTRA's projection) for
+:func:`cmixlib.models.arch.embedding_output_module` (after LayerNorm, and after ELECTRA's projection) for
 :math:`\ell=0`, the output of layer :math:`\ell-1` otherwise. This matches the Value Zeroing
 figures (the map of layer :math:`\ell` says which input tokens of that layer feed the target);
 row 0 is GlobEnc/DecompX's "gradient × ``hidden_states[0]``" saliency. Captum hooks the *output*
@@ -20,7 +20,7 @@ of the module that produces ``hidden_states[ℓ]``.
 
 **Layer-wise functions.** For an MLM, :math:`f(h_\ell)` runs the encoder blocks
 :math:`\ell..L-1` as the model calls them (masks recorded by
-:func:`cmixlib.encoder.record_layer_calls`), then the head at the target position only:
+:func:`cmixlib.forward.encoder.record_layer_calls`), then the head at the target position only:
 :math:`f(h_\ell) = \mathrm{score}(\mathrm{block}_{L-1} \circ \dots \circ
 \mathrm{block}_\ell(h_\ell))`, the last block's FFN at the target row only
 (:func:`.target_rows._target_row_ffn`). Every call checks it against the model's own logits
@@ -37,11 +37,11 @@ from typing import Iterator, Literal, Sequence
 import torch
 from torch import nn
 
-from .. import arch
-from ..encoder import layer_output, record_layer_calls
-from .target_rows import _last_ffn_in, _target_row_ffn
-from .targets import (GradientAttributionError, Target, _class_score, _logits, _mlm_score,
-                      target_score)
+from cmixlib.models import arch
+from cmixlib.forward.encoder import layer_output, record_layer_calls
+from cmixlib.gradients.target_rows import _last_ffn_in, _target_row_ffn
+from cmixlib.gradients.targets import (GradientAttributionError, Target, _class_score, _logits,
+                                       _mlm_score, target_score)
 
 __all__ = ["Level", "LEVELS", "attribution_layers", "substitute_word_embeddings"]
 
@@ -128,7 +128,7 @@ def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Te
                              extras: dict | None = None,
                              ) -> tuple[list[torch.Tensor], _LayerCalls]:
     """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call
-    (:func:`cmixlib.encoder.record_layer_calls`, with the extra inputs ``extras``), tensors moved
+    (:func:`cmixlib.forward.encoder.record_layer_calls`, with the extra inputs ``extras``), tensors moved
     into slots."""
     inputs: list[torch.Tensor] = []
     calls: list[tuple[list, dict]] = []

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import arch
-from ..validation import check_int, check_positive_int
-from .layers import Level, _check_level
-from .targets import extra_inputs, Target, _attribution_errors, _prepare, _single
+from cmixlib.models import arch
+from cmixlib.validation import check_int, check_positive_int
+from cmixlib.gradients.layers import Level, _check_level
+from cmixlib.gradients.targets import extra_inputs, Target, _attribution_errors, _prepare, _single
 
 __all__ = ["random_scores"]
 

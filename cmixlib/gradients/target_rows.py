@@ -1,7 +1,7 @@
 r"""The last encoder block's FFN at the scored row only: exact work saved in every gradient method.
 
 An MLM score reads the final hidden state of the target position only, and the classification
-heads of :data:`cmixlib.arch.FAMILIES` read that of the first token only. The FFN of a
+heads of :data:`cmixlib.models.arch.FAMILIES` read that of the first token only. The FFN of a
 Transformer block is position-wise, so in the **last** block it needs to run at that one row:
 within :func:`_target_row_ffn` the FFN input :math:`u` ``(B, n, d)`` of the last block becomes
 :math:`u_{b,\mathrm{pos}_b}` ``(B, 1, d)``, and the block's post-FFN residual
@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import torch
 from torch import nn
 
-from .. import arch
+from cmixlib.models import arch
 
 if TYPE_CHECKING:
-    from .targets import Target
+    from cmixlib.gradients.targets import Target
 
 
 def _last_ffn_in(model: nn.Module) -> nn.Module | None:
-    """The FFN input layer of the last encoder block (:func:`cmixlib.arch.layer_parts`), or None
+    """The FFN input layer of the last encoder block (:func:`cmixlib.models.arch.layer_parts`), or None
     where :func:`_target_row_ffn` must not be used: a family cmixlib does not know, or a model
     that runs its FFN in sequence chunks (``chunk_size_feed_forward``)."""
     if int(getattr(model.config, "chunk_size_feed_forward", 0) or 0):
@@ -48,7 +48,7 @@ def _target_row_ffn(ffn_in: nn.Module | None, position: torch.Tensor, n: int) ->
     is the block's true output at :math:`j = \mathrm{pos}_b`, the only row the MLM score reads
     (every other row is unused, so no gradient flows through it). The FFN is position-wise, so
     this is exact; it saves about two thirds of the last block's work at every IG/DeepLift step.
-    For a classifier ``position`` is 0: the heads of :data:`cmixlib.arch.FAMILIES` read the first
+    For a classifier ``position`` is 0: the heads of :data:`cmixlib.models.arch.FAMILIES` read the first
     token only (checked per call by :func:`_first_row_head`). ``None``: nothing
     changes."""
     if ffn_in is None:
@@ -58,7 +58,7 @@ def _target_row_ffn(ffn_in: nn.Module | None, position: torch.Tensor, n: int) ->
     def pick(module, inputs):
         u = inputs[0]
         if u.dim() != 3 or u.shape[1] != n or u.shape[0] != position.shape[0]:
-            from .targets import GradientAttributionError
+            from cmixlib.gradients.targets import GradientAttributionError
             raise GradientAttributionError(
                 f"Unexpected FFN input of shape {tuple(u.shape)} in the last block (expected "
                 f"({position.shape[0]}, {n}, d)): this layout is not supported here.")
@@ -77,9 +77,9 @@ def _first_row_head(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     """Whether :class:`.targets.ScoreModule` may run the last block's FFN at the scored row only
     (:func:`_target_row_ffn`): always for an MLM (the score reads the target position);
     for a classifier if its logits on the batch's first row are unchanged by it (the heads of
-    :data:`cmixlib.arch.FAMILIES` read the first token; a head that reads more fails the check
+    :data:`cmixlib.models.arch.FAMILIES` read the first token; a head that reads more fails the check
     and runs in full). ``extras``: the batch's extra inputs (``token_type_ids``...)."""
-    from .targets import MLMTarget, _logits
+    from cmixlib.gradients.targets import MLMTarget, _logits
 
     ffn = _last_ffn_in(model)
     if ffn is None or isinstance(targets[0], MLMTarget):

@@ -25,7 +25,7 @@ logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`re
   convention). ``class_index=None`` means the class the model predicts for the input.
 
 An MLM is scored from the final hidden state of the target position only,
-:math:`\lambda_t = \mathrm{transform}(o_{pos})\cdot W_t + b_t` (:func:`cmixlib.arch.mlm_head`),
+:math:`\lambda_t = \mathrm{transform}(o_{pos})\cdot W_t + b_t` (:func:`cmixlib.models.arch.mlm_head`),
 not from the full ``(n, vocab)`` logits.
 
 **Special tokens.** With a ``tokenizer``, special positions are those holding its CLS/SEP/BOS/EOS/
@@ -42,11 +42,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import arch
-from ..models import model_device
-from ..encoding import check_extra_inputs
-from ..validation import InputError, check_ids_and_mask
-from .target_rows import _last_ffn_in, _target_row_ffn
+from cmixlib.models import arch
+from cmixlib.models.loading import model_device
+from cmixlib.forward.encoding import check_extra_inputs
+from cmixlib.validation import InputError, check_ids_and_mask
+from cmixlib.gradients.target_rows import _last_ffn_in, _target_row_ffn
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
            "extra_inputs",

@@ -1,6 +1,6 @@
 """Plotting helpers shared by every chapter of the book.
 
-Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`method_color`,
+Colours and labels come from the one registry (:mod:`cmixlib.methods.registry`: :func:`method_color`,
 :func:`method_label`, re-exported here), so a method looks the same in every figure.
 
 * :mod:`cmixlib.plotting.maps` -- figures of computed results: context-mixing maps as heatmaps
@@ -18,12 +18,14 @@ All functions return matplotlib objects and never call ``plt.show()``.
 """
 from __future__ import annotations
 
-from .diagrams import LAYER_READS, draw_encoder_layer, draw_rollout, draw_value_zeroing
-from .bars import mean_interval, plot_consistency_bars, plot_paper_vs_ours
-from .maps import (DIV_CMAP, METHOD_COLORS, METHOD_LABELS, SEQ_CMAP, colour_tokens_html,
-                   method_color, method_label, plot_alignment_heatmap,
-                   plot_layer_correlations, plot_layer_maps, plot_layer_rows, plot_map,
-                   plot_method_lines, plot_row, saliency_table_html)
+from cmixlib.plotting.diagrams import (LAYER_READS, draw_encoder_layer, draw_rollout,
+                                       draw_value_zeroing)
+from cmixlib.plotting.bars import mean_interval, plot_consistency_bars, plot_paper_vs_ours
+from cmixlib.plotting.maps import (DIV_CMAP, METHOD_COLORS, METHOD_LABELS, SEQ_CMAP,
+                                   colour_tokens_html, method_color, method_label,
+                                   plot_alignment_heatmap, plot_layer_correlations, plot_layer_maps,
+                                   plot_layer_rows, plot_map, plot_method_lines, plot_row,
+                                   saliency_table_html)
 
 __all__ = ["DIV_CMAP", "METHOD_COLORS", "METHOD_LABELS", "SEQ_CMAP", "colour_tokens_html",
            "mean_interval", "method_color", "method_label", "plot_alignment_heatmap",

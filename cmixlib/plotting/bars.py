@@ -8,7 +8,7 @@
   and hatched, ours in the method's colour with a black outline, so that no bar of ours looks
   like a grey baseline (Random's registry colour is a light grey).
 
-Colours and labels come from :mod:`cmixlib.registry`. Long titles and axis labels are wrapped to
+Colours and labels come from :mod:`cmixlib.methods.registry`. Long titles and axis labels are wrapped to
 the figure's size, so that they are not cut off at its edge.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..registry import method_color, method_label
+from cmixlib.methods.registry import method_color, method_label
 
 
 def _plt():

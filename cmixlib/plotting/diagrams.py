@@ -8,7 +8,7 @@
   every query, the layer re-run, :math:`C_{ij} = \\mathrm{dist}(o^{\\neg j}_i, o_i)`.
 
 Symbols are those of the book's notation table (book/conventions.md); method labels and
-colours come from :mod:`cmixlib.registry`. Every function returns the matplotlib Figure.
+colours come from :mod:`cmixlib.methods.registry`. Every function returns the matplotlib Figure.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..registry import method_color, method_label
+from cmixlib.methods.registry import method_color, method_label
 
 #: Where each method reads the layer: (step of :func:`draw_encoder_layer`, registry name, what
 #: it takes there). Steps: ``"attn"`` attention weights, ``"weighted"`` the vectors
@@ -161,7 +161,7 @@ def draw_rollout(maps=None, tokens: Sequence[str] | None = None, *,
     Bars left of the input column: row ``receiver`` (default: the middle token) of C^^L.
     Returns the Figure.
     """
-    from ..attention import rollout
+    from cmixlib.methods.aggregation import rollout
 
     plt = _plt()
     if maps is None:

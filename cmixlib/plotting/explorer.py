@@ -85,7 +85,7 @@ def explorer_sentences() -> list[dict[str, Any]]:
     ``pair`` = the other's index and ``grammatical``), then the first :data:`SST2_REVIEWS` SST-2
     dev sentences of at most :data:`MAX_WORDS` words (``task`` ``"sst2"``). Each entry has
     ``text`` and ``source`` (with the dataset's licence, as ``data/*/README.md``)."""
-    from ..data.loaders import load_blimp, load_sst2
+    from cmixlib.data.loaders import load_blimp, load_sst2
 
     out: list[dict[str, Any]] = [dict(s) for s in EXPLORER_SENTENCES]
     for subset in BLIMP_SUBSETS:
@@ -157,8 +157,8 @@ def payload_size(data: dict[str, Any]) -> dict[str, int]:
 
 def _cache_key(model_name: str, sentences: list[dict[str, Any]], quick: bool,
                extra: dict[str, Any]) -> str:
-    from ..cache import code_text, stable_hash
-    from ..experiments import code_version
+    from cmixlib.cache import code_text, stable_hash
+    from cmixlib.experiments import code_version
 
     here = Path(__file__).parent
     own = hashlib.sha256("".join(code_text(here / f) for f in
@@ -179,9 +179,9 @@ def explorer_data(bundles=None, sentences: list[dict[str, Any]] | None = None, *
     first encoder whose tokenizer is the offline MLM's gets gradient and erasure rows
     (:func:`~cmixlib.plotting.explorer_models.baseline_rows`). Each block is cached on disk,
     keyed by the model, the sentences, the library's code version and this code."""
-    from ..cache import cache_root
-    from ..models import load_model
-    from .explorer_models import method_table, model_block
+    from cmixlib.cache import cache_root
+    from cmixlib.models.loading import load_model
+    from cmixlib.plotting.explorer_models import method_table, model_block
 
     if bundles is None:
         bundles = [load_model(name) if name else load_model() for name in EXPLORER_MODELS]

@@ -4,7 +4,7 @@ For each sentence, :func:`model_block` stores, as integers (value x 10^3, see
 :func:`~cmixlib.plotting.explorer.pack_maps`):
 
 * every context-mixing method the model supports (:data:`cmixlib.METHODS` for encoders,
-  :data:`cmixlib.decoder_methods.DECODER_METHOD_NAMES` for decoders, less ``alti_logit``,
+  :data:`cmixlib.methods.decoder.DECODER_METHOD_NAMES` for decoders, less ``alti_logit``,
   which is in logit units and explains one chosen target), at every layer:
   :math:`C^{\ell}_{ij}`, rows normalised (:func:`cmixlib.context_mixing`);
 * the rollout of each layer-wise method that the registry gives no aggregated counterpart
@@ -28,25 +28,25 @@ __all__ = ["BASELINE_METHODS", "BASELINE_SETTINGS", "mixing_methods", "rollout_n
            "method_table", "model_text", "head_attentions", "pack_row", "baseline_rows",
            "decoder_note", "model_block"]
 
-#: The baselines shown, by the names :func:`cmixlib.saliency.example_rows` takes.
+#: The baselines shown, by the names :func:`cmixlib.experiments.saliency.example_rows` takes.
 BASELINE_METHODS = ("grad_l2", "grad_x_input", "grad_x_input_abs", "integrated_gradients",
                     "deeplift", "blank_out")
-#: Their settings (:func:`cmixlib.saliency.example_rows`): the library's defaults but 32
+#: Their settings (:func:`cmixlib.experiments.saliency.example_rows`): the library's defaults but 32
 #: integrated-gradient steps (the book's ALTI Figure 7 run).
 BASELINE_SETTINGS = {"ig_steps": 32}
 _MASK = "[MASK]"
 
 
 def _is_decoder(bundle) -> bool:
-    from ..arch import is_decoder_lm
+    from cmixlib.models.arch import is_decoder_lm
 
     return bool(is_decoder_lm(bundle.model))
 
 
 def mixing_methods(bundle) -> list[str]:
     """The context-mixing methods of ``bundle``'s model family (see the module docstring)."""
-    from ..core import METHODS
-    from ..decoder_methods import DECODER_METHOD_NAMES
+    from cmixlib.methods.dispatch import METHODS
+    from cmixlib.methods.decoder import DECODER_METHOD_NAMES
 
     if _is_decoder(bundle):
         return [m for m in DECODER_METHOD_NAMES if m in METHODS]
@@ -56,7 +56,7 @@ def mixing_methods(bundle) -> list[str]:
 def rollout_names(methods: list[str]) -> list[str]:
     """``"rollout:X"`` for each layer-wise X of ``methods`` that no aggregated method of
     ``methods`` rolls out (its registry ``base``)."""
-    from ..registry import ALL_METHODS, ROLLOUT_PREFIX
+    from cmixlib.methods.registry import ALL_METHODS, ROLLOUT_PREFIX
 
     rolled = {ALL_METHODS[m].base for m in methods if ALL_METHODS[m].kind == "aggregated"}
     return [ROLLOUT_PREFIX + m for m in methods
@@ -66,7 +66,8 @@ def rollout_names(methods: list[str]) -> list[str]:
 def method_table(names: list[str]) -> list[dict[str, Any]]:
     """Registry rows (name, label, kind, colour, base, reference) of ``names``; a
     ``"rollout:X"`` is aggregated, based on X, labelled and coloured by the registry."""
-    from ..registry import ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label, resolve
+    from cmixlib.methods.registry import (ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label,
+                                          resolve)
 
     rows = []
     for name in names:
@@ -117,7 +118,7 @@ def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
     for a sentence with ``target_word``/``foil_word`` (:math:`\\sigma(z_t - z_f)`), with the
     classifier ``clf`` at ``[CLS]`` for the class it predicts for an ``sst2`` sentence. Only when
     that model tokenizes the sentence into ``ids`` (the map's tokens)."""
-    from ..saliency import example_rows, predicted_classes, text_example
+    from cmixlib.experiments.saliency import example_rows, predicted_classes, text_example
 
     text = sentence["text"]
     if sentence.get("target_word") and mlm is not None:
@@ -136,7 +137,7 @@ def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
     if list(ex["input_ids"]) != list(ids):
         return None
     rows = example_rows(bundle, ex, list(BASELINE_METHODS), BASELINE_SETTINGS)
-    from ..registry import resolve
+    from cmixlib.methods.registry import resolve
 
     packed, scale = {}, {}
     for name, row in rows.items():
@@ -187,10 +188,10 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     import torch
     from tqdm.auto import tqdm
 
-    from ..attention import rollout
-    from ..core import context_mixing, tokens
-    from ..decoder_inputs import decoder_text_ids
-    from .explorer import DECIMALS, pack_maps
+    from cmixlib.methods.aggregation import rollout
+    from cmixlib.methods.dispatch import context_mixing, tokens
+    from cmixlib.forward.decoder_inputs import decoder_text_ids
+    from cmixlib.plotting.explorer import DECIMALS, pack_maps
 
     decimals = DECIMALS if decimals is None else decimals
     decoder = _is_decoder(bundle)
@@ -200,8 +201,8 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     if baselines and not decoder and baseline_models is not None:
         mlm, clf = baseline_models
     elif baselines and not decoder:
-        from ..classifier_weights import load_classifier
-        from ..training.mlm import load_mlm_model
+        from cmixlib.models.classifiers import load_classifier
+        from cmixlib.training.mlm import load_mlm_model
 
         mlm = load_mlm_model(progress=False)[0]
         clf = load_classifier("sst2")
@@ -231,7 +232,7 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     block = {"model": bundle.describe(), "family": "decoder" if decoder else "encoder",
              "layers": int(cfg.num_hidden_layers), "heads": int(cfg.num_attention_heads),
              "decimals": decimals, "methods": mix + rolls, "sentences": out, "note": None}
-    from ..registry import resolve
+    from cmixlib.methods.registry import resolve
 
     names = [resolve(m) for m in BASELINE_METHODS]
     block["baselines"] = any("baselines" in s for s in out)

@@ -1,4 +1,4 @@
-"""One figure of generation-time attribution (:mod:`cmixlib.decoder_generate`): per method, a
+"""One figure of generation-time attribution (:mod:`cmixlib.methods.generation`): per method, a
 heatmap with the generated tokens in rows (step t) and the source tokens in columns (prompt +
 generated tokens); the cells of sources that did not exist yet at step t (j > n - 1 + t) are
 blank. Returns matplotlib objects and never calls ``plt.show()``.
@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .maps import method_label, plot_map
+from cmixlib.plotting.maps import method_label, plot_map
 
 __all__ = ["generation_matrix", "plot_generation"]
 

@@ -1,6 +1,6 @@
 """Plotting helpers shared by every chapter of the book.
 
-Colours and labels come from the one registry (:mod:`cmixlib.registry`: :func:`method_color`,
+Colours and labels come from the one registry (:mod:`cmixlib.methods.registry`: :func:`method_color`,
 :func:`method_label`, re-exported here), so a method looks the same in every figure. Figure types:
 
 * :func:`plot_map` -- one context-mixing map (receiving token i in rows, contributing token j in
@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
+from cmixlib.methods.registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
 
 #: Colormap for non-negative context-mixing maps and one for signed quantities.
 SEQ_CMAP = "Blues"

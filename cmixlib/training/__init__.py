@@ -32,21 +32,22 @@ Map of the package:
 """
 from __future__ import annotations
 
-from ..cache import CACHE_ENV_VAR, cache_root, stable_hash
-from .classifiers import (CLASSIFIER_TASKS, LABELS, MNLI_DEV_SIZE, MNLI_SPLIT_SEED,
-                          classification_data, classifier_accuracy, keep_encoder_layers,
-                          label_ids, train_classifier)
-from .common import (CODE_VERSION, VERSION_SOURCES, cache_file, cache_key, code_version,
-                     fingerprint_examples, fingerprint_model, fingerprint_texts, format_info,
-                     model_cache_dir, set_seed)
-from ..batching import pad_sequences
-from .loop import (FitResult, Step, epoch_batches, fit, linear_schedule_factor,
-                   make_linear_scheduler, stream_batches, warmup_steps_for, watch_steps)
-from .mlm import (MLM_MIN_WORDS, decoder_is_tied, default_mlm_texts, load_mlm_model, logits_at,
-                  masked_word_accuracy, mlm_agreement_accuracy, mlm_agreement_scores,
-                  mlm_head_logits, mlm_head_param_names, mlm_metrics, static_masking,
-                  train_mlm_head)
-from .prompt import PROMPT_LR, finetune_prompt, load_finetuned_mlm, prompt_loss
+from cmixlib.cache import CACHE_ENV_VAR, cache_root, stable_hash
+from cmixlib.training.classifiers import (CLASSIFIER_TASKS, LABELS, MNLI_DEV_SIZE, MNLI_SPLIT_SEED,
+                                          classification_data, classifier_accuracy,
+                                          keep_encoder_layers, label_ids, train_classifier)
+from cmixlib.training.common import (CODE_VERSION, VERSION_SOURCES, cache_file, cache_key,
+                                     code_version, fingerprint_examples, fingerprint_model,
+                                     fingerprint_texts, format_info, model_cache_dir, set_seed)
+from cmixlib.forward.batching import pad_sequences
+from cmixlib.training.loop import (FitResult, Step, epoch_batches, fit, linear_schedule_factor,
+                                   make_linear_scheduler, stream_batches, warmup_steps_for,
+                                   watch_steps)
+from cmixlib.training.mlm import (MLM_MIN_WORDS, decoder_is_tied, default_mlm_texts, load_mlm_model,
+                                  logits_at, masked_word_accuracy, mlm_agreement_accuracy,
+                                  mlm_agreement_scores, mlm_head_logits, mlm_head_param_names,
+                                  mlm_metrics, static_masking, train_mlm_head)
+from cmixlib.training.prompt import PROMPT_LR, finetune_prompt, load_finetuned_mlm, prompt_loss
 
 __all__ = [
     "CODE_VERSION", "VERSION_SOURCES", "code_version", "pad_sequences", "cache_root",

@@ -16,12 +16,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .. import arch
-from ..models import model_device
-from .common import (base_info, bundle_parts, cache_file, cache_key, fingerprint_model,
-                     fingerprint_texts, load_cached, pad_id, progress_bar, save_cached, set_seed)
-from ..batching import length_batches, pad_sequences
-from .loop import epoch_batches, fit
+from cmixlib.models import arch
+from cmixlib.models.loading import model_device
+from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key,
+                                     fingerprint_model, fingerprint_texts, load_cached, pad_id,
+                                     progress_bar, save_cached, set_seed)
+from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.training.loop import epoch_batches, fit
 
 CLASSIFIER_TASKS = ("sst2", "mnli", "hatexplain")
 #: Label orders (index = class id). MNLI follows GLUE/HF; HateXplain follows the authors' LabelEncoder.
@@ -63,7 +64,7 @@ def classification_data(task: str, *, max_train_examples: int | None = None,
     The training set is a seeded random subset of ``max_train_examples``; dev is the first
     ``max_dev_examples`` rows (all by default).
     """
-    from .. import data
+    from cmixlib import data
 
     task = task.lower().replace("-", "")
     if task == "sst2":
@@ -153,7 +154,7 @@ def keep_encoder_layers(model, keep: Sequence[int]) -> list[int]:
     This is how DistilBERT's student was initialised from BERT (Sanh et al. 2019: "taking one
     layer out of two"); e.g. ``keep=range(0, L, 2)``. The embeddings, the remaining layers' weights
     and any head are untouched; the config's layer count is updated. Any family of
-    :mod:`cmixlib.arch` (base model or with a head).
+    :mod:`cmixlib.models.arch` (base model or with a head).
     """
     holder, attr = arch.layer_holder(model)
     count_key = arch.family_of(model).layer_count_key
@@ -193,7 +194,7 @@ def train_classifier(task_name: str, name: str | None = None, *,
     (:func:`keep_encoder_layers`, a DistilBERT-style student); it then enters the cache key (only
     when given, so the keys of full-depth classifiers do not change).
     """
-    from ..models import load_model
+    from cmixlib.models.loading import load_model
 
     task = task_name.lower().replace("-", "")
     if task not in CLASSIFIER_TASKS:

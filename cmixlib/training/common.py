@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from .. import arch
-from .. import cache as _cache
-from ..cache import cache_root, jsonable, stable_hash
-from ..models import model_device
+from cmixlib.models import arch
+from cmixlib import cache as _cache
+from cmixlib.cache import cache_root, jsonable, stable_hash
+from cmixlib.models.loading import model_device
 
 #: The parts of cmixlib whose source the trained weights depend on, hashed into
 #: :data:`CODE_VERSION`: ``training`` (the loop, losses, masking, head initialisation),
@@ -33,7 +33,7 @@ from ..models import model_device
 #: purpose: the data loaders (the texts enter the key through their fingerprints),
 #: ``mlm_adapted`` (its weights enter through the base model's fingerprint) and ``cache`` (only
 #: the keys depend on it, and a changed key retrains anyway).
-VERSION_SOURCES = ("training", "arch", "models", "batching")
+VERSION_SOURCES = ("training", "models/arch", "models/loading.py", "forward/batching.py")
 
 
 def code_version(sources: Sequence[str] = VERSION_SOURCES) -> str:

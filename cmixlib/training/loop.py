@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from .common import progress_bar
+from cmixlib.training.common import progress_bar
 
 
 def linear_schedule_factor(step: int, total_steps: int, warmup_steps: int) -> float:

@@ -11,7 +11,7 @@ A wrapped linear map computes
 
 with :math:`A` Kaiming-uniform and :math:`B = 0` at the start (so training starts from the base
 model); :math:`W, b` stay frozen. After training the adapters are merged,
-:math:`W' = W + \frac{\alpha}{r} B A` (:func:`cmixlib.classifier_weights.merge_weights`), so the
+:math:`W' = W + \frac{\alpha}{r} B A` (:func:`cmixlib.models.classifiers.merge_weights`), so the
 loaded model is a plain Hugging Face model with no extra modules.
 """
 from __future__ import annotations
@@ -67,9 +67,9 @@ def add_lora(model: torch.nn.Module, adapters: Sequence[str], full: Sequence[str
 
 def layer_linear_names(model: torch.nn.Module) -> list[str]:
     """Dotted names of every ``torch.nn.Linear`` inside the model's Transformer layers
-    (:func:`cmixlib.arch.layer_list`): for BERT the query, key, value, attention-output,
+    (:func:`cmixlib.models.arch.layer_list`): for BERT the query, key, value, attention-output,
     intermediate and output maps of each layer."""
-    from .. import arch
+    from cmixlib.models import arch
 
     layers = {id(layer) for layer in arch.layer_list(model)}
     names: list[str] = []
@@ -89,5 +89,5 @@ def layer_norm_param_names(model: torch.nn.Module) -> list[str]:
 def trainable_state(params: dict[str, torch.nn.Parameter],
                     dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
     """Detached CPU copies of ``params`` (what :func:`add_lora` returned), in ``dtype``: what is
-    stored and merged (:func:`cmixlib.classifier_weights.merge_weights`)."""
+    stored and merged (:func:`cmixlib.models.classifiers.merge_weights`)."""
     return {n: p.detach().to("cpu", dtype).contiguous() for n, p in params.items()}

@@ -3,7 +3,7 @@ training a head on a frozen encoder (:func:`train_mlm_head`), the model every ch
 (:func:`load_mlm_model`) and its metrics (masked-word accuracy, BLiMP agreement).
 
 When the checkpoint has its own MLM head (``bert-base-uncased`` online) it is used as is; the
-packaged offline encoder gets the committed adaptation of :mod:`cmixlib.mlm_adapted`; any other
+packaged offline encoder gets the committed adaptation of :mod:`cmixlib.models.mlm_adapted`; any other
 head-less checkpoint gets the usual BERT head (dense + GELU + LayerNorm transform, decoder tied to
 the word embeddings, output bias) trained on top of the **frozen** encoder.
 """
@@ -17,14 +17,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .. import arch
-from ..cache import stable_hash
-from ..models import model_device
-from .common import (base_info, bundle_parts, cache_file, cache_key, cached_json,
-                     fingerprint_examples, fingerprint_model, fingerprint_texts, load_cached,
-                     pad_id, progress_bar, save_cached, set_seed)
-from ..batching import length_batches, pad_sequences
-from .loop import fit, stream_batches
+from cmixlib.models import arch
+from cmixlib.cache import stable_hash
+from cmixlib.models.loading import model_device
+from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key, cached_json,
+                                     fingerprint_examples, fingerprint_model, fingerprint_texts,
+                                     load_cached, pad_id, progress_bar, save_cached, set_seed)
+from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.training.loop import fit, stream_batches
 
 #: Text for training the offline MLM head: SST-2 *train* phrases with at least this many words.
 MLM_MIN_WORDS = 8
@@ -35,7 +35,7 @@ MLM_MIN_WORDS = 8
 # ============================================================================================
 def mlm_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """Vocabulary logits from final hidden states (any leading shape) through the model's MLM head
-    (:func:`cmixlib.arch.mlm_head`)."""
+    (:func:`cmixlib.models.arch.mlm_head`)."""
     transform, decoder = arch.mlm_head(model)
     return decoder(transform(hidden))
 
@@ -179,7 +179,7 @@ def train_mlm_head(bundle, texts: Sequence[Any], *, steps: int = 400, batch_size
                    data_name: str = "custom texts", use_cache: bool = True, progress: bool = True):
     """Train the MLM head of ``bundle`` on ``texts`` with the encoder frozen. Returns ``(model, info)``.
 
-    ``bundle`` is a :class:`~cmixlib.models.ModelBundle` (or a ``(model, tokenizer)`` pair) whose
+    ``bundle`` is a :class:`~cmixlib.models.loading.ModelBundle` (or a ``(model, tokenizer)`` pair) whose
     model is a ``*ForMaskedLM`` (a bare encoder is wrapped into one). The head's own parameters
     (for BERT: transform dense + LayerNorm and the output bias) are re-initialised (seeded) and
     trained; the decoder stays tied to the frozen word embeddings, so nothing in the encoder moves.
@@ -257,7 +257,7 @@ def default_mlm_texts(n_train: int = 6000, n_heldout: int = 1000, seed: int = 42
     Returns ``(train_texts, heldout_texts, description)``; the two parts are disjoint. SST-2 train is
     not an evaluation split anywhere in the book (the SST-2 evaluations use the dev set).
     """
-    from .. import data
+    from cmixlib import data
 
     df = data.load_sst2(split="train")
     sents = sorted({s.strip() for s in df["sentence"].astype(str) if len(s.split()) >= min_words})
@@ -312,17 +312,17 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
     * the checkpoint ships an MLM head (``bert-base-uncased`` where it loads): used unchanged
       (``"mlm-pretrained-head"``);
     * the offline fallback (the packaged all-MiniLM-L6-v2): the committed MLM adaptation of
-      :mod:`cmixlib.mlm_adapted` is applied (checksums verified) (``"mlm-adapted"``);
+      :mod:`cmixlib.models.mlm_adapted` is applied (checksums verified) (``"mlm-adapted"``);
       ``bundle.describe()`` and ``info["description"]`` say exactly what it is;
     * any other checkpoint without a head: a BERT head is trained on the frozen encoder with
       :func:`train_mlm_head` on :func:`default_mlm_texts` (``"mlm-head"``, with a warning: a
       head alone does not make a sentence encoder a language model).
 
     With ``evaluate``, ``info["metrics"]`` holds the masked-word top-1 accuracy on held-out
-    passages (:func:`cmixlib.mlm_adapted.heldout_texts`, static masking of ``mask_prob``) and the
+    passages (:func:`cmixlib.models.mlm_adapted.heldout_texts`, static masking of ``mask_prob``) and the
     BLiMP agreement accuracy on the test split, overall and per subset (all cached on disk).
     """
-    from ..models import load_model
+    from cmixlib.models.loading import load_model
 
     bundle = load_model(name, task="mlm", **load_kw)
     if bundle.head_is_pretrained:
@@ -333,7 +333,7 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
                     cache_key=fingerprint_model(bundle.model)[:16],
                     description=f"{bundle.name} with its own MLM head")
     elif bundle.is_fallback or _is_packaged(bundle.source):
-        from .. import mlm_adapted
+        from cmixlib.models import mlm_adapted
 
         mlm_adapted.apply_adapted_weights(bundle.model)
         bundle.model.eval()
@@ -369,7 +369,7 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
 
 def _is_packaged(source: str) -> bool:
     """True when ``source`` is the folder of the packaged all-MiniLM-L6-v2."""
-    from ..models import packaged_model_path
+    from cmixlib.models.loading import packaged_model_path
 
     pkg = packaged_model_path()
     return pkg is not None and Path(source).exists() and Path(source).resolve() == pkg
@@ -380,8 +380,8 @@ def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
     """Masked-word top-1 accuracy on the held-out passages of ``data/mlm_heldout`` (per source)
     and BLiMP agreement accuracy (logit of the right word > logit of the foil at ``[MASK]``) on
     the test split, overall and per subset. Cached under ``key`` (the model's identity)."""
-    from .. import data
-    from ..mlm_adapted import HELDOUT_SOURCES, heldout_texts
+    from cmixlib import data
+    from cmixlib.models.mlm_adapted import HELDOUT_SOURCES, heldout_texts
 
     out: dict[str, Any] = {}
     for source in HELDOUT_SOURCES:

@@ -26,14 +26,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..cache import stable_hash
-from ..models import model_device
-from .common import (base_info, cache_file, cache_key, cached_json, fingerprint_examples,
-                     fingerprint_model, load_cached, pad_id, save_cached, set_seed)
-from ..batching import pad_sequences
-from .lora import add_lora, layer_linear_names, layer_norm_param_names, trainable_state
-from .loop import epoch_batches, fit, warmup_steps_for
-from .mlm import load_mlm_model, logits_at, mlm_agreement_accuracy, mlm_head_param_names
+from cmixlib.cache import stable_hash
+from cmixlib.models.loading import model_device
+from cmixlib.training.common import (base_info, cache_file, cache_key, cached_json,
+                                     fingerprint_examples, fingerprint_model, load_cached, pad_id,
+                                     save_cached, set_seed)
+from cmixlib.forward.batching import pad_sequences
+from cmixlib.training.lora import (add_lora, layer_linear_names, layer_norm_param_names,
+                                   trainable_state)
+from cmixlib.training.loop import epoch_batches, fit, warmup_steps_for
+from cmixlib.training.mlm import (load_mlm_model, logits_at, mlm_agreement_accuracy,
+                                  mlm_head_param_names)
 
 #: Learning rate of the LoRA recipe (chosen on a validation part of the BLiMP train split:
 #: ``tools/train_prompt_mlm.py --sweep``; the paper's 3e-5 is for full fine-tuning).
@@ -75,7 +78,7 @@ def recipe_identity(model, train_examples: Sequence[dict], pad: int, settings: d
 def committed_prompt_state(identity: str, folder: Path | None = None):
     """``(state, manifest)`` of the committed prompt-fine-tuned weights if their manifest's
     ``identity`` is ``identity`` (sha256 of every file checked), else None."""
-    from ..classifier_weights import verified_state
+    from cmixlib.models.classifiers import verified_state
 
     folder = COMMITTED_DIR if folder is None else Path(folder)
     path = folder / "manifest.json"
@@ -100,13 +103,13 @@ def finetune_prompt(mlm_model, train_examples: Sequence[dict], *, epochs: int = 
     warm-up steps, examples reshuffled every epoch with a generator seeded by ``seed``
     (:func:`~cmixlib.training.fit` over :func:`~cmixlib.training.epoch_batches`). The trained
     tensors are rounded to float16 and merged into another copy,
-    :math:`W' = W + \\frac{\\alpha}{r} B A` (:func:`cmixlib.classifier_weights.merge_weights`), so the
+    :math:`W' = W + \\frac{\\alpha}{r} B A` (:func:`cmixlib.models.classifiers.merge_weights`), so the
     result is a plain model. Where the committed weights were made by this very call
     (``recipe_identity``; ``use_committed``), they are loaded instead of training; otherwise
     the trained tensors are cached. With ``test_examples``, ``info["accuracy"]`` is the share of
     test examples with logit(target) > logit(foil) (paper: 0.99 for BERT).
     """
-    from ..classifier_weights import merge_weights
+    from cmixlib.models.classifiers import merge_weights
 
     model = copy.deepcopy(mlm_model)
     pad = pad_id(model) if pad_token_id is None else pad_token_id
@@ -188,8 +191,8 @@ def load_finetuned_mlm(name: str | None = None, *, epochs: int = 5, batch_size: 
     (seeded subset) shortens training. For the packaged MLM with the default settings the
     committed weights are loaded (:func:`finetune_prompt`, ``use_committed``).
     """
-    from .. import data
-    from ..models import ModelBundle
+    from cmixlib import data
+    from cmixlib.models.loading import ModelBundle
 
     bundle, pinfo = pretrained if pretrained is not None else load_mlm_model(
         name, use_cache=use_cache, progress=progress, evaluate=False, **mlm_kw)

@@ -1,0 +1,97 @@
+"""The status page's rows decided by claims (:mod:`cmixlib.book.reproduction` lists the items): an
+item's claims with their outcomes (:func:`claim_rows`), the row of an item decided by its claims
+alone (:func:`claims_item`) and of an item with printed numbers whose ranking row its headline
+claim weighs (:func:`with_claims`). Presentation only: no run imports this module."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cmixlib.book.verdicts import with_model_condition
+from cmixlib.book.claims import claims_for
+from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, outcome_line,
+                                       table_verdict)
+from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
+
+__all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why"]
+
+
+def claim_rows(paper: str, item: str) -> list:
+    """``[(claim, outcome)]`` of the claims about one status row, headline first
+    (:func:`cmixlib.book.claims.claims_for`, :func:`cmixlib.book.claims.rules.evaluate`)."""
+    return [(c, evaluate(c)) for c in claims_for(paper, item)]
+
+
+def claims_text(rows) -> str:
+    return "\n".join(outcome_line(c, o) for c, o in rows)
+
+
+def with_claims(paper: str, item: str, assess: Callable[[], dict]) -> Callable[[], dict]:
+    """An item with printed numbers: its ranking row, the verdict weighted by the headline claim
+    (:func:`cmixlib.book.claims.rules.table_verdict`) and its claims."""
+    def wrapped() -> dict:
+        row = assess()
+        rows = claim_rows(paper, item)
+        head = next((o for c, o in rows if c.headline), None)
+        verdict = table_verdict(row["verdict"], head)
+        if verdict != row["verdict"]:
+            row["detail"] = (f"ranking: {row['verdict']}; headline claim {head.outcome} -> "
+                             f"{verdict}. {row['detail']}")
+        return {**row, "verdict": verdict, "claims": claims_text(rows)}
+    return wrapped
+
+
+def claims_item(paper: str, item: str, name: str, condition: str | None = None,
+                 paper_models: str | tuple[str, ...] | None = MAIN_MODEL,
+                 paper_value: str = CLAIM_ONLY,
+                 model: Callable[[object], str] | None = None) -> Callable[[], dict]:
+    """An item decided by its claims alone: :func:`cmixlib.book.claims.rules.claims_verdict`,
+    "(other model)" unless the run's model is the paper's (``paper_models`` None: the item
+    involves no model, e.g. an annotation rule). ``name``/``condition``: the book run whose
+    model and size the row shows; ``model``: the model column from the run, where the
+    description alone would hide what ran."""
+    def assess() -> dict:
+        from cmixlib.book.runs import run
+
+        res = run(name, condition)
+        rows = claim_rows(paper, item)
+        v, detail = claims_verdict(rows)
+        same = True if paper_models is None else same_model(res, paper_models)
+        held = sum(o.outcome == "holds" for _, o in rows)
+        row = status_row(res, (with_model_condition(v, same), detail), paper_value,
+                   f"{held} of {len(rows)} claims hold")
+        if paper_models is None:
+            row["model"], row["accuracy"] = None, ""        # no model: the rules
+        elif model is not None:
+            row["model"] = model(res)
+        return {**row, "claims": claims_text(rows)}
+    return assess
+
+
+def fig7_models(res) -> str:
+    """ALTI Figure 7's two models by what they are: A, and B the distilled student (the paper:
+    BERT and DistilBERT, its distilled student)."""
+    m = res.frames["models"].set_index("model")
+    short = {k: short_model(m.loc[k, "description"]) for k in m.index}
+    return (f"A: {short['A']} ({int(m.loc['A', 'layers'])} layers) | B: the distilled student "
+            f"of A ({int(m.loc['B', 'layers'])} layers; the paper's B: DistilBERT)")
+
+
+def claims_why(paper: str, item: str, name: str, condition: str | None = None):
+    """``(sentence, evidence)`` for an item decided by its claims: the claims that fail or are
+    reversed, each with our numbers, and the alternative cause that the model does not do the
+    task the claims assume, told apart by its accuracy (the status row's, beside the paper's
+    where it prints one). Evidence: every claim with its outcome."""
+    import pandas as pd
+
+    from cmixlib.book.runs import run
+
+    rows = claim_rows(paper, item)
+    bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")]
+    acc = status_row(run(name, condition), ("", ""))["accuracy"] or "not stated by the run"
+    text = ("; ".join(f"{o.outcome}: {c.where} ({c.id}): {o.ours}" for c, o in bad)
+            or "no claim fails") + "."
+    text += (f" Alternative cause: the model does not do the task the claims assume; told apart "
+             f"by its accuracy: {acc}.")
+    ev = pd.DataFrame([{"claim": c.id, "where": c.where, "headline": c.headline,
+                        "outcome": o.outcome, "ours": o.ours} for c, o in rows])
+    return text, ev.set_index("claim")

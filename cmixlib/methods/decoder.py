@@ -1,0 +1,369 @@
+"""Context-mixing methods on pre-LN decoder LMs, exact and causal (notation of
+:mod:`cmixlib.forward.decoder`: x_i resid_in, u_j = LN1(x_j), F_ij = sum_h alpha^h_ij f^h(x_j),
+m_i = x_i + sum_j F_ij + b_O resid_mid, x'_i = m_i + MLP(LN2(m_i)) resid_out).
+
+Every map is (n, n), row i the receiving token, column j <= i the source; entries j > i are
+exactly 0 (multiplied by the causal mask, so rounding can never leak above the diagonal).
+
+- ``attention``: A_ij = (1/H) sum_h alpha^h_ij; ``attention_rollout`` rolls out 0.5 A + 0.5 I,
+  rows normalised (Abnar & Zuidema 2020).
+- ``attn_norm`` (N): ||F_ij||_2, f^h(x_j) = (u_j W_V^g(h) + b_V^g(h)) W_O^h read from the
+  normalised input u_j = LN1(x_j) (a function of x_j alone: exact).
+- ``attn_norm_res`` (N-Res): ||F_ij + delta_ij x_i||_2 (the residual adds the un-normalised x_i).
+- ``alti_layer``: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), z_ij = F_ij + delta_ij x_i, as
+  Ferrando et al.'s decoder code (mt-upc/logit-explanations): y_i = m_i contains b_O, which is
+  attributed to nobody, and LN1's beta and b_V travel inside f^h(x_j). ``alti`` rolls out the
+  row-normalised c (no identity: the residual is in c).
+- ``value_zeroing`` (Mohebbi et al. 2023): v_j zeroed in every key-value head (so every query
+  head of a GQA group sees it zeroed), alpha unchanged; only layer l is recomputed:
+  m_i^(not j) = m_i - F_ij, x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij =
+  distance(x'_i^(not j), x'_i) for every pair j <= i at once (:func:`value_zeroing_layer`).
+- ``alti_logit`` (Ferrando et al. 2023): :mod:`cmixlib.methods.alti_logit` (the explanation with the
+  embedding term, per-head terms and the unattributed remainder: :func:`explain_logit`).
+
+N-ResLN, GlobEnc (N-Enc) and W-Res have no pre-LN counterpart (:data:`UNSUPPORTED`) and raise
+:class:`UnsupportedMethodError`.
+
+Conventions against the authors' code (read, not copied). ALTI and ALTI-Logit follow
+mt-upc/logit-explanations: the affine per-source vector (``logit_attn_full``: LN1's beta and b_V
+carried with alpha to source j; the linear-only ``simp`` variant is not offered), y_i = attention
++ residual with b_O, ``min_sum`` normalisation with the resultant's L1 norm (= max(0, .) / row
+sum), layer l tracked by the ALTI rollout of layers 0..l-1, the MLP and bias terms kept apart.
+Deliberate differences: every row i (their code explains the last position only); the L1
+distance is exact (``F.pairwise_distance`` adds 1e-6 to the difference); RMSNorm final norms
+are linearised without centring (their code knows LayerNorm models only). Value Zeroing follows
+inseq's decoder implementation (0.7.1, read under transformers 4.53: all key-value heads of
+token j zeroed, every layer zeroed independently from clean inputs, cosine distance, rows
+normalised) with these differences, which no option removes yet: the distance is computed
+stably (``0.5 |a/|a| - b/|b||^2``, not ``1 - cos``); at the last layer cmixlib compares the
+block outputs before the final norm, inseq after it; inseq sets scores below 1e-5 to 0 and
+leaves an all-zero row at zero, cmixlib keeps every score and normalises every row (so the BOS
+row, whose only entry is its own, becomes [1]); layers are rolled out, not averaged.
+
+Memory (streamed). The forward pass keeps, per layer, the captured (n, d) tensors and the
+attention weights (H, n, n); the methods then visit the layers one at a time: the per-source
+vectors F_ij (n x n x d per layer: 18 GB in float32 for SmolLM2 at n = 512 if all layers were
+kept, as before) exist only as blocks of rows of :data:`VECTOR_CHUNK_ELEMENTS` elements, and a
+layer's derived tensors are released before the next (:meth:`DecoderLayerState.release`). Peak
+memory beyond the model is therefore about L H n^2 attention weights plus the L n^2 maps of each
+method plus one block (and Value Zeroing's chunk, :data:`cmixlib.methods.value_zeroing_decoder.CHUNK_ELEMENTS`);
+time grows as n^2 per layer for the vector methods and as n^2 d d_ff for Value Zeroing. Measured
+on SmolLM2 (``benchmarks/bench_decoder_memory.py``, results in ``benchmarks/README.md``): N,
+N-Res, ALTI and ALTI-Logit together need about 0.25 GB beyond the model at n = 128 (1.4 GB
+before streaming), 0.56 GB at n = 256 (5.1 GB before), 1.5 GB at n = 512 and 4.3 GB at
+n = 1,024, and 2.3 s, 5.2 s, 18 s and 80 s of one CPU core.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from cmixlib.models.arch import decoder_final_norm, decoder_unembed
+from cmixlib.forward.decoder import DecoderCapture, DecoderLayerState
+from cmixlib.forward.decoder_inputs import TokenIds, decoder_sentences, resolve_targets
+from cmixlib.methods.alti_logit import AltiLogit, alti_logit, explain_logit  # noqa: F401 (API)
+from cmixlib.methods.value_zeroing_decoder import VZ_METHODS, mlp_head_maps, value_zeroing_layer  # noqa: F401 (API)
+from cmixlib.methods.value_zeroing_decoder import INSEQ_MIN_SCORE, VZ_CONVENTIONS, inseq_normalize
+from cmixlib.validation import InputError
+
+__all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError", "causal_mask",
+           "attention_mean", "attn_norm", "attn_norm_res", "alti_layer", "AltiLogit",
+           "alti_logit", "explain_logit", "vector_maps", "VECTOR_METHODS", "LAYER_FUNCTIONS", "value_zeroing_layer", "mlp_head_maps",
+           "decoder_context_mixing"]
+
+#: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
+DECODER_METHOD_NAMES = ("attention", "attention_rollout", "attention_flow", "attn_norm",
+                        "attn_norm_res", "w_fixedres", "n_fixedres", "alti_layer", "alti",
+                        "value_zeroing", "value_zeroing_rollout", "alti_logit")
+
+_NO_POST_LN = ("in a pre-LN decoder LN1 normalises each token x_j before the value projection and "
+               "the residual is added after attention with no LayerNorm on the sum, so there is "
+               "no post-residual LayerNorm to decompose")
+#: Methods with no exact pre-LN counterpart, and why.
+UNSUPPORTED = {
+    "attn_norm_res_ln": f"N-ResLN decomposes the LayerNorm applied to attention + residual; "
+                        f"{_NO_POST_LN}. Use attn_norm_res (N-Res) or alti_layer.",
+    "globenc_layer": f"GlobEnc's N-Enc decomposes the two post-residual LayerNorms (LN1, LN2); "
+                     f"{_NO_POST_LN}. Use alti / alti_layer.",
+    "globenc": f"GlobEnc rolls out N-Enc, which decomposes post-residual LayerNorms; "
+               f"{_NO_POST_LN}. Use alti.",
+    "w_res": f"W-Res mixes attention with the identity by N-Enc's context-mixing ratio; "
+             f"{_NO_POST_LN}. Use w_fixedres.",
+}
+
+
+class UnsupportedMethodError(InputError):
+    """A context-mixing method that has no exact counterpart on this kind of model (a
+    ValueError, via :class:`~cmixlib.InputError`); the message says why."""
+
+
+def check_decoder_method(name: str) -> None:
+    """Raise :class:`UnsupportedMethodError` (with the reason) for :data:`UNSUPPORTED` names."""
+    if name in UNSUPPORTED:
+        raise UnsupportedMethodError(f"{name} is not defined for pre-LN decoders: "
+                                     f"{UNSUPPORTED[name]}")
+
+
+def causal_mask(n: int, like: torch.Tensor) -> torch.Tensor:
+    """The (n, n) lower-triangular 0/1 mask (1 for j <= i) in ``like``'s dtype and device."""
+    return torch.ones(n, n, dtype=like.dtype, device=like.device).tril_()
+
+
+def attention_mean(st: DecoderLayerState) -> torch.Tensor:
+    """A_ij = (1/H) sum_h alpha^h_ij, (n, n), 0 for j > i."""
+    a = st.attn_weights.mean(dim=0)
+    return a * causal_mask(st.n, a)
+
+
+#: Methods read from the per-source vectors F_ij (computed in row blocks, never all at once).
+VECTOR_METHODS = ("attn_norm", "attn_norm_res", "alti_layer")
+#: Elements (rows x sources x d) of one block of per-source vectors held at once: peak memory
+#: of the vector methods is one block, not the layer's n x n x d (nor L of them).
+VECTOR_CHUNK_ELEMENTS = 2 ** 22
+
+
+def _add_residual(z: torch.Tensor, st: DecoderLayerState, rows: torch.Tensor) -> torch.Tensor:
+    """z_ij = F_ij + delta_ij x_i for a block of rows, in place: z (r, s, d), ``rows`` (r,)."""
+    z[torch.arange(len(rows), device=z.device), rows] += st.resid_in[rows]
+    return z
+
+
+def vector_maps(st: DecoderLayerState, names: Sequence[str] = VECTOR_METHODS
+                ) -> dict[str, torch.Tensor]:
+    """N, N-Res and ALTI of one layer (any of :data:`VECTOR_METHODS`), (n, n) each, 0 above the
+    diagonal, from the per-source vectors F_ij = sum_h alpha^h_ij f^h(x_j) of a block of rows
+    at a time (at most :data:`VECTOR_CHUNK_ELEMENTS` elements; sources j <= the block's last
+    row only):
+
+    - N: ||F_ij||_2;  N-Res: ||z_ij||_2, z_ij = F_ij + delta_ij x_i;
+    - ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (r b_O included)."""
+    n, d = st.n, st.resid_in.shape[-1]
+    like = st.resid_in
+    out = {m: torch.zeros(n, n, dtype=like.dtype, device=like.device) for m in names}
+    step = max(1, VECTOR_CHUNK_ELEMENTS // (n * d))
+    hv = st.head_out.transpose(0, 1)                                          # (n, H, d)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        rows = torch.arange(r0, r1, device=like.device)
+        a = st.attn_weights[:, r0:r1, :r1].permute(2, 1, 0).contiguous()     # (s, r, H)
+        z = torch.bmm(a, hv[:r1].contiguous()).transpose(0, 1)               # (r, s, d)
+        if "attn_norm" in out:
+            out["attn_norm"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "attn_norm_res" in out or "alti_layer" in out:
+            z = _add_residual(z, st, rows)
+        if "attn_norm_res" in out:
+            out["attn_norm_res"][r0:r1, :r1] = torch.linalg.vector_norm(z, dim=-1)
+        if "alti_layer" in out:
+            y = st.resid_mid[r0:r1]
+            dist = torch.linalg.vector_norm(y[:, None, :] - z, ord=1, dim=-1)
+            out["alti_layer"][r0:r1, :r1] = torch.clamp(
+                torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+    mask = causal_mask(n, like)
+    return {m: v * mask for m, v in out.items()}
+
+
+def attn_norm(st: DecoderLayerState) -> torch.Tensor:
+    """N: ||F_ij||_2 = ||sum_h alpha^h_ij f^h(x_j)||_2, f^h from u_j = LN1(x_j), (n, n)."""
+    return vector_maps(st, ("attn_norm",))["attn_norm"]
+
+
+def attn_norm_res(st: DecoderLayerState) -> torch.Tensor:
+    """N-Res: ||F_ij + delta_ij x_i||_2 (the un-normalised residual x_i on the diagonal)."""
+    return vector_maps(st, ("attn_norm_res",))["attn_norm_res"]
+
+
+def alti_layer(st: DecoderLayerState) -> torch.Tensor:
+    """ALTI: c_ij = max(0, ||m_i||_1 - ||m_i - z_ij||_1), m_i = resid_mid (b_O included),
+    z_ij = F_ij + delta_ij x_i; (n, n), un-normalised (rows are normalised by the caller)."""
+    return vector_maps(st, ("alti_layer",))["alti_layer"]
+
+
+def _fixed_residual(mat: torch.Tensor) -> torch.Tensor:
+    """0.5 rownorm(mat) + 0.5 I."""
+    s = mat.sum(dim=-1, keepdim=True)
+    out = 0.5 * mat / torch.where(s == 0, torch.ones_like(s), s)
+    return out + 0.5 * torch.eye(mat.shape[0], dtype=mat.dtype, device=mat.device)
+
+
+LAYER_FUNCTIONS = {
+    "attention": attention_mean,
+    "attn_norm": attn_norm,
+    "attn_norm_res": attn_norm_res,
+    "alti_layer": alti_layer,
+    "w_fixedres": lambda st: _fixed_residual(attention_mean(st)),
+    "n_fixedres": lambda st: _fixed_residual(attn_norm(st)),
+}
+
+
+def alti_rollout(capture: DecoderCapture) -> np.ndarray:
+    """R^l = C~^l C~^(l-1) ... C~^0 with C~ the row-normalised ALTI maps, (L, n, n) float64."""
+    from cmixlib.methods.aggregation import rollout
+
+    maps = []
+    for st in capture.layers:
+        maps.append(alti_layer(st))
+        st.release()
+    return rollout(torch.stack(maps).double().cpu().numpy(), add_identity=False, normalize=True)
+
+
+# --------------------------------------------------------------------------- entry point
+def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
+    """Validate names for a decoder: None = every supported method (``alti_logit`` only with an
+    LM head); :data:`UNSUPPORTED` names raise :class:`UnsupportedMethodError` with the reason."""
+    from cmixlib.validation import check_names
+
+    if methods is None:
+        return [m for m in DECODER_METHOD_NAMES if has_lm_head or m != "alti_logit"]
+    names = [methods] if isinstance(methods, str) else methods
+    for name in names if isinstance(names, (list, tuple)) else []:
+        if isinstance(name, str):
+            check_decoder_method(name)
+    return check_names(methods, DECODER_METHOD_NAMES, "methods", what="decoder method")
+
+
+@torch.no_grad()
+def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
+                  ) -> dict[str, np.ndarray]:
+    from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+    from cmixlib.forward.decoder import run_decoder
+
+    cap = run_decoder(model, ids)
+    n = len(ids)
+    layer_names = {"attention", "attn_norm", "attn_norm_res", "w_fixedres", "n_fixedres",
+                   "alti_layer", "value_zeroing"}
+    base = {"attention_rollout": "attention", "attention_flow": "attention",
+            "alti": "alti_layer", "value_zeroing_rollout": "value_zeroing"}
+    need = {m for m in methods if m in layer_names} | {base[m] for m in methods if m in base}
+    if "alti_logit" in methods:
+        need.add("alti_layer")
+    if "n_fixedres" in need:
+        need.add("attn_norm")
+    vec = [m for m in VECTOR_METHODS if m in need]
+    raw: dict[str, list] = {name: [] for name in need}
+    inseq = options.get("vz_convention") == "inseq"
+    for layer, st in enumerate(cap.layers):  # streamed: one layer's derived tensors at a time
+        last_norm = decoder_final_norm(model) if inseq and layer == len(cap.layers) - 1 \
+            else None
+        for name, m in vector_maps(st, vec).items() if vec else ():
+            raw[name].append(m)
+        for name in need:
+            if name == "value_zeroing":
+                raw[name].append(value_zeroing_layer(st, options["vz_distance"],
+                                                     options["vz_standardize"],
+                                                     options["vz_method"], last_norm,
+                                                     options["vz_convention"]))
+            elif name == "n_fixedres":
+                raw[name].append(_fixed_residual(raw["attn_norm"][-1]))
+            elif name not in VECTOR_METHODS:
+                raw[name].append(LAYER_FUNCTIONS[name](st))
+        st.release()
+    raw = {name: torch.stack(maps).cpu().numpy() for name, maps in raw.items()}
+
+    def place(maps):
+        if rows is None:
+            return maps
+        full = np.full_like(maps, np.nan)
+        full[:, rows] = maps[:, rows]
+        return full
+
+    out = {}
+    for name in methods:
+        if name == "value_zeroing" and inseq:
+            out[name] = place(inseq_normalize(raw[name]) if options["normalize"] else
+                              np.where(raw[name] < INSEQ_MIN_SCORE, 0.0, raw[name]))
+        elif name in layer_names:
+            out[name] = place(normalize_rows(raw[name]) if options["normalize"] else raw[name])
+        elif name == "attention_rollout":
+            out[name] = rollout(raw["attention"], add_identity=True)
+        elif name == "attention_flow":
+            flow = attention_flow(raw["attention"], add_identity=True, rows=rows)
+            out[name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
+                place(normalize_rows(np.nan_to_num(flow)))
+        elif name == "alti_logit":
+            roll = rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
+            res = alti_logit(cap, model, targets[0], targets[1], roll)
+            out[name] = place(res.tracked)
+        else:
+            norm = options["rollout_normalize"]
+            out[name] = rollout(raw[base[name]], add_identity=False, normalize=norm)
+            if not norm:
+                out[name] = normalize_rows(out[name])
+    return out
+
+
+def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
+                           methods: Sequence[str] | str | None = None, *,
+                           normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
+                           vz_standardize: Any = None, rollout_normalize: bool = True,
+                           logit_target: TokenIds = None, logit_foil: TokenIds = None,
+                           vz_method: str = "auto", vz_convention: str = "default"
+                           ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+    """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a dict name ->
+    (L, n, n) array per sentence (a list for a batch), rows i = receiving positions, columns
+    j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
+    aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
+    normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
+    logit of ``logit_target`` (minus ``logit_foil``'s) at row i, carried to input token j by
+    the ALTI rollout of the layers below. Summed over l it is the attention part of the
+    explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
+    and bias terms go to no token; :func:`explain_logit` returns all of them (the explanation,
+    the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
+    (:mod:`cmixlib.forward.decoder_inputs`). ``vz_convention``: ``"default"`` (block outputs compared
+    at every layer; every row normalised by its sum) or ``"inseq"`` (inseq 0.7.1's outputs: the
+    last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
+    set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.methods.value_zeroing_decoder`). Text follows the BOS rule of
+    :mod:`cmixlib.forward.decoder_inputs`. Each sentence is run alone (no padding enters the forward
+    pass). Memory: the layers are streamed (:func:`_one_sentence`).
+
+    Examples
+    --------
+    >>> import numpy as np, torch, cmixlib
+    >>> from cmixlib.forward.decoder import random_decoder
+    >>> model = random_decoder("llama")          # 3 layers, 6 query heads, 2 key-value heads
+    >>> maps = cmixlib.context_mixing(model, None, {"input_ids": torch.arange(6)},
+    ...                               ["alti", "value_zeroing", "alti_logit"], logit_target=3)
+    >>> maps["alti"].shape, bool(np.all(np.triu(maps["value_zeroing"], 1) == 0))
+    ((3, 6, 6), True)
+    """
+    from cmixlib.methods.dispatch import _per_sentence_rows
+    from cmixlib.methods.value_zeroing import check_standardize
+    from cmixlib.validation import check_bool, check_choice, check_rows
+
+    from cmixlib.forward.decoder import check_decoder_model
+
+    check_decoder_model(model)               # unlisted family or dtype: refused before a forward
+    if model.training:
+        raise InputError("model is in training mode (dropout is active, so the maps would be "
+                         "random): call model.eval() first.")
+    has_head = hasattr(model, "lm_head")
+    methods = check_decoder_methods(methods, has_head)
+    options = dict(normalize=check_bool(normalize, "normalize"),
+                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
+                   vz_distance=check_choice(vz_distance, ("cosine", "euclidean", "spearman"),
+                                            "vz_distance", what="Value Zeroing distance"),
+                   vz_standardize=check_standardize(vz_standardize,
+                                                     model.get_input_embeddings().embedding_dim),
+                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
+                   vz_convention=check_choice(vz_convention, VZ_CONVENTIONS, "vz_convention"))
+    if options["vz_convention"] == "inseq" and (
+            options["vz_distance"] != "cosine" or options["vz_standardize"] is not None
+            or "value_zeroing_rollout" in methods):
+        raise InputError("vz_convention='inseq' reproduces inseq 0.7.1's decoder Value Zeroing: "
+                         "cosine distance, no standardisation, layer maps only (no rollout); "
+                         "use vz_convention='default' for the others.")
+    seqs, is_batch = decoder_sentences(model, tokenizer, text)
+    lengths = [len(s) for s in seqs]
+    vocab = decoder_unembed(model).weight.shape[0] if has_head else 0
+    if not has_head and (logit_target is not None or logit_foil is not None):
+        decoder_unembed(model)                     # raises the "no LM head" error
+    targets = [resolve_targets(v, name, tokenizer, lengths, is_batch, vocab)
+               for v, name in ((logit_target, "logit_target"), (logit_foil, "logit_foil"))]
+    per_rows = _per_sentence_rows(rows, len(seqs))
+    per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
+                for b, (r, s) in enumerate(zip(per_rows, seqs))]
+    results = [_one_sentence(model, s, methods, r, options, (t, f))
+               for s, r, t, f in zip(seqs, per_rows, *targets)]
+    return results if is_batch else results[0]

@@ -1,0 +1,421 @@
+"""The public entry point :func:`context_mixing`: one call, any context-mixing method of the
+registry (:data:`METHODS`, from :mod:`cmixlib.methods.registry`), any supported encoder."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+import numpy as np
+import torch
+
+from cmixlib.methods import norms
+from cmixlib.methods.registry import ALL_METHODS, MIXING_KINDS, Method
+from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+from cmixlib.models.arch import is_decoder_lm
+from cmixlib.forward.encoder import (LayerState, encoder_layers, iter_sentences, layer_states,
+                                     run_and_capture)
+from cmixlib.forward.encoding import (Encoded, TextInput, describe_model, encode, encode_inputs,
+                                      tokens)
+from cmixlib.validation import (InputError, check_bool, check_choice, check_model, check_names,
+                                check_rows)
+from cmixlib.methods.value_zeroing import (DISTANCES, VZ_METHODS, check_standardize,
+                                           value_zeroing_layer)
+from cmixlib.result import MixingResult
+
+
+if TYPE_CHECKING:
+    from cmixlib.models.loading import ModelBundle
+
+#: The context-mixing methods of every supported model (from :mod:`cmixlib.methods.registry`, which also
+#: holds the baselines).
+METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind in MIXING_KINDS}
+#: Context-mixing methods that only decoder LMs have (``alti_logit``: kind ``"logit"``);
+#: :func:`context_mixing` computes them for a decoder, :func:`check_methods` accepts them.
+DECODER_ONLY_METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() if m.kind == "logit"}
+
+#: Query rows: None (all), an int, or a list / array / tensor of ints (0-d tensors are ints); for
+#: a batch also one such entry per sentence.
+Rows = Union[None, int, Sequence[Any], np.ndarray, torch.Tensor]
+#: A decoder's ``logit_target`` / ``logit_foil`` (:mod:`cmixlib.methods.decoder`): None, a token
+#: id, a string, or one per prompt.
+TargetSpec = Union[None, int, str, Sequence[Any], torch.Tensor]
+
+_LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "attention": norms.attention_mean,
+    "attn_norm": norms.attn_norm,
+    "attn_norm_res": norms.attn_norm_res,
+    "attn_norm_res_ln": norms.attn_norm_res_ln,
+    "globenc_layer": norms.globenc_layer,
+    "w_fixedres": norms.w_fixedres,
+    "n_fixedres": norms.n_fixedres,
+    "w_res": norms.w_res,
+    "alti_layer": norms.alti_layer,
+}
+
+
+def check_methods(methods: Sequence[str] | str | None) -> list[str]:
+    """Validate method names: one name or a list of names of :data:`METHODS` or
+    :data:`DECODER_ONLY_METHODS` (``alti_logit``; None = all of :data:`METHODS`).
+
+    Raises
+    ------
+    TypeError
+        ``methods`` is not a string, a list of strings or None.
+    InputError
+        ``methods`` is empty or holds an unknown name (the message lists the valid ones).
+
+    Examples
+    --------
+    >>> from cmixlib import check_methods
+    >>> check_methods("alti_layer")
+    ['alti_layer']
+    >>> check_methods(["alti", "alti_logit"])                # alti_logit: decoder LMs only
+    ['alti', 'alti_logit']
+    >>> len(check_methods(None)) == len(__import__("cmixlib").METHODS)
+    True
+    """
+    if methods is None:
+        return list(METHODS)
+    return check_names(methods, {**METHODS, **DECODER_ONLY_METHODS}, "methods", what="method")
+
+
+def _unpack_model(model, tokenizer):
+    """``(model, tokenizer)``, the model checked; a ModelBundle gives its own (its tokenizer unless
+    one is given). The tokenizer is checked where raw text needs it (:func:`encode`)."""
+    if hasattr(model, "model") and hasattr(model, "tokenizer") and not isinstance(model, torch.nn.Module):
+        model, tokenizer = model.model, tokenizer if tokenizer is not None else model.tokenizer
+    return check_model(model), tokenizer
+
+
+def _encoder_layers(model):
+    """The model's layers (:func:`cmixlib.forward.encoder.encoder_layers`: a supported family), refusing a
+    model in training mode, whose dropout would make every map random."""
+    mods = encoder_layers(model)
+    if model.training:
+        raise InputError("model is in training mode (dropout is active, so the maps would be random): "
+                         "call model.eval() first.")
+    return mods
+
+
+def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
+    if name == "value_zeroing":
+        return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
+                                                method=options["vz_method"])
+                            for st in states])
+    fn = _LAYER_FUNCTIONS[name]
+    return torch.stack([fn(st) for st in states])
+
+
+def _place_rows(maps: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
+    if rows is None:
+        return maps
+    full = np.full((maps.shape[0], n, n), np.nan, dtype=maps.dtype)
+    full[:, rows] = maps
+    return full
+
+
+def _check_rows(rows, n: int, name: str = "rows") -> np.ndarray | None:
+    """``rows`` of :func:`cmixlib.methods.hta.hta` (one sentence of ``n`` tokens) as sorted unique positions
+    (None: all): integers in ``-n..n-1``, negative ones counted from the end
+    (:func:`cmixlib.validation.check_rows`). :func:`context_mixing` takes ``0..n-1`` only."""
+    return check_rows(rows, n, name, negative=True)
+
+
+def _final_rows_maps(full_states, last_state, name: str, options: dict,
+                     final: np.ndarray) -> np.ndarray:
+    """Maps of every layer but the last over all rows, of the last over rows ``final`` (NaN in
+    its other rows) from ``last_state``, the last layer's state restricted to those rows."""
+    n = full_states[0].x.shape[0]
+    last = _layer_maps([last_state], name, options).cpu().numpy()
+    out = np.full((len(full_states), n, n), np.nan, dtype=last.dtype)
+    if len(full_states) > 1:
+        out[:-1] = _layer_maps(full_states[:-1], name, options).cpu().numpy()
+    out[-1, final] = last[0]
+    return out
+
+
+def _one_sentence(mods, capture, b, keep, methods, rows, options,
+                  final=None) -> dict[str, np.ndarray]:
+    n = len(keep)
+    row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
+    full_states = layer_states(capture, mods, b, keep)
+    row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
+    specs = [METHODS[m] for m in methods]
+    need_full = {s.base for s in specs if s.kind == "aggregated"}
+    last_state = None
+    if final is not None:                    # the last layer, at rows final only (one state:
+        if rows is None:                     # its shared work is done once for every method)
+            need_full |= {s.name for s in specs if s.kind == "layer"}
+        last_state = layer_states(capture, mods, b, keep,
+                                  rows=torch.as_tensor(final, device=keep.device))[-1]
+    raw: dict[str, np.ndarray] = {}          # un-normalised maps over the selected rows
+    full: dict[str, np.ndarray] = {}         # un-normalised maps over all rows
+    for name in need_full:
+        # attention is captured whole (and attention flow needs every row)
+        full[name] = (_layer_maps(full_states, name, options).cpu().numpy()
+                      if last_state is None or name == "attention" else
+                      _final_rows_maps(full_states, last_state, name, options, final))
+    for s in specs:
+        if s.kind != "layer":
+            continue
+        if s.name in full:
+            raw[s.name] = full[s.name] if rows is None else full[s.name][:, rows]
+        else:
+            raw[s.name] = _layer_maps(row_states, s.name, options).cpu().numpy()
+    result: dict[str, np.ndarray] = {}
+    for s in specs:
+        if s.kind == "layer":
+            maps = normalize_rows(raw[s.name]) if options["normalize"] else raw[s.name]
+            result[s.name] = _place_rows(maps, rows, n)
+            if final is not None and s.name == "attention":   # computed whole, read at final
+                result[s.name] = result[s.name].copy()
+                result[s.name][-1, np.setdiff1d(np.arange(n), final)] = np.nan
+        elif s.name == "attention_rollout":
+            result[s.name] = rollout(full["attention"], add_identity=True, rows=final)
+        elif s.name == "attention_flow":
+            flow = attention_flow(full["attention"], add_identity=True, rows=rows)
+            result[s.name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
+                _place_rows(normalize_rows(flow[:, rows]), rows, n)
+        else:
+            result[s.name] = rollout(full[s.base], add_identity=False,
+                                     normalize=options["rollout_normalize"], rows=final)
+            if not options["rollout_normalize"]:
+                result[s.name] = normalize_rows(result[s.name])
+    return result
+
+
+def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                   methods: Sequence[str] | str | None = None, *, normalize: bool = True,
+                   rows: Rows = None, vz_distance: str = "cosine",
+                   vz_standardize: bool | tuple[Any, Any] | None = None,
+                   rollout_normalize: bool = True, logit_target: TargetSpec = None,
+                   logit_foil: TargetSpec = None, final_rows: Rows = None,
+                   vz_method: str = "auto", vz_convention: str = "default",
+                   ) -> MixingResult | list[MixingResult]:
+    r"""Context-mixing maps of every requested method for one text (or a batch of texts).
+
+    Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
+    :math:`j` (column) contributes to token :math:`i` (row) at layer :math:`\ell`; e.g.
+    ``attention`` :math:`A^{\ell} = \frac{1}{H}\sum_h \alpha^{\ell,h}`, ``attn_norm``
+    :math:`\lVert F_{ij}\rVert`, ``attn_norm_res_ln`` :math:`\lVert T_i(x_j)\rVert`, ``alti_layer``
+    :math:`c_{ij} = \max(0, \lVert y_i\rVert_1 - \lVert y_i - T_i(x_j)\rVert_1)`, ``value_zeroing``
+    the distance between :math:`o_i` and :math:`o^{\neg j}_i`. With ``normalize`` the rows sum to 1,
+
+    .. math:: C^{\ell}_{ij} \leftarrow C^{\ell}_{ij} \Big/ \sum_k C^{\ell}_{ik},
+
+    and aggregated methods return the rollout :math:`\hat{C}^{\ell} = \tilde{C}^{\ell}\,
+    \hat{C}^{\ell-1}` (:func:`rollout`, :func:`attention_flow`).
+
+    Parameters
+    ----------
+    model, tokenizer:
+        A Hugging Face BERT / RoBERTa / XLM-R / ELECTRA / DistilBERT / MPNet encoder (a
+        ``torch.nn.Module``, base or with a head; eager or SDPA attention: an SDPA model runs
+        eagerly for the captured pass only and is left as it was) or a pre-LN decoder LM, and its
+        tokenizer (a callable Hugging Face tokenizer, or None for ids); or a
+        :class:`~cmixlib.models.loading.ModelBundle` and None.
+    text:
+        A non-empty string, a non-empty list of non-empty strings (padded batch), or a mapping
+        holding ``input_ids``: integers in ``0..vocab_size-1`` of shape (n,), (1, n) or (B, n)
+        (list, array or tensor), with an optional ``attention_mask`` of the same shape holding
+        only 0 (padding) and 1 (at least one 1 per row), and optional ``token_type_ids`` (a
+        sentence pair's segments) and ``position_ids``, passed to the model as given: the
+        mapping ``tokenizer(premise, hypothesis, return_tensors="pt")`` runs exactly as
+        ``model(**enc)``; another key is refused. At most the model's maximum number of
+        positions per sentence. **Returns a list** (one dict per sentence) for a batch: a list
+        of strings (even of one) or ids of shape (B, n) with B >= 2; one dict for a string or
+        one sequence of ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
+        gives).
+    methods:
+        A name or a list of names from :data:`METHODS` (None = all of them); a decoder LM also
+        has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an encoder refuses.
+    normalize:
+        True or False: row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always
+        rollouts of row-normalised layer maps, without identity except
+        ``attention_rollout``/``attention_flow``.
+    rows:
+        None (every row), or only these query rows (e.g. the [MASK] position): an int or a list,
+        numpy array or tensor of integer positions ``0..n-1`` (repeats count once; no negative
+        positions, floats or booleans; a 0-d tensor is an int, so ``[torch.tensor(0),
+        torch.tensor(1)]`` means ``[0, 1]``), n counting the sentence's special tokens. Layer-wise
+        maps get NaN in the other rows; aggregated maps still need (and compute) every row of
+        their layer maps. For a batch, the same rows for every sentence, or a list of one entry
+        per sentence (``[[3], [5], None]``) gives each sentence its own rows.
+    final_rows:
+        None, or (like ``rows``) the rows a caller reads in the **last** layer only (e.g. the
+        [CLS] row of the final maps and rollouts): every map's last layer, and the last layer of
+        every rollout, is computed at these rows and NaN in the others; the layers below stay
+        whole (rollouts need them). Attention flow stays whole. The rows computed are the same
+        numbers as without it; methods that cost :math:`n^2` rows per layer (Value Zeroing, ALTI)
+        save a layer's worth of work. Encoders only: a decoder LM computes every row.
+    vz_distance, vz_standardize:
+        Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
+        standardisation of representations (None/False, True, or a (mean, std) pair of arrays of
+        shape (hidden size,), std > 0; Appendix A.1).
+    vz_method:
+        How Value Zeroing is computed, the same numbers either way: ``"auto"`` (the cheaper
+        form for the layer's size), ``"factored"`` or ``"batched"`` (the reference), encoders
+        and decoders alike.
+    vz_convention:
+        ``"default"``, or ``"inseq"`` on a decoder LM: inseq 0.7.1's decoder Value Zeroing
+        (:mod:`cmixlib.methods.value_zeroing_decoder` lists the differences). Encoders refuse ``"inseq"``.
+    rollout_normalize:
+        True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
+        rollouts, as GlobEnc's original code does; the final rows are then normalised.
+    logit_target, logit_foil:
+        Pre-LN decoder LMs only (Llama-style, GPT-2; :mod:`cmixlib.methods.decoder`, to which
+        such a model is routed): the token id(s) whose logit (difference) ``alti_logit``
+        explains (None: the model's top prediction at each position).
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind (``text`` None, bytes or a number; a tokenizer that is not
+        callable; ``methods`` not strings; ``normalize`` not a bool);
+        :class:`~cmixlib.UnsupportedModelError` (a TypeError) for a model that is not a
+        supported encoder.
+    InputError
+        A bad value: empty text, ids outside the vocabulary, a mask of another shape or with
+        values other than 0/1, negative, fractional or out-of-range ``rows``, an unknown method or
+        distance, a bad ``vz_standardize``, a text longer than the model accepts.
+
+    Returns
+    -------
+    A :class:`~cmixlib.result.MixingResult`: a dict name -> float array (num_layers, n, n), row
+    i = receiving token, column j = contributor, that also holds the sentence's ``tokens``,
+    ``input_ids``, ``word_ids``, the ``model`` and the ``options``, and can ``save``, ``load``,
+    and ``aggregate`` (words, layers) (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
+    :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
+    of their layer-wise method (``normalize=True``).
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> model = cmixlib.random_model("bert", layers=2)   # tiny and random: runs in a second
+    >>> ids = {"input_ids": torch.tensor([[1, 5, 6, 7, 2]])}
+    >>> maps = cmixlib.context_mixing(model, None, ids, ["alti_layer", "value_zeroing", "alti"])
+    >>> maps["alti_layer"].shape                         # (layers, n, n)
+    (2, 5, 5)
+    >>> bool(abs(maps["alti"].sum(axis=-1) - 1).max() < 1e-5)   # rows sum to 1
+    True
+
+    With a pretrained model and text (``load_model`` falls back to the packaged model offline):
+
+    >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
+    >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
+    """
+    described = describe_model(model)
+    model, tokenizer = _unpack_model(model, tokenizer)
+    asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
+                 vz_distance=vz_distance, vz_standardize=vz_standardize,
+                 rollout_normalize=rollout_normalize, logit_target=logit_target,
+                 logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention)
+    vz_method = check_choice(vz_method, VZ_METHODS, "vz_method", what="Value Zeroing method")
+    if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.methods.decoder
+        from cmixlib.methods.decoder import decoder_context_mixing
+        got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
+                                     rows=rows, vz_distance=vz_distance,
+                                     vz_standardize=vz_standardize,
+                                     rollout_normalize=rollout_normalize,
+                                     logit_target=logit_target, logit_foil=logit_foil,
+                                     vz_method=vz_method, vz_convention=vz_convention)
+        wrap = lambda m: MixingResult(m, model=described, options=asked)  # noqa: E731
+        return [wrap(m) for m in got] if isinstance(got, list) else wrap(got)
+    if logit_target is not None or logit_foil is not None:
+        raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
+    if vz_convention != "default":
+        raise InputError(f"vz_convention={vz_convention!r} is for decoder LMs (inseq's decoder "
+                         "Value Zeroing); encoders take vz_convention='default'.")
+    methods = check_methods(methods)
+    decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
+    if decoder_only:
+        raise InputError(f"{decoder_only} need a decoder LM (Llama-style or GPT-2, with its LM "
+                         f"head); {type(model).__name__} is an encoder: choose from "
+                         f"{', '.join(METHODS)}.")
+    distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
+    options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
+                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
+                   vz_method=vz_method)
+    mods = _encoder_layers(model)
+    options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
+    enc = encode_inputs(model, tokenizer, text)
+    lengths = enc.attention_mask.sum(dim=1).tolist()
+    per_rows = _per_sentence_rows(rows, len(lengths))
+    per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
+                for b, (r, n) in enumerate(zip(per_rows, lengths))]
+    per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
+                 for b, (r, n) in enumerate(zip(_per_sentence_rows(final_rows, len(lengths),
+                                                                   "final_rows"), lengths))]
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
+    sentences = iter_sentences(capture)
+    asked["methods"] = methods
+    results = []
+    with torch.no_grad():
+        for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
+            maps = _one_sentence(mods, capture, b, keep, methods, r, options, f)
+            ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
+            words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
+            results.append(MixingResult(
+                maps, input_ids=ids.tolist(), word_ids=words, model=described,
+                tokens=(tokenizer.convert_ids_to_tokens(ids.tolist())
+                        if hasattr(tokenizer, "convert_ids_to_tokens") else None),
+                options=dict(asked, rows=None if r is None else r.tolist(),
+                             final_rows=None if f is None else f.tolist())))
+    return results if enc.is_batch else results[0]
+
+
+def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
+    """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
+    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``).
+    A 0-d tensor or array is one position, like an int: ``[torch.tensor(0), torch.tensor(1)]``
+    means ``[0, 1]``."""
+    nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
+        r is None or isinstance(r, (list, tuple))
+        or (isinstance(r, (np.ndarray, torch.Tensor)) and r.ndim > 0) for r in rows)
+    if not nested:
+        return [rows] * batch
+    if len(rows) != batch:
+        raise InputError(f"{name} has {len(rows)} per-sentence entries for a batch of {batch} sentences: "
+                         "give one entry (a list of positions or None) per sentence.")
+    return list(rows)
+
+
+def context_mixing_ratio(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
+                         kind: str = "attn_norm_res_ln") -> np.ndarray | list[np.ndarray]:
+    r"""Context-mixing ratio per layer and token, (num_layers, n) (Kobayashi et al. 2021):
+    r_i = ||sum_{j!=i} v_ij|| / (||sum_{j!=i} v_ij|| + ||v_ii||), v the vectors of ``kind``
+    (``attn_norm_res``, ``attn_norm_res_ln`` (default) or ``globenc_layer``).
+
+    .. math::
+
+       r_i = \frac{\lVert \sum_{j \ne i} v_{ij} \rVert}
+                  {\lVert \sum_{j \ne i} v_{ij} \rVert + \lVert v_{ii} \rVert},
+       \qquad v_{ij} = z_{ij},\ T_i(x_j) \text{ or } T'_i(x_j).
+
+    ``model``, ``tokenizer`` and ``text`` as in :func:`context_mixing` (and checked the same way);
+    ``kind`` one of ``"attn_norm_res"``, ``"attn_norm_res_ln"``, ``"globenc_layer"``. Raises
+    TypeError / :class:`InputError` as :func:`context_mixing`, and :class:`InputError` for an
+    unknown ``kind``.
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> model = cmixlib.random_model("bert", layers=2)
+    >>> r = cmixlib.context_mixing_ratio(model, None, {"input_ids": torch.tensor([[1, 5, 6, 2]])})
+    >>> r.shape                                          # (layers, n)
+    (2, 4)
+    >>> bool(((r >= 0) & (r <= 1)).all())
+    True
+    """
+    model, tokenizer = _unpack_model(model, tokenizer)
+    kind = check_choice(kind, norms.MIXING_RATIO_VECTORS, "kind", what="mixing-ratio kind")
+    mods = _encoder_layers(model)
+    enc = encode_inputs(model, tokenizer, text)
+    capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
+    out = []
+    with torch.no_grad():
+        for b, keep in enumerate(iter_sentences(capture)):
+            states = layer_states(capture, mods, b, keep)
+            out.append(torch.stack([norms.mixing_ratio(st, kind) for st in states]).cpu().numpy())
+    return out if enc.is_batch else out[0]

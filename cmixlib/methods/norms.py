@@ -1,0 +1,135 @@
+"""Vector-norm family: Kobayashi et al.'s N, N-Res, N-ResLN; GlobEnc's N-Enc and its ablations
+(W-FixedRes, N-FixedRes, W-Res); ALTI's contributions; the context-mixing ratio.
+
+Every function takes a :class:`~cmixlib.forward.encoder.LayerState` and returns an un-normalised
+(r, n) tensor: rows are the selected receiving tokens i, columns all contributing tokens j.
+Bias conventions (pinned): the value bias b_V belongs to token j (it travels inside j's value
+vector); the output bias b_O and the LayerNorm biases beta1, beta2 are attributed to nobody.
+"""
+from __future__ import annotations
+
+import torch
+
+from cmixlib.forward.encoder import LayerState
+
+
+def _diag_index(st: LayerState) -> tuple[torch.Tensor, torch.Tensor]:
+    r = st.row_index
+    return torch.arange(len(r), device=r.device), r
+
+
+def _memo(st: LayerState, key: str, compute) -> torch.Tensor:
+    """``compute()`` once per layer state (the (r, n) maps that several methods build on: W, N,
+    each a pass over n x n x d or H x n x n values); every call returns a copy of the (small)
+    result, so callers may change it."""
+    if key not in st._cache:
+        st._cache[key] = compute()
+    return st._cache[key].clone()
+
+
+def attention_mean(st: LayerState) -> torch.Tensor:
+    """W: raw attention averaged over heads, A_ij = (1/H) sum_h alpha^h_ij."""
+    return _memo(st, "attention_mean", lambda: st.alpha[:, st.row_index, :].mean(dim=0))
+
+
+def attn_norm(st: LayerState) -> torch.Tensor:
+    """N (Kobayashi et al. 2020): ||sum_h alpha^h_ij f^h(x_j)||_2, f^h including b_V."""
+    return _memo(st, "attn_norm", lambda: torch.linalg.vector_norm(st.attn_vectors, dim=-1))
+
+
+def attn_norm_res(st: LayerState) -> torch.Tensor:
+    """N-Res: ||sum_h alpha^h_ij f^h(x_j) + delta_ij x_i||_2 (residual on the diagonal).
+
+    z_ij = F_ij off the diagonal, so those entries are N's; only ||z_ii|| is computed anew."""
+    if "res_vectors" in st.__dict__:           # z already built: read it
+        return torch.linalg.vector_norm(st.res_vectors, dim=-1)
+    out = attn_norm(st)                                      # a copy
+    rr, cc = _diag_index(st)
+    out[rr, cc] = torch.linalg.vector_norm(st.res_diag_vectors, dim=-1)
+    return out
+
+
+def attn_norm_res_ln(st: LayerState) -> torch.Tensor:
+    """N-ResLN (Kobayashi et al. 2021): ||T_i(x_j)||_2 with the exact LN1 decomposition
+    T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / sqrt(Var(p_i) + eps1)."""
+    return torch.linalg.vector_norm(st.ln1_vectors, dim=-1)
+
+
+def globenc_layer(st: LayerState) -> torch.Tensor:
+    """N-Enc (Modarressi et al. 2022): ||T'_i(x_j)||_2 with
+    T'_i(x_j) = gamma2 * (T_i(x_j) - mean(T_i(x_j))) / sqrt(Var(u_i) + eps2),
+    u_i = y_i + FFN(y_i) the real LN2 input (the FFN enters only through this scale)."""
+    return torch.linalg.vector_norm(st.ln2_vectors, dim=-1)
+
+
+def alti_layer(st: LayerState) -> torch.Tensor:
+    """ALTI (Ferrando et al. 2022): c_ij = max(0, ||y_i||_1 - ||y_i - T_i(x_j)||_1).
+
+    y_i is the real LN1 output (it contains the unattributed gamma1*(b_O - mean b_O)/s + beta1).
+    Row-normalising c gives the paper's contribution matrix.
+    """
+    y = st.ln1_output[st.row_index]                                 # (r, d)
+    dist = torch.linalg.vector_norm(y[:, None, :] - st.ln1_vectors, ord=1, dim=-1)
+    return torch.clamp(torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+
+
+def mixing_ratio_of(vectors: torch.Tensor, st: LayerState) -> torch.Tensor:
+    """Context-mixing ratio r_i = ||sum_{j!=i} vec_ij|| / (||sum_{j!=i} vec_ij|| + ||vec_ii||), (r,),
+    vec_ij the given (r, n, d) vectors (z_ij, T_i(x_j) or T'_i(x_j); see :data:`MIXING_RATIO_VECTORS`)."""
+    rr, cc = _diag_index(st)
+    diag = vectors[rr, cc]                                            # (r, d)
+    mix = torch.linalg.vector_norm(vectors.sum(dim=1) - diag, dim=-1)
+    keep = torch.linalg.vector_norm(diag, dim=-1)
+    return mix / (mix + keep)
+
+
+#: Which vectors :math:`v_{ij}` the context-mixing ratio of each method reads (a :class:`LayerState` attribute).
+MIXING_RATIO_VECTORS = {
+    "attn_norm_res": "res_vectors",
+    "attn_norm_res_ln": "ln1_vectors",
+    "globenc_layer": "ln2_vectors",
+}
+
+
+def mixing_ratio(st: LayerState, kind: str = "attn_norm_res_ln") -> torch.Tensor:
+    """Context-mixing ratio of one layer with the vectors of ``kind`` (Kobayashi et al. 2021 use
+    N-ResLN; GlobEnc's W-Res uses N-Enc's)."""
+    try:
+        attr = MIXING_RATIO_VECTORS[kind]
+    except KeyError:
+        raise ValueError(f"mixing ratio kind must be one of {sorted(MIXING_RATIO_VECTORS)}, got {kind!r}") from None
+    return mixing_ratio_of(getattr(st, attr), st)
+
+
+def _fixed_residual(mat: torch.Tensor, st: LayerState, ratio: torch.Tensor | float) -> torch.Tensor:
+    """ratio * rownorm(mat) + (1 - ratio) * I on the selected rows."""
+    ratio = torch.as_tensor(ratio, dtype=mat.dtype, device=mat.device).expand(mat.shape[0])
+    out = row_normalize(mat) * ratio[:, None]
+    rr, cc = _diag_index(st)
+    out[rr, cc] += 1.0 - ratio
+    return out
+
+
+def w_fixedres(st: LayerState) -> torch.Tensor:
+    """W-FixedRes: 0.5 A + 0.5 I (its rollout is Abnar & Zuidema's attention rollout)."""
+    return _fixed_residual(attention_mean(st), st, 0.5)
+
+
+def n_fixedres(st: LayerState) -> torch.Tensor:
+    """N-FixedRes: 0.5 N / rowsum(N) + 0.5 I."""
+    return _fixed_residual(attn_norm(st), st, 0.5)
+
+
+def w_res(st: LayerState) -> torch.Tensor:
+    """W-Res: attention with its diagonal removed and rows renormalised, mixed with the identity
+    by N-Enc's context-mixing ratio r_i: r_i * A'_i + (1 - r_i) e_i."""
+    a = attention_mean(st)                                   # a copy
+    rr, cc = _diag_index(st)
+    a[rr, cc] = 0.0
+    return _fixed_residual(a, st, mixing_ratio(st, "globenc_layer"))
+
+
+def row_normalize(mat: torch.Tensor) -> torch.Tensor:
+    """Divide each row by its sum; an all-zero row stays zero (never NaN)."""
+    s = mat.sum(dim=-1, keepdim=True)
+    return mat / torch.where(s == 0, torch.ones_like(s), s)
