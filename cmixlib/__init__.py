@@ -33,6 +33,7 @@ from cmixlib.methods import registry
 # (captum: cmixlib[gradients]) and the book's committed weights.
 _LAZY = {
     "data": ("cmixlib.data", None), "metrics": ("cmixlib.metrics", None),
+    "methods": ("cmixlib.methods", None),
     "evaluation": ("cmixlib.metrics.evaluation", None),
     "gradients": ("cmixlib.gradients", None), "experiments": ("cmixlib.experiments", None),
     "list_experiments": ("cmixlib.experiments", "list_experiments"),
@@ -73,6 +74,7 @@ __all__ = [
     "rollout", "attention_flow", "normalize_rows", "row_spread",
     # the papers' experiments, run by name and cached
     "run_experiment", "list_experiments",
-    # subpackages and modules
-    "data", "evaluation", "gradients", "experiments", "registry",
+    # sub-packages (``cmixlib.evaluation`` and ``cmixlib.registry`` stay as aliases of
+    # ``cmixlib.metrics.evaluation`` and ``cmixlib.methods.registry``)
+    "methods", "metrics", "data", "gradients", "experiments",
 ]

@@ -214,7 +214,7 @@ def test_short_docstring_references_find_the_nearest_documented_object():
     func, data = xref.OBJ_TYPES["func"], xref.OBJ_TYPES["data"]
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data.inputs", func) == "cmixlib.data.load_sva"
     assert xref.nearest_object(objects, "rollout", "cmixlib.methods.aggregation", func) == "cmixlib.methods.aggregation.rollout"
-    assert xref.nearest_object(objects, "rollout", "cmixlib.methods.dispatch", func) == "cmixlib.rollout"
+    assert xref.nearest_object(objects, "rollout", "cmixlib.experiments.runner", func) == "cmixlib.rollout"
     assert (xref.nearest_object(objects, "GRADIENT_METHODS", "cmixlib.gradients", data)
             == "cmixlib.gradients.captum_methods.GRADIENT_METHODS")
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data", data) is None     # wrong kind
