@@ -506,8 +506,8 @@ def test_checks_catch_planted_bugs(plant, monkeypatch):
         checks = [lambda: check_norms_and_alti("llama"), lambda: check_vz("llama"),
                   lambda: check_alti_logit("llama")]
     elif plant.startswith("residual"):
-        from cmixlib.methods import decoder_maps
-        monkeypatch.setattr(decoder_maps, "add_residual", lambda z, x_rows, rows: z)
+        from cmixlib.forward import decomposition
+        monkeypatch.setattr(decomposition, "add_residual", lambda z, x_rows, rows: z)
         checks = [lambda: check_norms_and_alti(a) for a in ARCHS]
     elif plant == "VZ residual forgotten":
         monkeypatch.setattr(DecoderLayerState, "mlp_block",

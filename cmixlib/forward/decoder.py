@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from cmixlib.forward.decoder_checks import check_capture, check_decoder_model
-from cmixlib.forward.decomposition import attention_vectors
+from cmixlib.forward import decomposition
 from cmixlib.models.arch import (DecoderParts, UnsupportedModelError, decoder_final_norm,
                                  random_decoder_config)
 
@@ -122,7 +122,7 @@ class DecoderLayerState:
 
     def attn_vectors_for(self, rows: torch.Tensor) -> torch.Tensor:
         """F_ij = sum_h alpha^h_ij f^h(x_j) for the given rows i, (r, n, d); 0 for j > i."""
-        return attention_vectors(self.attn_weights[:, rows, :], self.head_out)
+        return decomposition.attention_vectors(self.attn_weights[:, rows, :], self.head_out)
 
     @cached_property
     def attn_vectors(self) -> torch.Tensor:

@@ -40,7 +40,7 @@ from typing import Any, Iterator
 
 import torch
 
-from cmixlib.forward.decomposition import add_residual, attention_vectors
+from cmixlib.forward import decomposition
 from cmixlib.models.arch import LayerParts, UnsupportedModelError, layer_parts, position_offset
 from cmixlib.models.loading import model_device
 
@@ -263,7 +263,7 @@ class LayerState:
 
     def attn_vectors_for(self, rows: torch.Tensor) -> torch.Tensor:
         """F_ij = sum_h alpha^h_ij f^h(x_j) for the given rows i, shape (len(rows), n, d)."""
-        return attention_vectors(self.alpha[:, rows, :], self.head_vectors)   # (r, n, d)
+        return decomposition.attention_vectors(self.alpha[:, rows, :], self.head_vectors)
 
     @cached_property
     def attn_vectors(self) -> torch.Tensor:
@@ -321,7 +321,7 @@ class LayerState:
     def res_vectors(self) -> torch.Tensor:
         """z_ij = F_ij + delta_ij x_i (the residual placed on the diagonal), (r, n, d)."""
         r = self.row_index
-        return add_residual(self.attn_vectors.clone(), self.x[r], r)
+        return decomposition.add_residual(self.attn_vectors.clone(), self.x[r], r)
 
     @cached_property
     def ln1_vectors(self) -> torch.Tensor:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from cmixlib.forward.decoder import DecoderCapture, DecoderLayerState
-from cmixlib.forward.decomposition import add_residual, attention_vectors
+from cmixlib.forward import decomposition
 from cmixlib.methods import aggregation, layer_math
 
 __all__ = ["causal_mask", "attention_mean", "VECTOR_METHODS", "VECTOR_CHUNK_ELEMENTS",
@@ -69,11 +69,12 @@ def vector_maps(st: DecoderLayerState, names: Sequence[str] = VECTOR_METHODS
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         rows = torch.arange(r0, r1, device=like.device)
-        z = attention_vectors(st.attn_weights[:, r0:r1, :r1], st.head_out[:, :r1])  # (r, s, d)
+        z = decomposition.attention_vectors(st.attn_weights[:, r0:r1, :r1],
+                                            st.head_out[:, :r1])                    # (r, s, d)
         if "attn_norm" in out:
             out["attn_norm"][r0:r1, :r1] = layer_math.vector_norms(z)
         if "attn_norm_res" in out or "alti_layer" in out:
-            z = add_residual(z, st.resid_in[rows], rows)
+            z = decomposition.add_residual(z, st.resid_in[rows], rows)
         if "attn_norm_res" in out:
             out["attn_norm_res"][r0:r1, :r1] = layer_math.vector_norms(z)
         if "alti_layer" in out:
