@@ -2,7 +2,10 @@
 :mod:`cmixlib.forward.decoder`: x_i resid_in, u_j = LN1(x_j), F_ij = sum_h alpha^h_ij f^h(x_j),
 m_i = x_i + sum_j F_ij + b_O resid_mid, x'_i = m_i + MLP(LN2(m_i)) resid_out).
 
-Every map is (n, n), row i the receiving token, column j <= i the source; entries j > i are
+The layer maps are :mod:`cmixlib.methods.decoder_maps` (the functions an encoder runs, from
+:mod:`cmixlib.methods.layer_math`, on a decoder's tensors); this module validates the options and
+streams the layers (:func:`decoder_context_mixing`, to which :func:`cmixlib.context_mixing` routes
+a decoder). Every map is (n, n), row i the receiving token, column j <= i the source; entries j > i are
 exactly 0 (multiplied by the causal mask, so rounding can never leak above the diagonal).
 
 - ``attention``: A_ij = (1/H) sum_h alpha^h_ij; ``attention_rollout`` rolls out 0.5 A + 0.5 I,
@@ -72,6 +75,7 @@ from cmixlib.forward.prepare import per_sentence_rows, require_eval
 from cmixlib.methods import aggregation
 from cmixlib.methods.aggregation import normalize_rows
 from cmixlib.methods.alti_logit import alti_logit
+from cmixlib.methods.registry import ALL_METHODS
 from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, fixed_residual,
                                           vector_maps)
 from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, VZ_CONVENTIONS,
@@ -134,10 +138,9 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
                   ) -> dict[str, np.ndarray]:
     cap = run_decoder(model, ids)
     n = len(ids)
-    layer_names = {"attention", "attn_norm", "attn_norm_res", "w_fixedres", "n_fixedres",
-                   "alti_layer", "value_zeroing"}
-    base = {"attention_rollout": "attention", "attention_flow": "attention",
-            "alti": "alti_layer", "value_zeroing_rollout": "value_zeroing"}
+    layer_names = {m for m in DECODER_METHOD_NAMES if ALL_METHODS[m].kind == "layer"}
+    base = {m: ALL_METHODS[m].base for m in DECODER_METHOD_NAMES
+            if ALL_METHODS[m].kind == "aggregated"}           # the registry's rolled-out maps
     need = {m for m in methods if m in layer_names} | {base[m] for m in methods if m in base}
     if "alti_logit" in methods:
         need.add("alti_layer")

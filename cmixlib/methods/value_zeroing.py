@@ -53,6 +53,14 @@ GPU with fast matmuls (TF32, half precision) or short inputs the elementwise wor
 the batched form is faster (benchmarks/README.md). ``method="auto"`` (the default) follows these
 rules; ``method="batched"`` keeps the previous implementation.
 
+Encoders and decoders: the distances and the standardisation are one set of functions for both
+(:mod:`cmixlib.methods.vz_distances`); the perturbed outputs are not, because the math differs.
+In this post-LN layer zeroing v_j changes the LN1 input, so every pair goes through LN1, the FFN
+and LN2 with its own LayerNorm scales (o_i^(not j) = LN2(y + FFN(y)), y = LN1(p_i - F_ij)); in a
+pre-LN decoder the attention output is added to the residual after LN1 has normalised each token,
+so only the MLP block is re-run on m_i - F_ij and no LN1 or final LN2 is recomputed
+(:mod:`cmixlib.methods.value_zeroing_decoder`, with its GQA heads, gated MLPs and RMSNorm).
+
 Several distances at once: the perturbed outputs o_i^(not j) do not depend on the distance, so
 :func:`value_zeroing_layer_variants` (one layer) and :func:`value_zeroing_variant_maps` (a padded
 batch, one forward) apply any number of (distance, standardisation) pairs to one set of them

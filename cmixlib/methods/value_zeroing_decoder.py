@@ -6,7 +6,11 @@ x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij = distance(x'_i^(not j), x'
 pair j <= i at once (:func:`value_zeroing_layer`), either through the model's own LN2 and MLP
 modules (``"batched"``) or with the MLP's input projections applied per head instead of per pair
 (``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.methods.decoder`; measured in
-``benchmarks/bench_decoder_value_zeroing.py``.
+``benchmarks/bench_decoder_value_zeroing.py``. The distances and the standardisation are the
+encoder's (:mod:`cmixlib.methods.vz_distances`, except the ``"inseq"`` convention's cosine); the
+perturbed outputs are recomputed here because a pre-LN layer adds the attention output to the
+residual after LN1 (so m_i - F_ij goes through the MLP block only), while a post-LN encoder
+layer re-runs LN1, the FFN and LN2 (:mod:`cmixlib.methods.value_zeroing`).
 
 Conventions (``vz_convention`` of :func:`cmixlib.methods.decoder.decoder_context_mixing`).
 ``"default"``: distances between block outputs x' at every layer, the last included, in the
