@@ -127,3 +127,19 @@ def test_a_model_in_training_mode_is_refused_alike(models):
                 cmixlib.capture(model, INPUTS[kind])
         finally:
             model.eval()
+
+
+def test_alti_logit_is_a_registered_decoder_only_method(models):
+    """``alti_logit`` is in the registry (kind "logit"), accepted by check_methods, computed for
+    a decoder and refused for an encoder with the same error type as any other mistake."""
+    from cmixlib.methods.dispatch import DECODER_ONLY_METHODS
+    from cmixlib.methods.registry import ALL_METHODS
+
+    assert cmixlib.check_methods("alti_logit") == ["alti_logit"]
+    assert DECODER_ONLY_METHODS["alti_logit"] is ALL_METHODS["alti_logit"]
+    assert "alti_logit" not in cmixlib.METHODS          # METHODS: what every model computes
+    maps = cmixlib.context_mixing(models["decoder"], None, INPUTS["decoder"], ["alti_logit"],
+                                  logit_target=3)
+    assert maps["alti_logit"].shape == (2, 6, 6)
+    with pytest.raises(cmixlib.InputError, match="need a decoder LM"):
+        cmixlib.context_mixing(models["encoder"], None, INPUTS["encoder"], ["alti_logit"])
