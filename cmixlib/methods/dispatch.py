@@ -1,5 +1,7 @@
 """The public entry point :func:`context_mixing`: one call, any context-mixing method of the
-registry (:data:`METHODS`, from :mod:`cmixlib.methods.registry`), any supported encoder."""
+registry (:data:`METHODS`, from :mod:`cmixlib.methods.registry`), any supported model. It checks
+the arguments and routes: an encoder's sentences to :mod:`cmixlib.methods.encoder_maps`, a pre-LN
+decoder LM to :mod:`cmixlib.methods.decoder`; the method modules never import this one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
