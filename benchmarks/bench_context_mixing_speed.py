@@ -48,7 +48,9 @@ import numpy as np
 import torch
 
 import cmixlib
-from cmixlib.methods import dispatch as core, norms
+from cmixlib.methods import dispatch as core, layer_math, norms
+from cmixlib.forward.encoding import encode
+from cmixlib.forward.prepare import eval_encoder_layers
 from cmixlib.forward.encoder import (LayerState, iter_sentences, layer_norm_linear,
                                      layer_norm_scale, run_and_capture)
 from cmixlib.experiments.common import _example_batches, padded_batch
@@ -82,7 +84,7 @@ def _old_w_res(st):
     a = _old_attention_mean(st).clone()
     rr, cc = norms._diag_index(st)
     a[rr, cc] = 0.0
-    return norms._fixed_residual(a, st, norms.mixing_ratio(st, "globenc_layer"))
+    return layer_math.fixed_residual(a, st.row_index, norms.mixing_ratio(st, "globenc_layer"))
 
 
 #: The layer functions before the change (no shared maps: N-FixedRes recomputes N, W-Res and
@@ -93,8 +95,8 @@ OLD_FUNCTIONS = {
     "attn_norm_res": lambda st: torch.linalg.vector_norm(st.res_vectors, dim=-1),
     "attn_norm_res_ln": lambda st: torch.linalg.vector_norm(st.ln1_vectors, dim=-1),
     "globenc_layer": lambda st: torch.linalg.vector_norm(st.ln2_vectors, dim=-1),
-    "w_fixedres": lambda st: norms._fixed_residual(_old_attention_mean(st), st, 0.5),
-    "n_fixedres": lambda st: norms._fixed_residual(_old_attn_norm(st), st, 0.5),
+    "w_fixedres": lambda st: layer_math.fixed_residual(_old_attention_mean(st), st.row_index, 0.5),
+    "n_fixedres": lambda st: layer_math.fixed_residual(_old_attn_norm(st), st.row_index, 0.5),
     "w_res": _old_w_res,
 }
 
@@ -103,8 +105,8 @@ OLD_FUNCTIONS = {
 def old_context_mixing(model, tokenizer, text, methods, normalize=False):
     """The old path for layer-wise methods, full rows, raw maps (what GlobEnc's Table 1 asks)."""
     assert not normalize and all(m in OLD_FUNCTIONS for m in methods)
-    mods = core._encoder_layers(model)
-    ids, mask, is_batch = core.encode(model, tokenizer, text)
+    mods = eval_encoder_layers(model)
+    ids, mask, is_batch = encode(model, tokenizer, text)
     cap = run_and_capture(model, ids, mask)
     out = []
     for b, keep in enumerate(iter_sentences(cap)):

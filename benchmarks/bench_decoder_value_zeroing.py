@@ -26,9 +26,9 @@ import time
 
 import torch
 
-from cmixlib.methods import decoder as dm
+from cmixlib.methods import value_zeroing_decoder as dm
 from cmixlib.forward.decoder import random_decoder, run_decoder
-from cmixlib.methods.value_zeroing import cosine_distance
+from cmixlib.methods.vz_distances import cosine_distance
 
 SMOLLM2 = dict(hidden=576, heads=9, kv_heads=3, intermediate=1536, layers=30, vocab=1000)
 

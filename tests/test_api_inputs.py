@@ -92,7 +92,7 @@ def test_bad_extra_inputs_are_refused():
 
 
 def test_legacy_encode_refuses_what_it_would_drop():
-    from cmixlib.methods.dispatch import encode, encode_inputs
+    from cmixlib.forward.encoding import encode, encode_inputs
 
     model = _pair_model()
     assert set(encode_inputs(model, None, PAIR).extras) == {"token_type_ids"}

@@ -243,7 +243,7 @@ def test_value_zeroing_float32_close_to_float64():
 
 
 def test_cosine_distance_is_stable_for_nearly_equal_vectors():
-    from cmixlib.methods.value_zeroing import cosine_distance
+    from cmixlib.methods.vz_distances import cosine_distance
     g = torch.Generator().manual_seed(0)
     a = torch.randn(64, 384, generator=g, dtype=torch.float64)
     b = a + 1e-6 * torch.randn(64, 384, generator=g, dtype=torch.float64)

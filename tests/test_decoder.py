@@ -29,7 +29,8 @@ import torch.nn.functional as F
 import cmixlib
 from cmixlib.methods import decoder as dm
 from cmixlib.methods import value_zeroing_decoder as dv
-from cmixlib.forward.decoder import DecompositionError, random_decoder, run_decoder
+from cmixlib.forward.decoder import DecoderLayerState, random_decoder, run_decoder
+from cmixlib.forward.decoder_checks import DecompositionError
 from tolerances import U64, assert_no_worse_than_baseline, gamma
 
 ARCHS = ["llama", "gpt2"]
@@ -292,7 +293,7 @@ def check_vz(arch, seed=0, methods=("batched", "factored")):
         ref = vz_by_hooked_forward(model, arch, ids)
         cap = run_decoder(model, ids)
         for method in methods:
-            got = torch.stack([dm.value_zeroing_layer(st, method=method) for st in cap.layers])
+            got = torch.stack([dv.value_zeroing_layer(st, method=method) for st in cap.layers])
             close(got, ref, rtol=VZ_RTOL, atol=VZ_ATOL, err_msg=f"{arch} {method}")
             assert torch.all(got.triu(1) == 0)
         api = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods="value_zeroing",
@@ -320,7 +321,7 @@ def test_value_zeroing_float32_inside_no_worse_than_the_model():
     assert np.abs(baseline - truth).max() > 0
     cap = run_decoder(model, ids)
     for method in ("batched", "factored"):
-        got = torch.stack([dm.value_zeroing_layer(st, method=method) for st in cap.layers])
+        got = torch.stack([dv.value_zeroing_layer(st, method=method) for st in cap.layers])
         assert_no_worse_than_baseline(got, truth, baseline, dtype=torch.float64,
                                       err_msg=f"llama {method}")
 
@@ -333,8 +334,8 @@ def test_value_zeroing_distances_and_standardisation(arch):
         cap = run_decoder(model, ids)
         for kw in (dict(distance="euclidean"), dict(standardize=True)):
             for st in cap.layers:
-                close(dm.value_zeroing_layer(st, method="factored", **kw),
-                      dm.value_zeroing_layer(st, method="batched", **kw),
+                close(dv.value_zeroing_layer(st, method="factored", **kw),
+                      dv.value_zeroing_layer(st, method="batched", **kw),
                       rtol=VZ_RTOL, atol=VZ_ATOL, err_msg=str(kw))
 
 
@@ -488,13 +489,13 @@ def test_decoder_families_in_the_arch_table():
 
 # ------------------------------------------------------------------ the checks can fail
 def _drop_kv_head_0(monkeypatch):
-    real = dm.DecoderLayerState.values.func
+    real = DecoderLayerState.values.func
 
     def values(st):
         v = real(st).clone()
         v[st.kv_index == 0] = 0.0              # every query head of key-value group 0
         return v
-    monkeypatch.setattr(dm.DecoderLayerState, "values", property(values))
+    monkeypatch.setattr(DecoderLayerState, "values", property(values))
 
 
 @pytest.mark.parametrize("plant", ["kv head dropped", "residual forgotten (N-Res, ALTI)",
@@ -505,10 +506,11 @@ def test_checks_catch_planted_bugs(plant, monkeypatch):
         checks = [lambda: check_norms_and_alti("llama"), lambda: check_vz("llama"),
                   lambda: check_alti_logit("llama")]
     elif plant.startswith("residual"):
-        monkeypatch.setattr(dm, "_add_residual", lambda z, st, rows: z)
+        from cmixlib.forward import decomposition
+        monkeypatch.setattr(decomposition, "add_residual", lambda z, x_rows, rows: z)
         checks = [lambda: check_norms_and_alti(a) for a in ARCHS]
     elif plant == "VZ residual forgotten":
-        monkeypatch.setattr(dm.DecoderLayerState, "mlp_block",
+        monkeypatch.setattr(DecoderLayerState, "mlp_block",
                             lambda st, m: st.parts.mlp(st.parts.ln2(m)))
         checks = [lambda: check_vz(a, methods=("batched",)) for a in ARCHS]
     else:

@@ -10,7 +10,8 @@ import torch
 
 import cmixlib
 from cmixlib.methods import alti_logit as dl
-from cmixlib.forward.decoder import DecompositionError, run_decoder
+from cmixlib.forward.decoder import run_decoder
+from cmixlib.forward.decoder_checks import DecompositionError
 from test_decoder import close, float64_norms, heads, hooked, make, parts_by_hand
 
 

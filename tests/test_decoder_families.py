@@ -38,7 +38,9 @@ import transformers
 import cmixlib
 from cmixlib.models import arch
 from cmixlib.methods import decoder as dm
-from cmixlib.forward.decoder import DecompositionError, run_decoder
+from cmixlib.methods import value_zeroing_decoder as vzd
+from cmixlib.forward.decoder import run_decoder
+from cmixlib.forward.decoder_checks import DecompositionError
 from tolerances import U64, assert_no_worse_than_baseline
 
 N, V, D, H, KV, DH = 6, 61, 32, 4, 2, 8
@@ -253,7 +255,7 @@ def test_value_zeroing_against_a_hook_on_the_value_projection(family):
         ref = vz_by_hooked_forward(model, ids)
         cap = run_decoder(model, ids)
         for method in ("batched", "factored"):
-            got = torch.stack([dm.value_zeroing_layer(st, method=method) for st in cap.layers])
+            got = torch.stack([vzd.value_zeroing_layer(st, method=method) for st in cap.layers])
             close(got, ref, rtol=VZ_RTOL, atol=VZ_ATOL, err_msg=f"{family} {method}")
         api = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods="value_zeroing",
                                      normalize=False)["value_zeroing"]

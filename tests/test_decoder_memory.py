@@ -1,4 +1,4 @@
-"""Streaming the decoder methods (cmixlib.methods.decoder.vector_maps): N, N-Res and ALTI are
+"""Streaming the decoder methods (cmixlib.methods.decoder_maps.vector_maps): N, N-Res and ALTI are
 computed from blocks of rows of the per-source vectors, one layer at a time, and equal the
 previous implementation (the full (n, n, d) tensor of every layer, kept) to 1e-12 relative in
 float64; a block of a single row (the most blocks) is tested too. The previous implementation is
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib.methods import decoder as dm
+from cmixlib.methods import decoder_maps as dm
 from cmixlib.forward.decoder import random_decoder, run_decoder
 
 

@@ -27,10 +27,11 @@ Because LN1 normalises each token before the value projection, v^h_j and f^h(x_j
 of x_j alone: the decomposition m_i = x_i + sum_{j<=i} F_ij + r b_O is exact (no post-residual
 norm to linearise, unlike post-LN encoders). :func:`run_decoder` checks this identity, the
 declared norms, the residual adds and the logits on every captured pass
-(:func:`check_capture`) and raises :class:`DecompositionError`, naming the model, when one
-fails. The model is never forked: every tensor above comes from hooks on the model's own
-modules during one forward pass with eager attention (SDPA and flash attention return no
-weights; :func:`run_decoder` then raises with what to do).
+(:func:`cmixlib.forward.decoder_checks.check_capture`) and raises
+:class:`~cmixlib.forward.decoder_checks.DecompositionError`, naming the model, when one fails.
+The model is never forked: every tensor above comes from hooks on the model's own modules
+during one forward pass with eager attention (SDPA and flash attention return no weights;
+:func:`run_decoder` then raises with what to do).
 """
 from __future__ import annotations
 
@@ -40,13 +41,13 @@ from typing import Any
 
 import torch
 
-from cmixlib.models.arch import (DecoderParts, UnsupportedModelError, apply_decoder_norm,
-                                 decoder_final_norm, decoder_logits_divisor, decoder_parts,
-                                 random_decoder_config, require_decoder)
+from cmixlib.forward.decoder_checks import check_capture, check_decoder_model
+from cmixlib.forward import decomposition
+from cmixlib.models.arch import (DecoderParts, UnsupportedModelError, decoder_final_norm,
+                                 random_decoder_config)
 
 __all__ = ["LAYER_POINTS", "MODEL_POINTS", "DecoderLayerState", "DecoderCapture", "run_decoder",
-           "random_decoder", "perturb_decoder_norms_and_biases", "DecompositionError",
-           "SUPPORTED_DTYPES", "check_decoder_model", "check_capture"]
+           "random_decoder", "perturb_decoder_norms_and_biases"]
 
 #: Capture points of every layer (module docstring), in the order the forward pass meets them.
 LAYER_POINTS = ("resid_in", "ln1_out", "attn_weights", "values", "head_out", "attn_out",
@@ -121,10 +122,7 @@ class DecoderLayerState:
 
     def attn_vectors_for(self, rows: torch.Tensor) -> torch.Tensor:
         """F_ij = sum_h alpha^h_ij f^h(x_j) for the given rows i, (r, n, d); 0 for j > i."""
-        a = self.attn_weights[:, rows, :]                                  # (H, r, n)
-        out = torch.bmm(a.permute(2, 1, 0).contiguous(),
-                        self.head_out.transpose(0, 1).contiguous())          # (n, r, d)
-        return out.transpose(0, 1)
+        return decomposition.attention_vectors(self.attn_weights[:, rows, :], self.head_out)
 
     @cached_property
     def attn_vectors(self) -> torch.Tensor:
@@ -179,129 +177,17 @@ _EAGER_HINT = ("load the model with attn_implementation='eager' (e.g. AutoModelF
                "model.set_attn_implementation('eager')): SDPA and flash attention do not return "
                "attention weights")
 
-#: Parameter dtypes the decoder path computes in (others are refused: :func:`check_decoder_model`).
-SUPPORTED_DTYPES = (torch.float32, torch.float64)
-
-
-class DecompositionError(UnsupportedModelError):
-    """An identity the decoder methods rely on failed on this model's captured forward pass
-    (the family's declaration does not describe the model): the message names the model, the
-    identity, the layer and the size of the failure."""
-
-
-def _model_name(model: torch.nn.Module) -> str:
-    cfg = getattr(model, "config", None)
-    path = getattr(cfg, "name_or_path", "") or ""
-    return (f"{type(model).__name__} (model_type={getattr(cfg, 'model_type', None)!r}"
-            + (f", {path!r}" if path else "") + ")")
-
-
-def check_decoder_model(model: torch.nn.Module) -> list[DecoderParts]:
-    """Refuse, before any forward pass, what the decoder path cannot compute exactly: an
-    unlisted ``model_type`` or refused setting (:func:`cmixlib.models.arch.require_decoder`), a
-    parameter dtype other than float32/float64 (bfloat16 and float16 give maps at a few bits of
-    precision, and numpy has no bfloat16). Returns the layers' :class:`DecoderParts`."""
-    require_decoder(model)
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    bad = sorted(str(d) for d in dtypes if d not in SUPPORTED_DTYPES)
-    if bad:
-        raise UnsupportedModelError(
-            f"{_model_name(model)} has {', '.join(bad)} parameters; the decoder methods compute "
-            "in float32 or float64 only: convert a copy first, e.g. model.to(torch.float32).")
-    return decoder_parts(model)
-
-
-#: Unit roundoff of the identity checks: float32's, whatever the model's dtype (HF computes
-#: softmax, RoPE and several norms in float32 even inside float64 models).
-CHECK_EPS = float(torch.finfo(torch.float32).eps)
-
-
-def _check(ok_err: torch.Tensor, bound: torch.Tensor, what: str, model: torch.nn.Module) -> None:
-    excess = (ok_err - bound).max()
-    if not bool(excess <= 0):
-        worst = float(ok_err.max())
-        raise DecompositionError(
-            f"{_model_name(model)}: the identity {what} fails (largest error {worst:.3g}, "
-            f"allowed {float(bound.max()):.3g}), so its family declaration in "
-            "cmixlib.models.arch.DECODER_FAMILIES does not describe this model and the maps would be "
-            "wrong; refusing rather than guessing.")
-
-
-@torch.no_grad()
-def check_capture(cap: "DecoderCapture", model: torch.nn.Module) -> None:
-    """Assert, on one captured pass, the identities every decoder method relies on, each to a
-    bound derived from its computation at unit roundoff u = :data:`CHECK_EPS`
-    (gamma_K = K u / (1 - K u)); raise :class:`DecompositionError` naming the model otherwise:
-
-    - the declared norms: LN1(x_i) = ln1_out_i, LN2(m_i) = ln2_out_i, final_norm(x^L_i) =
-      final_norm_out_i (within gamma_(d+8) max|out|);
-    - the residual adds: m_i = x_i + r a_i and x'_i = m_i + r g_i (within gamma_2 |terms|);
-    - the decomposition: sum_j F_ij + r b_O = r a_i (within gamma_(n + H d_h + 2) times the sum
-      of the absolute terms);
-    - the logits at the first and last rows: (final_norm_out_i U^T + b) / s = logits_i (within
-      gamma_(d+2) times the absolute terms).
-    """
-    def gam(k: int) -> float:
-        return k * CHECK_EPS / (1 - k * CHECK_EPS)
-
-    for k, st in enumerate(cap.layers):
-        p, r = st.parts, st.parts.residual_multiplier
-        d = st.resid_in.shape[-1]
-        for name, inp, out in (("LN1", st.resid_in, st.ln1_out), ("LN2", st.resid_mid, st.ln2_out)):
-            want = apply_decoder_norm(p.family, getattr(p, name.lower()), inp, p.w_o)
-            _check((want - out).abs(), gam(d + 8) * out.abs().amax(),
-                   f"{name}(h) = the {p.family.norm} declared for {p.family.name} "
-                   f"(gain {p.family.norm_gain}) at layer {k}", model)
-        for what, total, a, b in (("m = x + r a", st.resid_mid, st.resid_in, st.attn_out),
-                                  ("x' = m + r g", st.resid_out, st.resid_mid, st.mlp_out)):
-            rb = b if r == 1.0 else b * r
-            _check((a + rb - total).abs(), gam(2) * (a.abs() + rb.abs()) + 1e-300,
-                   f"{what} at layer {k} (residual multiplier r = {r:g})", model)
-        w_o = p.w_o
-        mix = torch.einsum("hij,hjk->ihk", st.attn_weights, st.values).reshape(st.n, -1)
-        mag = torch.einsum("hij,hjk->ihk", st.attn_weights.abs(), st.values.abs()).reshape(
-            st.n, -1) @ w_o.abs().t()
-        rec = mix @ w_o.t()
-        if p.b_o is not None:
-            rec, mag = rec + p.b_o, mag + p.b_o.abs()
-        ra = st.attn_out if r == 1.0 else st.attn_out * r
-        rec = rec if r == 1.0 else rec * r
-        _check((rec - ra).abs(), gam(st.n + p.num_heads * p.head_dim + 2) * (abs(r) * mag
-                                                                            + ra.abs()),
-               f"sum_j F_ij + r b_O = r a_i (values from u_j alone) at layer {k}", model)
-        st.release()
-    fam = cap.layers[0].parts.family
-    norm = decoder_final_norm(model)
-    fin, fout = cap.final_norm_in, cap.final_norm_out
-    want = apply_decoder_norm(fam, norm, fin, cap.layers[0].parts.w_o)
-    d = fin.shape[-1]
-    _check((want - fout).abs(), gam(d + 8) * fout.abs().amax(),
-           f"final_norm(h) = the declared {fam.norm} (gain {fam.norm_gain})", model)
-    if cap.logits is not None:
-        from cmixlib.models.arch import decoder_unembed
-
-        head = decoder_unembed(model)
-        rows = torch.tensor(sorted({0, cap.logits.shape[0] - 1}), device=fout.device)
-        s = decoder_logits_divisor(model)
-        z = fout[rows] @ head.weight.t()
-        mag = fout[rows].abs() @ head.weight.abs().t()
-        if head.bias is not None:
-            z, mag = z + head.bias, mag + head.bias.abs()
-        z, mag = z / s, mag / abs(s)
-        got = cap.logits[rows]
-        _check((z - got).abs(), gam(d + 3) * (mag + got.abs()),
-               f"logits = unembed(final_norm(x)) / {s:g}", model)
-
-
 @torch.no_grad()
 def run_decoder(model: torch.nn.Module, input_ids: torch.Tensor, *, check: bool = True
                 ) -> DecoderCapture:
     """One ordinary forward pass of a supported pre-LN decoder on one unpadded sentence
     (``input_ids`` of shape (n,) or (1, n)), with hooks at every capture point (module
     docstring). Refused before the forward pass (:class:`~cmixlib.UnsupportedModelError`): an
-    unlisted family or unsupported dtype (:func:`check_decoder_model`); after it: missing
+    unlisted family or unsupported dtype
+    (:func:`~cmixlib.forward.decoder_checks.check_decoder_model`); after it: missing
     attention weights (not eager attention) and, with ``check``, a failed identity
-    (:func:`check_capture`, :class:`DecompositionError`)."""
+    (:func:`~cmixlib.forward.decoder_checks.check_capture`,
+    :class:`~cmixlib.forward.decoder_checks.DecompositionError`)."""
     parts = check_decoder_model(model)
     fam = parts[0].family
     ids = torch.as_tensor(input_ids).reshape(1, -1)

@@ -32,7 +32,7 @@ import torch
 from cmixlib.validation import InputError
 
 __all__ = ["TokenIds", "decoder_bos", "decoder_text_ids", "decoder_sentences",
-           "resolve_targets"]
+           "per_row_ids", "resolve_targets"]
 
 #: A token id or a one-token string, one per position, one per prompt, or None.
 TokenIds = Union[int, str, Sequence[Any], torch.Tensor, None]
@@ -137,7 +137,7 @@ def _is_sequence(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, str)
 
 
-def _per_rows(value: Any, n: int, name: str, tokenizer: Any, vocab: int) -> torch.Tensor:
+def per_row_ids(value: Any, n: int, name: str, tokenizer: Any, vocab: int) -> torch.Tensor:
     """(n,) ids from a scalar (every row) or one entry per position."""
     if not _is_sequence(value):
         return torch.full((n,), _one_id(value, name, tokenizer, vocab), dtype=torch.long)
@@ -157,13 +157,13 @@ def resolve_targets(value: TokenIds, name: str, tokenizer: Any, lengths: Sequenc
     if value is None:
         return [None] * len(lengths)
     if not is_batch:
-        return [_per_rows(value, lengths[0], name, tokenizer, vocab)]
+        return [per_row_ids(value, lengths[0], name, tokenizer, vocab)]
     if not _is_sequence(value):
-        return [_per_rows(value, n, name, tokenizer, vocab) for n in lengths]
+        return [per_row_ids(value, n, name, tokenizer, vocab) for n in lengths]
     items = list(value)
     if len(items) != len(lengths):
         raise InputError(f"{name} for a batch of {len(lengths)} prompts must be one token or a "
                          f"list of {len(lengths)} entries (one per prompt, each a token or one "
                          f"per position of that prompt); got {len(items)} entries.")
-    return [_per_rows(v, n, f"{name}[{b}]", tokenizer, vocab)
+    return [per_row_ids(v, n, f"{name}[{b}]", tokenizer, vocab)
             for b, (v, n) in enumerate(zip(items, lengths))]

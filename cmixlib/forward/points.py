@@ -61,8 +61,12 @@ from cmixlib.models.arch import (FAMILIES, LayerParts, UnsupportedModelError, ge
                                  embedding_output_module, is_decoder_lm)
 from cmixlib.forward.decoder import LAYER_POINTS as DECODER_LAYER_POINTS
 from cmixlib.forward.decoder import MODEL_POINTS as DECODER_MODEL_POINTS
+from cmixlib.forward.decoder import run_decoder
+from cmixlib.forward.decoder_inputs import decoder_sentences
 from cmixlib.forward.encoder import (LayerState, encoder_layers, iter_sentences, layer_output,
                                      layer_states, run_and_capture)
+from cmixlib.forward.encoding import encode_inputs, tokens
+from cmixlib.forward.prepare import eval_encoder_layers, require_eval, unpack_model
 
 if TYPE_CHECKING:
     from cmixlib.forward.encoding import TextInput
@@ -262,17 +266,9 @@ def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: An
     >>> tuple(cap[1, "attn_weights"].shape), tuple(cap[0, "ln1_out"].shape)
     ((4, 4, 4), (4, 32))
     """
-    from cmixlib.methods.dispatch import _encoder_layers, _unpack_model, encode_inputs, tokens
-    from cmixlib.validation import InputError
-
-    model, tokenizer = _unpack_model(model, tokenizer)
+    model, tokenizer = unpack_model(model, tokenizer)
     if is_decoder_lm(model):
-        from cmixlib.forward.decoder import run_decoder
-        from cmixlib.forward.decoder_inputs import decoder_sentences
-
-        if model.training:
-            raise InputError("model is in training mode (dropout is active): call model.eval() "
-                             "first.")
+        require_eval(model)
         seqs, is_batch = decoder_sentences(model, tokenizer, text)
         caps = []
         for seq in seqs:
@@ -282,7 +278,7 @@ def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: An
                 model_points={name: dc[name] for name in DECODER_MODEL_POINTS},
                 tokens=None if tokenizer is None else tokens(tokenizer, dc.input_ids)))
         return caps if is_batch else caps[0]
-    _encoder_layers(model)
+    eval_encoder_layers(model)
     enc = encode_inputs(model, tokenizer, text)
     ids, is_batch = enc.input_ids, enc.is_batch
     cap, states, points = capture_encoder(model, ids, enc.attention_mask, **enc.extras)

@@ -32,8 +32,13 @@ import torch
 
 from cmixlib.models.arch import (decoder_final_norm, decoder_logits_divisor, decoder_norm_params,
                                  decoder_unembed)
-from cmixlib.forward.decoder import CHECK_EPS, DecoderCapture, DecompositionError, _model_name
-from cmixlib.forward.decoder_inputs import TokenIds
+from cmixlib.forward.decoder import DecoderCapture, run_decoder
+from cmixlib.forward.decoder_checks import (CHECK_EPS, DecompositionError, check_decoder_model,
+                                            model_name)
+from cmixlib.forward.decoder_inputs import (TokenIds, decoder_sentences, per_row_ids,
+                                            resolve_targets)
+from cmixlib.forward.prepare import unpack_model
+from cmixlib.methods.decoder_maps import alti_rollout, causal_mask
 
 __all__ = ["AltiLogit", "alti_logit", "explain_logit"]
 
@@ -119,9 +124,7 @@ class AltiLogit:
 def _per_row_ids(value: Any, n: int, name: str, default: torch.Tensor | None,
                  vocab: int) -> torch.Tensor | None:
     """(n,) ids from None (``default``), an id or one id per row, each in 0..vocab-1."""
-    from cmixlib.forward.decoder_inputs import _per_rows
-
-    return default if value is None else _per_rows(value, n, name, None, vocab)
+    return default if value is None else per_row_ids(value, n, name, None, vocab)
 
 
 def _check_reconstruction(res: AltiLogit, mag: np.ndarray, k: int, model) -> None:
@@ -131,7 +134,7 @@ def _check_reconstruction(res: AltiLogit, mag: np.ndarray, k: int, model) -> Non
     if not np.all(err <= g * mag):
         i = int(np.argmax(err - g * mag))
         raise DecompositionError(
-            f"{_model_name(model)}: ALTI-Logit's terms do not add up to the logit at row {i} "
+            f"{model_name(model)}: ALTI-Logit's terms do not add up to the logit at row {i} "
             f"(error {err[i]:.3g}, allowed {g * mag[i]:.3g}): the family declaration does not "
             "describe this model's final norm or LM head; refusing rather than guessing.")
 
@@ -146,13 +149,11 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
     ``foil``: None, an id or one per row. ``rollout``: the ALTI rollout (L, n, n) if already
     computed. ``heads``: also the per-head terms (L, H, n, n: memory L H n^2 float64).
     ``check``: the reconstruction is asserted against the model's logit (a
-    :class:`~cmixlib.forward.decoder.DecompositionError` otherwise). Deliberate differences from the
+    :class:`~cmixlib.forward.decoder_checks.DecompositionError` otherwise). Deliberate differences from the
     authors' code: every row, not only the last; the RMSNorm linearisation (no centring) for
     RMSNorm families; the MLP and bias terms are returned beside the tracked attention terms,
     never tracked to tokens (as the paper).
     """
-    from cmixlib.methods.decoder import alti_rollout, causal_mask
-
     n = capture.input_ids.shape[0]
     head = decoder_unembed(model)                  # raises the "no LM head" error
     top = capture.logits.argmax(dim=-1).cpu()
@@ -243,12 +244,7 @@ def explain_logit(model: Any, tokenizer: Any, text: Any, target: TokenIds = None
     ...                                 - res.logit).max() < 1e-4)
     ((6, 6), True)
     """
-    from cmixlib.forward.decoder import check_decoder_model, run_decoder
-    from cmixlib.forward.decoder_inputs import decoder_sentences, resolve_targets
-
-    if hasattr(model, "model") and hasattr(model, "tokenizer") and \
-            not isinstance(model, torch.nn.Module):
-        model, tokenizer = model.model, tokenizer if tokenizer is not None else model.tokenizer
+    model, tokenizer = unpack_model(model, tokenizer)
     check_decoder_model(model)
     vocab = decoder_unembed(model).weight.shape[0]
     seqs, is_batch = decoder_sentences(model, tokenizer, text)

@@ -1,26 +1,26 @@
 """The public entry point :func:`context_mixing`: one call, any context-mixing method of the
-registry (:data:`METHODS`, from :mod:`cmixlib.methods.registry`), any supported encoder."""
+registry (:data:`METHODS`, from :mod:`cmixlib.methods.registry`), any supported model. It checks
+the arguments and routes: an encoder's sentences to :mod:`cmixlib.methods.encoder_maps`, a pre-LN
+decoder LM to :mod:`cmixlib.methods.decoder`; the method modules never import this one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import torch
 
+from cmixlib.forward.encoder import iter_sentences, layer_states, run_and_capture
+from cmixlib.forward.encoding import TextInput, describe_model, encode_inputs, tokens
+from cmixlib.forward.prepare import eval_encoder_layers, per_sentence_rows, unpack_model
 from cmixlib.methods import norms
+from cmixlib.methods.decoder import decoder_context_mixing
+from cmixlib.methods.encoder_maps import sentence_maps
 from cmixlib.methods.registry import ALL_METHODS, MIXING_KINDS, Method
-from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
 from cmixlib.models.arch import is_decoder_lm
-from cmixlib.forward.encoder import (LayerState, encoder_layers, iter_sentences, layer_states,
-                                     run_and_capture)
-from cmixlib.forward.encoding import (Encoded, TextInput, describe_model, encode, encode_inputs,
-                                      tokens)
-from cmixlib.validation import (InputError, check_bool, check_choice, check_model, check_names,
-                                check_rows)
-from cmixlib.methods.value_zeroing import (DISTANCES, VZ_METHODS, check_standardize,
-                                           value_zeroing_layer)
 from cmixlib.result import MixingResult
+from cmixlib.validation import InputError, check_bool, check_choice, check_names, check_rows
 
 
 if TYPE_CHECKING:
@@ -39,19 +39,6 @@ Rows = Union[None, int, Sequence[Any], np.ndarray, torch.Tensor]
 #: A decoder's ``logit_target`` / ``logit_foil`` (:mod:`cmixlib.methods.decoder`): None, a token
 #: id, a string, or one per prompt.
 TargetSpec = Union[None, int, str, Sequence[Any], torch.Tensor]
-
-_LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
-    "attention": norms.attention_mean,
-    "attn_norm": norms.attn_norm,
-    "attn_norm_res": norms.attn_norm_res,
-    "attn_norm_res_ln": norms.attn_norm_res_ln,
-    "globenc_layer": norms.globenc_layer,
-    "w_fixedres": norms.w_fixedres,
-    "n_fixedres": norms.n_fixedres,
-    "w_res": norms.w_res,
-    "alti_layer": norms.alti_layer,
-}
-
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     """Validate method names: one name or a list of names of :data:`METHODS` or
@@ -77,111 +64,6 @@ def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     if methods is None:
         return list(METHODS)
     return check_names(methods, {**METHODS, **DECODER_ONLY_METHODS}, "methods", what="method")
-
-
-def _unpack_model(model, tokenizer):
-    """``(model, tokenizer)``, the model checked; a ModelBundle gives its own (its tokenizer unless
-    one is given). The tokenizer is checked where raw text needs it (:func:`encode`)."""
-    if hasattr(model, "model") and hasattr(model, "tokenizer") and not isinstance(model, torch.nn.Module):
-        model, tokenizer = model.model, tokenizer if tokenizer is not None else model.tokenizer
-    return check_model(model), tokenizer
-
-
-def _encoder_layers(model):
-    """The model's layers (:func:`cmixlib.forward.encoder.encoder_layers`: a supported family), refusing a
-    model in training mode, whose dropout would make every map random."""
-    mods = encoder_layers(model)
-    if model.training:
-        raise InputError("model is in training mode (dropout is active, so the maps would be random): "
-                         "call model.eval() first.")
-    return mods
-
-
-def _layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
-    if name == "value_zeroing":
-        return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
-                                                method=options["vz_method"])
-                            for st in states])
-    fn = _LAYER_FUNCTIONS[name]
-    return torch.stack([fn(st) for st in states])
-
-
-def _place_rows(maps: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
-    if rows is None:
-        return maps
-    full = np.full((maps.shape[0], n, n), np.nan, dtype=maps.dtype)
-    full[:, rows] = maps
-    return full
-
-
-def _check_rows(rows, n: int, name: str = "rows") -> np.ndarray | None:
-    """``rows`` of :func:`cmixlib.methods.hta.hta` (one sentence of ``n`` tokens) as sorted unique positions
-    (None: all): integers in ``-n..n-1``, negative ones counted from the end
-    (:func:`cmixlib.validation.check_rows`). :func:`context_mixing` takes ``0..n-1`` only."""
-    return check_rows(rows, n, name, negative=True)
-
-
-def _final_rows_maps(full_states, last_state, name: str, options: dict,
-                     final: np.ndarray) -> np.ndarray:
-    """Maps of every layer but the last over all rows, of the last over rows ``final`` (NaN in
-    its other rows) from ``last_state``, the last layer's state restricted to those rows."""
-    n = full_states[0].x.shape[0]
-    last = _layer_maps([last_state], name, options).cpu().numpy()
-    out = np.full((len(full_states), n, n), np.nan, dtype=last.dtype)
-    if len(full_states) > 1:
-        out[:-1] = _layer_maps(full_states[:-1], name, options).cpu().numpy()
-    out[-1, final] = last[0]
-    return out
-
-
-def _one_sentence(mods, capture, b, keep, methods, rows, options,
-                  final=None) -> dict[str, np.ndarray]:
-    n = len(keep)
-    row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
-    full_states = layer_states(capture, mods, b, keep)
-    row_states = full_states if row_t is None else layer_states(capture, mods, b, keep, rows=row_t)
-    specs = [METHODS[m] for m in methods]
-    need_full = {s.base for s in specs if s.kind == "aggregated"}
-    last_state = None
-    if final is not None:                    # the last layer, at rows final only (one state:
-        if rows is None:                     # its shared work is done once for every method)
-            need_full |= {s.name for s in specs if s.kind == "layer"}
-        last_state = layer_states(capture, mods, b, keep,
-                                  rows=torch.as_tensor(final, device=keep.device))[-1]
-    raw: dict[str, np.ndarray] = {}          # un-normalised maps over the selected rows
-    full: dict[str, np.ndarray] = {}         # un-normalised maps over all rows
-    for name in need_full:
-        # attention is captured whole (and attention flow needs every row)
-        full[name] = (_layer_maps(full_states, name, options).cpu().numpy()
-                      if last_state is None or name == "attention" else
-                      _final_rows_maps(full_states, last_state, name, options, final))
-    for s in specs:
-        if s.kind != "layer":
-            continue
-        if s.name in full:
-            raw[s.name] = full[s.name] if rows is None else full[s.name][:, rows]
-        else:
-            raw[s.name] = _layer_maps(row_states, s.name, options).cpu().numpy()
-    result: dict[str, np.ndarray] = {}
-    for s in specs:
-        if s.kind == "layer":
-            maps = normalize_rows(raw[s.name]) if options["normalize"] else raw[s.name]
-            result[s.name] = _place_rows(maps, rows, n)
-            if final is not None and s.name == "attention":   # computed whole, read at final
-                result[s.name] = result[s.name].copy()
-                result[s.name][-1, np.setdiff1d(np.arange(n), final)] = np.nan
-        elif s.name == "attention_rollout":
-            result[s.name] = rollout(full["attention"], add_identity=True, rows=final)
-        elif s.name == "attention_flow":
-            flow = attention_flow(full["attention"], add_identity=True, rows=rows)
-            result[s.name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
-                _place_rows(normalize_rows(flow[:, rows]), rows, n)
-        else:
-            result[s.name] = rollout(full[s.base], add_identity=False,
-                                     normalize=options["rollout_normalize"], rows=final)
-            if not options["rollout_normalize"]:
-                result[s.name] = normalize_rows(result[s.name])
-    return result
 
 
 def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
@@ -306,14 +188,13 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
     described = describe_model(model)
-    model, tokenizer = _unpack_model(model, tokenizer)
+    model, tokenizer = unpack_model(model, tokenizer)
     asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
                  vz_distance=vz_distance, vz_standardize=vz_standardize,
                  rollout_normalize=rollout_normalize, logit_target=logit_target,
                  logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention)
     vz_method = check_choice(vz_method, VZ_METHODS, "vz_method", what="Value Zeroing method")
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.methods.decoder
-        from cmixlib.methods.decoder import decoder_context_mixing
         got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
                                      rows=rows, vz_distance=vz_distance,
                                      vz_standardize=vz_standardize,
@@ -337,15 +218,15 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
                    vz_method=vz_method)
-    mods = _encoder_layers(model)
+    mods = eval_encoder_layers(model)
     options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
     enc = encode_inputs(model, tokenizer, text)
     lengths = enc.attention_mask.sum(dim=1).tolist()
-    per_rows = _per_sentence_rows(rows, len(lengths))
+    per_rows = per_sentence_rows(rows, len(lengths))
     per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, n) in enumerate(zip(per_rows, lengths))]
     per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
-                 for b, (r, n) in enumerate(zip(_per_sentence_rows(final_rows, len(lengths),
+                 for b, (r, n) in enumerate(zip(per_sentence_rows(final_rows, len(lengths),
                                                                    "final_rows"), lengths))]
     capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
@@ -353,7 +234,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     results = []
     with torch.no_grad():
         for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
-            maps = _one_sentence(mods, capture, b, keep, methods, r, options, f)
+            maps = sentence_maps(mods, capture, b, keep, methods, r, options, f)
             ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(
@@ -363,22 +244,6 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                 options=dict(asked, rows=None if r is None else r.tolist(),
                              final_rows=None if f is None else f.tolist())))
     return results if enc.is_batch else results[0]
-
-
-def _per_sentence_rows(rows, batch: int, name: str = "rows") -> list:
-    """``rows`` for a batch (or one sentence, ``batch`` 1): the same rows for every sentence, or one
-    entry per sentence when ``rows`` is a list of ``batch`` lists / arrays / None (``[[3], [5], None]``).
-    A 0-d tensor or array is one position, like an int: ``[torch.tensor(0), torch.tensor(1)]``
-    means ``[0, 1]``."""
-    nested = isinstance(rows, (list, tuple)) and len(rows) > 0 and all(
-        r is None or isinstance(r, (list, tuple))
-        or (isinstance(r, (np.ndarray, torch.Tensor)) and r.ndim > 0) for r in rows)
-    if not nested:
-        return [rows] * batch
-    if len(rows) != batch:
-        raise InputError(f"{name} has {len(rows)} per-sentence entries for a batch of {batch} sentences: "
-                         "give one entry (a list of positions or None) per sentence.")
-    return list(rows)
 
 
 def context_mixing_ratio(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
@@ -408,9 +273,9 @@ def context_mixing_ratio(model: torch.nn.Module | ModelBundle, tokenizer: Any, t
     >>> bool(((r >= 0) & (r <= 1)).all())
     True
     """
-    model, tokenizer = _unpack_model(model, tokenizer)
+    model, tokenizer = unpack_model(model, tokenizer)
     kind = check_choice(kind, norms.MIXING_RATIO_VECTORS, "kind", what="mixing-ratio kind")
-    mods = _encoder_layers(model)
+    mods = eval_encoder_layers(model)
     enc = encode_inputs(model, tokenizer, text)
     capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     out = []

@@ -121,12 +121,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from cmixlib.methods.dispatch import InputError, _check_rows, _unpack_model, encode
 from cmixlib.forward.encoder import (LayerState, UnsupportedModelError, encoder_layers,
-                                     layer_norm_scale, layer_output, layer_states,
-                                     record_layer_calls, run_and_capture)
+                                     layer_norm_scale, layer_states, record_layer_calls,
+                                     run_and_capture)
+from cmixlib.forward.encoding import encode
+from cmixlib.forward.prepare import unpack_model
+from cmixlib.methods.hta_autograd import HTAError, autograd_layer_hta, replay_layer
 from cmixlib.models.loading import model_device
-from cmixlib.validation import check_choice
+from cmixlib.validation import InputError, check_choice, check_rows
 
 __all__ = ["hta", "HTAError", "METHODS"]
 
@@ -139,61 +141,9 @@ METHODS = ("closed", "autograd")
 _GRAM_ROWS = 64
 
 
-class HTAError(RuntimeError):
-    """The layer could not be replayed exactly (e.g. the model is in training mode)."""
-
-
 class _NoClosedForm(Exception):
     """The layer is not the post-LN layer the closed form assumes (its recomposition or its
     attention weights differ from the model's own): the layer falls back to ``method="autograd"``."""
-
-
-def _replay(layer: torch.nn.Module, args: tuple, kwargs: dict):
-    """``f(x) -> layer output`` for one sentence: the layer module called as the model called it,
-    with the hidden states (first positional argument or ``hidden_states=``) replaced by ``x``."""
-    in_args = len(args) > 0
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        h = x.unsqueeze(0)
-        if in_args:
-            out = layer(h, *args[1:], **kwargs)
-        else:
-            out = layer(*args, **{**kwargs, "hidden_states": h})
-        return layer_output(out)[0]
-
-    hidden = args[0] if in_args else kwargs["hidden_states"]
-    return f, hidden[0]
-
-
-def _layer_hta(f, x: torch.Tensor, expected: torch.Tensor, rows: np.ndarray, times_input: bool,
-               chunk_size: int, atol: float) -> np.ndarray:
-    """``c[r, j]`` for the output rows ``rows`` of one layer: (len(rows), n)."""
-    from torch.func import vjp, vmap
-
-    n, d = x.shape
-    with torch.enable_grad():
-        out, vjp_fn = vjp(f, x)
-    err = float((out.detach() - expected).abs().max())
-    if not err <= atol * max(1.0, float(expected.abs().max())):
-        raise HTAError(f"Replaying the layer did not reproduce the model's own output (max |diff| = {err:.3g}); "
-                       "HTA needs a deterministic model in eval mode (call model.eval()).")
-    batched = vmap(vjp_fn)
-    per = max(1, int(chunk_size) // d)               # output tokens per vmapped batch
-    eye = torch.eye(d, dtype=x.dtype, device=x.device)
-    scale = x.unsqueeze(0).unsqueeze(0) if times_input else None   # (1, 1, n, d)
-    res = torch.empty(len(rows), n, dtype=torch.float64)
-    for s in range(0, len(rows), per):
-        idx = torch.as_tensor(rows[s:s + per], device=x.device)
-        k = len(idx)
-        cot = torch.zeros(k, d, n, d, dtype=x.dtype, device=x.device)
-        cot[torch.arange(k, device=x.device), :, idx, :] = eye      # cot[r, a, i_r, a] = 1
-        with torch.no_grad():
-            (g,) = batched(cot.reshape(k * d, n, d))               # g[r*d + a, j, b] = d o_{i_r, a} / d x_{j, b}
-        g = g.detach().reshape(k, d, n, d)
-        if scale is not None:
-            g = g * scale
-        res[s:s + k] = g.double().pow(2).sum(dim=(1, 3)).sqrt().cpu()
-    return res.numpy()
 
 
 def _heads(lin: torch.nn.Linear, x: torch.Tensor, H: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,10 +319,10 @@ def hta(model: Any, tokenizer: Any, text: Any, *, times_input: bool = True, norm
     ``d·d_ff + 5 d² + 3 H n d`` floats). ``atol``:
     tolerance (relative to the largest output value) of the replay check. ``method``:
     ``"closed"`` (default, the Jacobian blocks in closed form) or ``"autograd"`` (vmapped
-    vector-Jacobian products through the Hugging Face layer); a layer that the closed form does
-    not reproduce falls back to ``"autograd"`` with a warning.
+    vector-Jacobian products through the Hugging Face layer, :mod:`cmixlib.methods.hta_autograd`);
+    a layer that the closed form does not reproduce falls back to ``"autograd"`` with a warning.
     """
-    model, tokenizer = _unpack_model(model, tokenizer)
+    model, tokenizer = unpack_model(model, tokenizer)
     check_choice(method, METHODS, "method")
     if not isinstance(model, torch.nn.Module):
         raise InputError("hta needs a Hugging Face encoder (or a ModelBundle).")
@@ -387,7 +337,7 @@ def hta(model: Any, tokenizer: Any, text: Any, *, times_input: bool = True, norm
     if int(mask.sum()) != ids.shape[1]:
         raise InputError("hta takes an unpadded sentence: drop the padded positions (attention_mask == 0).")
     n = ids.shape[1]
-    row_idx = _check_rows(rows, n)
+    row_idx = check_rows(rows, n, "rows", negative=True)   # -n..n-1, from the end
     row_idx = np.arange(n) if row_idx is None else row_idx
     L = len(mods)
     todo = list(range(L)) if layers is None else sorted({int(k) % L for k in layers})
@@ -415,8 +365,9 @@ def hta(model: Any, tokenizer: Any, text: Any, *, times_input: bool = True, norm
         if c is None:
             calls = record_layer_calls(model, ids, mask) if calls is None else calls
             args, kwargs, expected = calls[k]
-            f, x = _replay(mods[k].layer, args, kwargs)
-            c = _layer_hta(f, x.detach(), expected[0].detach(), row_idx, times_input, chunk_size, atol)
+            f, x = replay_layer(mods[k].layer, args, kwargs)
+            c = autograd_layer_hta(f, x.detach(), expected[0].detach(), row_idx, times_input,
+                                   chunk_size, atol)
         if normalize:
             total = c.sum(axis=-1, keepdims=True)
             c = np.where(total > 0, c / np.where(total > 0, total, 1.0), np.nan)

@@ -2,7 +2,10 @@
 (W-FixedRes, N-FixedRes, W-Res); ALTI's contributions; the context-mixing ratio.
 
 Every function takes a :class:`~cmixlib.forward.encoder.LayerState` and returns an un-normalised
-(r, n) tensor: rows are the selected receiving tokens i, columns all contributing tokens j.
+(r, n) tensor: rows are the selected receiving tokens i, columns all contributing tokens j. The
+math that a pre-LN decoder shares (attention, N, N-Res, ALTI, the fixed residuals) is one
+function of :mod:`cmixlib.methods.layer_math` called by both families; this module passes it an
+encoder's tensors (:mod:`cmixlib.methods.layer_math` tabulates what each family passes).
 Bias conventions (pinned): the value bias b_V belongs to token j (it travels inside j's value
 vector); the output bias b_O and the LayerNorm biases beta1, beta2 are attributed to nobody.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from cmixlib.forward.encoder import LayerState
+from cmixlib.methods import layer_math
 
 
 def _diag_index(st: LayerState) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,12 +33,12 @@ def _memo(st: LayerState, key: str, compute) -> torch.Tensor:
 
 def attention_mean(st: LayerState) -> torch.Tensor:
     """W: raw attention averaged over heads, A_ij = (1/H) sum_h alpha^h_ij."""
-    return _memo(st, "attention_mean", lambda: st.alpha[:, st.row_index, :].mean(dim=0))
+    return _memo(st, "attention_mean", lambda: layer_math.attention_map(st.alpha, st.row_index))
 
 
 def attn_norm(st: LayerState) -> torch.Tensor:
     """N (Kobayashi et al. 2020): ||sum_h alpha^h_ij f^h(x_j)||_2, f^h including b_V."""
-    return _memo(st, "attn_norm", lambda: torch.linalg.vector_norm(st.attn_vectors, dim=-1))
+    return _memo(st, "attn_norm", lambda: layer_math.vector_norms(st.attn_vectors))
 
 
 def attn_norm_res(st: LayerState) -> torch.Tensor:
@@ -42,24 +46,24 @@ def attn_norm_res(st: LayerState) -> torch.Tensor:
 
     z_ij = F_ij off the diagonal, so those entries are N's; only ||z_ii|| is computed anew."""
     if "res_vectors" in st.__dict__:           # z already built: read it
-        return torch.linalg.vector_norm(st.res_vectors, dim=-1)
+        return layer_math.vector_norms(st.res_vectors)
     out = attn_norm(st)                                      # a copy
     rr, cc = _diag_index(st)
-    out[rr, cc] = torch.linalg.vector_norm(st.res_diag_vectors, dim=-1)
+    out[rr, cc] = layer_math.vector_norms(st.res_diag_vectors)
     return out
 
 
 def attn_norm_res_ln(st: LayerState) -> torch.Tensor:
     """N-ResLN (Kobayashi et al. 2021): ||T_i(x_j)||_2 with the exact LN1 decomposition
     T_i(x_j) = gamma1 * (z_ij - mean(z_ij)) / sqrt(Var(p_i) + eps1)."""
-    return torch.linalg.vector_norm(st.ln1_vectors, dim=-1)
+    return layer_math.vector_norms(st.ln1_vectors)
 
 
 def globenc_layer(st: LayerState) -> torch.Tensor:
     """N-Enc (Modarressi et al. 2022): ||T'_i(x_j)||_2 with
     T'_i(x_j) = gamma2 * (T_i(x_j) - mean(T_i(x_j))) / sqrt(Var(u_i) + eps2),
     u_i = y_i + FFN(y_i) the real LN2 input (the FFN enters only through this scale)."""
-    return torch.linalg.vector_norm(st.ln2_vectors, dim=-1)
+    return layer_math.vector_norms(st.ln2_vectors)
 
 
 def alti_layer(st: LayerState) -> torch.Tensor:
@@ -68,9 +72,7 @@ def alti_layer(st: LayerState) -> torch.Tensor:
     y_i is the real LN1 output (it contains the unattributed gamma1*(b_O - mean b_O)/s + beta1).
     Row-normalising c gives the paper's contribution matrix.
     """
-    y = st.ln1_output[st.row_index]                                 # (r, d)
-    dist = torch.linalg.vector_norm(y[:, None, :] - st.ln1_vectors, ord=1, dim=-1)
-    return torch.clamp(torch.linalg.vector_norm(y, ord=1, dim=-1)[:, None] - dist, min=0.0)
+    return layer_math.alti_contributions(st.ln1_output[st.row_index], st.ln1_vectors)
 
 
 def mixing_ratio_of(vectors: torch.Tensor, st: LayerState) -> torch.Tensor:
@@ -101,23 +103,14 @@ def mixing_ratio(st: LayerState, kind: str = "attn_norm_res_ln") -> torch.Tensor
     return mixing_ratio_of(getattr(st, attr), st)
 
 
-def _fixed_residual(mat: torch.Tensor, st: LayerState, ratio: torch.Tensor | float) -> torch.Tensor:
-    """ratio * rownorm(mat) + (1 - ratio) * I on the selected rows."""
-    ratio = torch.as_tensor(ratio, dtype=mat.dtype, device=mat.device).expand(mat.shape[0])
-    out = row_normalize(mat) * ratio[:, None]
-    rr, cc = _diag_index(st)
-    out[rr, cc] += 1.0 - ratio
-    return out
-
-
 def w_fixedres(st: LayerState) -> torch.Tensor:
     """W-FixedRes: 0.5 A + 0.5 I (its rollout is Abnar & Zuidema's attention rollout)."""
-    return _fixed_residual(attention_mean(st), st, 0.5)
+    return layer_math.fixed_residual(attention_mean(st), st.row_index, 0.5)
 
 
 def n_fixedres(st: LayerState) -> torch.Tensor:
     """N-FixedRes: 0.5 N / rowsum(N) + 0.5 I."""
-    return _fixed_residual(attn_norm(st), st, 0.5)
+    return layer_math.fixed_residual(attn_norm(st), st.row_index, 0.5)
 
 
 def w_res(st: LayerState) -> torch.Tensor:
@@ -126,10 +119,4 @@ def w_res(st: LayerState) -> torch.Tensor:
     a = attention_mean(st)                                   # a copy
     rr, cc = _diag_index(st)
     a[rr, cc] = 0.0
-    return _fixed_residual(a, st, mixing_ratio(st, "globenc_layer"))
-
-
-def row_normalize(mat: torch.Tensor) -> torch.Tensor:
-    """Divide each row by its sum; an all-zero row stays zero (never NaN)."""
-    s = mat.sum(dim=-1, keepdim=True)
-    return mat / torch.where(s == 0, torch.ones_like(s), s)
+    return layer_math.fixed_residual(a, st.row_index, mixing_ratio(st, "globenc_layer"))

@@ -53,6 +53,14 @@ GPU with fast matmuls (TF32, half precision) or short inputs the elementwise wor
 the batched form is faster (benchmarks/README.md). ``method="auto"`` (the default) follows these
 rules; ``method="batched"`` keeps the previous implementation.
 
+Encoders and decoders: the distances and the standardisation are one set of functions for both
+(:mod:`cmixlib.methods.vz_distances`); the perturbed outputs are not, because the math differs.
+In this post-LN layer zeroing v_j changes the LN1 input, so every pair goes through LN1, the FFN
+and LN2 with its own LayerNorm scales (o_i^(not j) = LN2(y + FFN(y)), y = LN1(p_i - F_ij)); in a
+pre-LN decoder the attention output is added to the residual after LN1 has normalised each token,
+so only the MLP block is re-run on m_i - F_ij and no LN1 or final LN2 is recomputed
+(:mod:`cmixlib.methods.value_zeroing_decoder`, with its GQA heads, gated MLPs and RMSNorm).
+
 Several distances at once: the perturbed outputs o_i^(not j) do not depend on the distance, so
 :func:`value_zeroing_layer_variants` (one layer) and :func:`value_zeroing_variant_maps` (a padded
 batch, one forward) apply any number of (distance, standardisation) pairs to one set of them
@@ -61,95 +69,21 @@ batch, one forward) apply any number of (distance, standardisation) pairs to one
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
 import torch
 
 from cmixlib.forward.encoder import LayerState, iter_sentences, layer_states, run_and_capture
-from cmixlib.validation import InputError, check_maps, describe
-
-DISTANCES = ("cosine", "euclidean", "spearman")
+from cmixlib.forward.encoding import encode
+from cmixlib.forward.prepare import eval_encoder_layers, per_sentence_rows, unpack_model
+from cmixlib.methods import vz_distances
+from cmixlib.methods.aggregation import normalize_rows
+from cmixlib.methods.vz_distances import DISTANCES, check_standardize
+from cmixlib.validation import InputError, check_bool, check_choice, check_rows
 
 # elements of the largest (rows * n, d_ff) intermediate tensor in one chunk: the batched form is
 # bound by its two large matmuls; the factored form also makes several elementwise passes over
 # this tensor, which are faster while a chunk stays in the CPU's caches (measured in benchmarks/)
 CHUNK_ELEMENTS = 2 ** 25
 FACTORED_CHUNK_ELEMENTS = {"cpu": 2 ** 21}
-
-
-def check_standardize(value: Any, d: int) -> Any:
-    """``vz_standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return value
-    what = f"None, True/False or a (mean, std) pair of arrays of shape ({d},)"
-    try:
-        if isinstance(value, (str, bytes, Mapping)):
-            raise TypeError
-        mean, std = value
-    except (TypeError, ValueError):
-        raise TypeError(f"vz_standardize must be {what}; got {describe(value)}.") from None
-    for label, arr in (("mean", mean), ("std", std)):
-        arr = check_maps(arr, f"vz_standardize's {label}", ndim=None, square=False)
-        if arr.shape != (d,):
-            raise InputError(f"vz_standardize's {label} has shape {arr.shape}, but the model's hidden size "
-                             f"is {d}: it must be ({d},).")
-        if label == "std" and (arr <= 0).any():
-            raise InputError("vz_standardize's std must be > 0 in every dimension (it divides).")
-    return value
-
-
-def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """1 - cos(a, b) over the last axis, computed as ``||a/|a| - b/|b|||^2 / 2``.
-
-    The two are equal in exact arithmetic; the second keeps full relative precision when a and
-    b are nearly parallel, where 1 - cos loses everything below the float epsilon (~1e-7 in float32).
-    """
-    an = a / torch.linalg.vector_norm(a, dim=-1, keepdim=True)
-    bn = b / torch.linalg.vector_norm(b, dim=-1, keepdim=True)
-    return 0.5 * torch.linalg.vector_norm(an - bn, dim=-1) ** 2
-
-
-def euclidean_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """||a - b||_2 over the last axis."""
-    return torch.linalg.vector_norm(a - b, dim=-1)
-
-
-def _ranks(x: torch.Tensor) -> torch.Tensor:
-    return torch.argsort(torch.argsort(x, dim=-1), dim=-1).to(x.dtype)
-
-
-def spearman_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """1 - Spearman's rho between the coordinates of a and b (ranks over the hidden dimension;
-    ties, which need exactly equal floats, are broken by position)."""
-    ra, rb = _ranks(a), _ranks(b.expand_as(a))
-    ra = ra - ra.mean(dim=-1, keepdim=True)
-    rb = rb - rb.mean(dim=-1, keepdim=True)
-    rho = (ra * rb).sum(-1) / (torch.linalg.vector_norm(ra, dim=-1) * torch.linalg.vector_norm(rb, dim=-1))
-    return 1.0 - rho
-
-
-DISTANCE_FUNCTIONS = {"cosine": cosine_distance, "euclidean": euclidean_distance, "spearman": spearman_distance}
-
-
-def _standardizer(st: LayerState, standardize):
-    """Per-dimension standardisation (Timkey & van Schijndel 2021), VZ paper Appendix A.1.
-
-    ``True``: mean and std of each hidden dimension over this sentence's original layer outputs;
-    a ``(mean, std)`` pair of (d,) tensors: statistics from a corpus (better for short inputs).
-    """
-    if standardize is None or standardize is False:
-        return None
-    if standardize is True:
-        o = st.o
-        return o.mean(dim=0), o.std(dim=0, unbiased=False).clamp_min(torch.finfo(o.dtype).eps)
-    mean, std = standardize
-    return torch.as_tensor(mean, dtype=st.o.dtype, device=st.o.device), \
-        torch.as_tensor(std, dtype=st.o.dtype, device=st.o.device)
-
-
-VZ_METHODS = ("auto", "factored", "batched")
 
 
 def factored_is_cheaper(rows: int, n: int, d: int, heads: int) -> bool:
@@ -283,33 +217,30 @@ def value_zeroing_layer_variants(st: LayerState, variants, chunk_elements: int |
     .. math:: C_v[i, j] = \mathrm{dist}_v\big(s_v(o_i^{\neg j}),\, s_v(o_i)\big),
 
     with :math:`s_v` the standardisation of variant v (identity, per-dimension z-scores over the
-    sentence, or a given (mean, std); ``_standardizer``). The perturbed outputs
+    sentence, or a given (mean, std); :func:`cmixlib.methods.vz_distances.standardizer`, shared
+    with decoders, as the distances are). The perturbed outputs
     :math:`o_i^{\neg j}`, the expensive part, are computed once per chunk and shared, so k
     variants cost about one. Entry v equals :func:`value_zeroing_layer` with
     ``distance, standardize = variants[v]`` exactly (the same operations on the same tensors).
 
     ``variants``: a non-empty sequence of ``(distance, standardize)`` pairs, ``distance`` one of
-    ``cmixlib.methods.value_zeroing.DISTANCES``, ``standardize`` as in :func:`value_zeroing_layer`.
-    Raises ValueError for an unknown distance or method, or no variants.
+    ``cmixlib.methods.vz_distances.DISTANCES``, ``standardize`` as in :func:`value_zeroing_layer`.
+    Raises :class:`~cmixlib.InputError` (a ValueError) for an unknown distance or method, or no
+    variants, as a decoder's Value Zeroing does.
     """
     variants = list(variants)
     if not variants:
-        raise ValueError("variants is empty: give at least one (distance, standardize) pair.")
-    try:
-        dist_fns = [DISTANCE_FUNCTIONS[distance] for distance, _ in variants]
-    except KeyError as err:
-        raise ValueError(f"Unknown Value Zeroing distance {err.args[0]!r}; choose one of "
-                         f"{DISTANCES}.") from None
-    if method not in VZ_METHODS:
-        raise ValueError(f"Unknown Value Zeroing method {method!r}; choose one of {VZ_METHODS}.")
+        raise InputError("variants is empty: give at least one (distance, standardize) pair.")
+    dist_fns = [vz_distances.distance_function(distance) for distance, _ in variants]
+    vz_distances.check_vz_method(method)
     m = st.mods
     rows = st.row_index
     n, d = st.x.shape
     if method == "auto":
         method = "factored" if _factored_is_faster(st, len(rows)) else "batched"
     recomputed = st.recompute_output()[rows]                # (r, d)
-    stdz = [_standardizer(st, standardize) for _, standardize in variants]
-    original = [recomputed if z is None else (recomputed - z[0]) / z[1] for z in stdz]
+    stdz = [vz_distances.standardizer(st.o, standardize) for _, standardize in variants]
+    original = [vz_distances.standardized(recomputed, z) for z in stdz]
     d_ff = m.ffn_in.out_features
     if chunk_elements is None:
         chunk_elements = CHUNK_ELEMENTS if method == "batched" else \
@@ -319,8 +250,7 @@ def value_zeroing_layer_variants(st: LayerState, variants, chunk_elements: int |
     chunks = _factored_outputs if method == "factored" else _batched_outputs
     for sl, o in chunks(st, rows, step):
         for v, (dist_fn, z, orig) in enumerate(zip(dist_fns, stdz, original)):
-            ov = o if z is None else (o - z[0]) / z[1]
-            out[v, sl] = dist_fn(ov, orig[sl, None, :])
+            out[v, sl] = dist_fn(vz_distances.standardized(o, z), orig[sl, None, :])
     return out
 
 
@@ -360,24 +290,20 @@ def value_zeroing_variant_maps(model, input_ids, attention_mask=None, rows=None,
     One float array per sentence, ``(len(variants), L, r, n)``: r the selected rows in
     increasing order (all n without ``rows``), n the sentence's length.
     """
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import normalize_rows
-    from cmixlib.validation import InputError, check_bool, check_choice, check_rows
-
-    model, _ = core._unpack_model(model, None)
+    model, _ = unpack_model(model, None)
     normalize = check_bool(normalize, "normalize")
     variants = list(variants)
     if not variants:
         raise InputError("variants is empty: give at least one (distance, standardize) pair.")
-    mods = core._encoder_layers(model)
+    mods = eval_encoder_layers(model)
     d = mods[0].ln2.normalized_shape[-1]
     variants = [(check_choice(dist, DISTANCES, "variants' distance", what="Value Zeroing distance"),
                  check_standardize(std, d)) for dist, std in variants]
-    ids, mask, _ = core.encode(model, None,
+    ids, mask, _ = encode(model, None,
                                {"input_ids": input_ids, "attention_mask": attention_mask})
     lengths = mask.sum(dim=1).tolist()
     per_rows = [check_rows(r, n, f"rows[{b}]" if r is not rows else "rows") for b, (r, n) in
-                enumerate(zip(core._per_sentence_rows(rows, len(lengths)), lengths))]
+                enumerate(zip(per_sentence_rows(rows, len(lengths)), lengths))]
     capture = run_and_capture(model, ids, mask)
     out = []
     with torch.no_grad():

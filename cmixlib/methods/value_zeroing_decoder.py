@@ -6,7 +6,11 @@ x'_i^(not j) = m^(not j) + MLP(LN2(m^(not j))), C_ij = distance(x'_i^(not j), x'
 pair j <= i at once (:func:`value_zeroing_layer`), either through the model's own LN2 and MLP
 modules (``"batched"``) or with the MLP's input projections applied per head instead of per pair
 (``"factored"``, :func:`mlp_head_maps`). Used by :mod:`cmixlib.methods.decoder`; measured in
-``benchmarks/bench_decoder_value_zeroing.py``.
+``benchmarks/bench_decoder_value_zeroing.py``. The distances and the standardisation are the
+encoder's (:mod:`cmixlib.methods.vz_distances`, except the ``"inseq"`` convention's cosine); the
+perturbed outputs are recomputed here because a pre-LN layer adds the attention output to the
+residual after LN1 (so m_i - F_ij goes through the MLP block only), while a post-LN encoder
+layer re-runs LN1, the FFN and LN2 (:mod:`cmixlib.methods.value_zeroing`).
 
 Conventions (``vz_convention`` of :func:`cmixlib.methods.decoder.decoder_context_mixing`).
 ``"default"``: distances between block outputs x' at every layer, the last included, in the
@@ -38,8 +42,9 @@ import numpy as np
 import torch
 
 from cmixlib.forward.decoder import DecoderLayerState
+from cmixlib.methods import vz_distances
+from cmixlib.methods.vz_distances import VZ_METHODS
 from cmixlib.validation import InputError
-from cmixlib.methods.value_zeroing import DISTANCE_FUNCTIONS, VZ_METHODS
 
 __all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
            "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_cosine_distance",
@@ -188,37 +193,23 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
         raise InputError("The 'inseq' convention is inseq's cosine distance, unstandardised.")
     if convention == "inseq" and method == "auto":
         method = "batched"                # the model's own modules, as inseq re-runs them
-    try:
-        dist_fn = DISTANCE_FUNCTIONS[distance]
-        if convention == "inseq":
-            def dist_fn(a, b):
-                return inseq_cosine_distance(a, b, last=post is not None)
-    except KeyError:
-        raise InputError(f"Unknown Value Zeroing distance {distance!r}; choose one of "
-                         f"{tuple(DISTANCE_FUNCTIONS)}.") from None
-    if method not in VZ_METHODS:
-        raise InputError(f"Unknown Value Zeroing method {method!r}; choose one of {VZ_METHODS}.")
+    dist_fn = vz_distances.distance_function(distance)
+    if convention == "inseq":
+        def dist_fn(a, b):
+            return inseq_cosine_distance(a, b, last=post is not None)
+    vz_distances.check_vz_method(method)
     if method == "auto":
         method = "factored" if factored_pays(st) else "batched"
     orig = _vz_original(st, method)
     if post is not None:
         orig = post(orig)
-    mean = std = None
-    if standardize is True:
-        mean, std = orig.mean(dim=0), orig.std(dim=0, unbiased=False).clamp_min(
-            torch.finfo(orig.dtype).eps)
-    elif standardize is not None and standardize is not False:
-        mean, std = (torch.as_tensor(t, dtype=orig.dtype, device=orig.device)
-                     for t in standardize)
-    if mean is not None:
-        orig = (orig - mean) / std
+    z = vz_distances.standardizer(orig, standardize)
+    orig = vz_distances.standardized(orig, z)
     out = torch.zeros(st.n, st.n, dtype=orig.dtype, device=orig.device)
     for ip, jp, o in _vz_pairs(st, method):
         if post is not None:
             o = post(o)
-        if mean is not None:
-            o = (o - mean) / std
-        out[ip, jp] = dist_fn(o, orig[ip]).to(out.dtype)
+        out[ip, jp] = dist_fn(vz_distances.standardized(o, z), orig[ip]).to(out.dtype)
     return out
 
 
@@ -230,7 +221,7 @@ def inseq_cosine_distance(a: torch.Tensor, b: torch.Tensor, last: bool = False
     the model's output without the cast, so there a' = a and the cosine is torch's of the
     float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to
     cancellation (an absolute error of a few float32 ulps of 1); the default's
-    :func:`cmixlib.methods.value_zeroing.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
+    :func:`cmixlib.methods.vz_distances.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
     dtype, keeps full relative precision."""
     if not last:
         a = a.float()
