@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from cmixlib.methods.registry import method_label
+from cmixlib.book.verdicts import holds_every_layer
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, every_layer, gap_z, layers_text,
                                          not_tested, relation)
 
@@ -56,17 +57,15 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
     claim (index = the claim's text; the first is the headline, :data:`ALIGNMENT_HEADLINE`).
     The status page tests the same claims with their uncertainty and on both metrics
     (:mod:`cmixlib.book.claims.rules_vz`)."""
-    from cmixlib.book.verdicts import holds_every_layer as _every
-
     grads = [m for m in (gradient_methods or []) if m in table]
     mixing = [c for c in table.columns if c not in ("random", "value_zeroing", *grads)]
     mean = table.mean()
     third = max(1, len(table) // 3)
     first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
     out = {
-        ALIGNMENT_HEADLINE: _every(
+        ALIGNMENT_HEADLINE: holds_every_layer(
             table, lambda row: row["value_zeroing"] > row[mixing].max()),
-        "raw attention is below the random baseline in every layer": _every(
+        "raw attention is below the random baseline in every layer": holds_every_layer(
             table, lambda row: row["attention"] < row["random"]),
         "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
         "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
