@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from cmixlib.book.identity import model_identities
 from cmixlib.methods.registry import method_label
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layers_text, not_tested,
                                          paired_bootstrap, relation)
@@ -96,10 +97,8 @@ def alti_depth_rollout() -> Outcome:
 
 
 def _layers_of(res) -> int | None:
-    import re
-
-    m = re.search(r"(\d+) layers", str(res.meta["model"]))
-    return int(m.group(1)) if m else None
+    """The layers of the run's first model (:func:`cmixlib.book.identity.model_identities`)."""
+    return model_identities(res.meta)[0]["layers"]
 
 
 def alti_fig6_special() -> Outcome:
