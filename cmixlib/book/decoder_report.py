@@ -10,6 +10,7 @@ import pandas as pd
 from cmixlib.book.identity import model_identity, parse_model_text
 from cmixlib.book.verdicts import below_sanity_baselines
 from cmixlib.methods.registry import method_label
+from cmixlib.metrics.evaluation import spearman
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
@@ -113,8 +114,6 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     of the two orders (3 or more shared methods); and for Value Zeroing and ALTI-Logit (decoder)
     whether they are above the random baseline of their model (at the printed precision:
     rounded to 3 decimals, so equal printed values are "not above")."""
-    from cmixlib.metrics.evaluation import spearman
-
     dec = pd.Series(decoder, dtype=float).dropna()
     enc = pd.Series(encoder, dtype=float).dropna()
     shared = [m for m in dec.index if m in enc.index and m not in ("random", "nearness")]

@@ -123,7 +123,8 @@ def model_ids(meta: Mapping[str, Any]) -> list[str]:
 
 
 def is_fallback(meta: Mapping[str, Any]) -> bool:
-    """Whether any model of the run is an offline fallback for another (:func:`model_identities`)."""
+    """Whether any model of the run is an offline fallback for another
+    (:func:`model_identities`)."""
     return any(i["fallback"] for i in model_identities(meta))
 
 

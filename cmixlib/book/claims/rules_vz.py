@@ -10,10 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from cmixlib.methods.registry import method_label
-from cmixlib.book.verdicts import holds_every_layer
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, every_layer, gap_z, layers_text,
                                          not_tested, relation)
+from cmixlib.book.depth_verdicts import pinned_variant
+from cmixlib.book.runs import CONDITION_LABELS, run
+from cmixlib.book.verdicts import holds_every_layer
+from cmixlib.methods.registry import method_label
 
 __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixing",
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
@@ -79,8 +81,6 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
 
 
 def _run(name: str, condition: str | None = None):
-    from cmixlib.book.runs import run
-
     return run(name, condition)
 
 
@@ -171,9 +171,6 @@ def vz_rollout_benefit() -> Outcome:
     evaluation variant, the rollout of GlobEnc's and of ALTI's layer maps against the single
     layer, by Spearman with blank-out; holds when the rollout is above for both methods in both
     conditions (:func:`~cmixlib.book.claims.compare.relation`)."""
-    from cmixlib.book.runs import CONDITION_LABELS
-    from cmixlib.book.depth_verdicts import pinned_variant
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         d = pinned_variant(_run("rollout-depth", c).result)
@@ -194,8 +191,6 @@ def vz_rollout_benefit() -> Outcome:
 def vz_probes_best_among_mixing() -> Outcome:
     """Footnote 4's "the same pattern" on probes needed (fewer is better): Value Zeroing below
     each other context-mixing method in every layer, in both conditions."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         o, t = every_layer(alignment_rows(c, "probes_needed"), _VZ, list(CONTEXT_MIXING),
@@ -232,8 +227,6 @@ def _compression(condition: str) -> pd.Series:
 def vz_compression_rises() -> Outcome:
     """"the probing score goes up monotonically along the layers": compression never falls from
     one layer to the next, in both conditions (the layers where it falls are named)."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         comp = _compression(c)
@@ -319,8 +312,6 @@ def vz_overall() -> Outcome:
     methods, every layer, both metrics), Table 2 (highly correlated) and Table 3 (the highest
     value) --
     combined by :func:`~cmixlib.book.claims.compare.combine`."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts = {}
     for c in CONDITION_LABELS:
         lab = CONDITION_LABELS[c]
