@@ -25,6 +25,7 @@ import sys
 import pandas as pd
 
 from cmixlib import experiments as X
+from cmixlib.book.runs import prewarm
 from cmixlib.validation import InputError, check_positive_int
 
 
@@ -129,8 +130,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_list()
         return 0
     if args.command == "prewarm":
-        from cmixlib.book.runs import prewarm
-
         total = sum(seconds for _, seconds in prewarm(check_positive_int(args.jobs, "--jobs")))
         print(f"prewarm: every book run is in the result cache ({total:.0f} s of run time)")
         return 0

@@ -119,6 +119,7 @@ def test_prewarmed_mlm_metrics_are_the_ones_chapters_8_and_9_read(monkeypatch, p
         "agreement_accuracy_test": 1.0}
     monkeypatch.setattr(training, "mlm_metrics", record)
     monkeypatch.setattr(mlm_module, "mlm_metrics", record)
+    monkeypatch.setattr(B, "mlm_metrics", record)
     B.mlm_condition_metrics("pretrained")
     training.load_mlm_model(progress=False)                           # chapter 8
     _, info = load_condition_mlm("pretrained", B.run_arguments("cue-alignment", "pretrained")[2])

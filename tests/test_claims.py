@@ -177,7 +177,6 @@ def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch)
 
 
 def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch):
-    import cmixlib.book.runs as B
     from cmixlib.book.claims import status as S
 
     rows = _claims("holds", "fails", "reversed", "tie")
@@ -185,7 +184,7 @@ def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch)
     monkeypatch.setattr(S, "claim_rows", lambda paper, item: rows)
     meta = {"model": "m (bert, 6 layers); accuracy 0.912", "data_size": 5,
             "experiment": "alti-fig3-anisotropy", "settings": {}}
-    monkeypatch.setattr(B, "run", lambda name, condition=None: SimpleNamespace(meta=meta))
+    monkeypatch.setattr(S, "run", lambda name, condition=None: SimpleNamespace(meta=meta))
     text, ev = S.claims_why("ALTI", "Figure 3", "alti-fig3")
     assert "fails: w (c1): numbers 1; reversed: w (c2): numbers 2." in text
     assert "numbers 0" not in text and "numbers 3" not in text

@@ -1,8 +1,9 @@
-"""Keeping the result cache across Colab runtimes: book_runs.save_results / load_results, with a
-temporary folder standing in for Google Drive, on a real run of the offline model."""
+"""Keeping the result cache across Colab runtimes: cmixlib.book.drive's save_results /
+load_results, with a temporary folder standing in for Google Drive, on a real run of the
+offline model."""
 import pytest
 
-from cmixlib.book import runs as book_runs
+from cmixlib.book import drive as book_drive
 
 
 @pytest.mark.slow
@@ -17,10 +18,10 @@ def test_a_saved_run_loads_from_the_cache_of_a_fresh_runtime(tmp_path, monkeypat
     monkeypatch.setenv("CMIX_DEVICE", "cpu")
     first = run_experiment("globenc-fig5-ln-outliers", model=model)
     assert not first.from_cache
-    assert book_runs.save_results(drive) > 0
-    assert book_runs.save_results(drive) == 0                  # nothing new the second time
+    assert book_drive.save_results(drive) > 0
+    assert book_drive.save_results(drive) == 0                  # nothing new the second time
     monkeypatch.setenv("CMIX_CACHE", str(tmp_path / "runtime-2"))
-    assert book_runs.load_results(drive) > 0
+    assert book_drive.load_results(drive) > 0
     again = run_experiment("globenc-fig5-ln-outliers", model=model)
     assert again.from_cache
     assert again.result.equals(first.result)
@@ -28,6 +29,6 @@ def test_a_saved_run_loads_from_the_cache_of_a_fresh_runtime(tmp_path, monkeypat
 
 def test_without_colab_a_folder_is_required(tmp_path):
     with pytest.raises(ValueError, match="Give a folder"):
-        book_runs.save_results()
+        book_drive.save_results()
     with pytest.raises(FileNotFoundError, match="save_results"):
-        book_runs.load_results(tmp_path / "nothing-here")
+        book_drive.load_results(tmp_path / "nothing-here")

@@ -102,14 +102,13 @@ def test_unknown_run_or_model_refused():
 def test_run_announces_only_what_it_computes(tmp_path, monkeypatch, capsys):
     """book_runs.run: an uncached run over a minute is announced before it starts, a cached
     one is not (run_experiment replaced by a stub that records its call)."""
-    import cmixlib.experiments as X
-
     monkeypatch.setenv("CMIX_CACHE", str(tmp_path))
     monkeypatch.delenv("CMIX_QUICK", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("CMIX_DEVICE", "cpu")
     calls = []
-    monkeypatch.setattr(X, "run_experiment", lambda *a, **k: calls.append((a, k)) or "result")
+    monkeypatch.setattr(book_runs, "run_experiment",
+                        lambda *a, **k: calls.append((a, k)) or "result")
     assert not book_runs.is_cached("globenc-fig4")
     assert book_runs.run("globenc-fig4") == "result"
     out = capsys.readouterr().out

@@ -145,7 +145,6 @@ def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
     guess."""
     import types
 
-    import cmixlib.book.runs as B
     from cmixlib.book.claims import rules
 
     frame = pd.DataFrame([
@@ -154,7 +153,7 @@ def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
          "headline": False},
         {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True},
     ])
-    monkeypatch.setattr(B, "run", lambda name: types.SimpleNamespace(result=frame))
+    monkeypatch.setattr(rules, "run", lambda name: types.SimpleNamespace(result=frame))
     assert rules.TESTS["example_item"]("VZ Table 1").outcome == "holds"
     o = rules.TESTS["example_item"]("VZ Table 1", claim="other")
     assert o.outcome == "fails" and "e2" in o.ours

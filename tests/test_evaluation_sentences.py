@@ -50,7 +50,7 @@ def test_describe_ranking_names_orders_and_agreement():
 
 
 def test_alignment_claims_follow_their_rules():
-    from cmixlib.book.verdicts import alignment_claims
+    from cmixlib.book.claims.rules_vz import alignment_claims
 
     cols = ["random", "attention", "attn_norm", "attn_norm_res_ln", "globenc_layer", "alti_layer",
             "value_zeroing", "deeplift"]

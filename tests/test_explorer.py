@@ -18,6 +18,7 @@ from cmixlib.forward.decoder import random_decoder
 from cmixlib.methods.decoder import DECODER_METHOD_NAMES
 from cmixlib.plotting import explorer as X
 from cmixlib.plotting import explorer_models as XM
+from cmixlib.plotting import explorer_packing as XP
 from cmixlib.experiments.saliency import example_rows, text_example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def blocks(bundle, mpnet, decoder, baseline_models, sentences):
 @pytest.fixture(scope="module")
 def data(blocks):
     names = [m for b in blocks for m in b["methods"] + b["baseline_methods"]]
-    return {"decimals": X.DECIMALS, "methods": XM.method_table(list(dict.fromkeys(names))),
+    return {"decimals": XP.DECIMALS, "methods": XM.method_table(list(dict.fromkeys(names))),
             "models": blocks}
 
 
@@ -179,8 +180,8 @@ def test_baseline_rows_equal_the_library_rows(blocks, baseline_models, sentences
             key = cmixlib.methods.registry.resolve(name)
             scale = b["scale"][key]
             assert scale == pytest.approx(float(np.abs(row).max()), rel=1e-6)
-            np.testing.assert_allclose(np.asarray(b["rows"][key]) / 10 ** X.DECIMALS,
-                                       row / scale, rtol=0, atol=_atol(X.DECIMALS) + 1e-6)
+            np.testing.assert_allclose(np.asarray(b["rows"][key]) / 10 ** XP.DECIMALS,
+                                       row / scale, rtol=0, atol=_atol(XP.DECIMALS) + 1e-6)
     assert blocks[1]["baseline_methods"] == list(enc["baseline_methods"])   # same tokenizer
     assert blocks[2]["baseline_methods"] == []                     # decoders: no baselines
 
@@ -194,11 +195,11 @@ def test_decoder_note_is_computed_from_the_maps(blocks):
 
 
 def test_pack_maps_marks_nan_and_refuses_negative_values():
-    packed = X.pack_maps({"m": np.array([[[0.25, np.nan], [1.0, 0.0004]]])})
+    packed = XP.pack_maps({"m": np.array([[[0.25, np.nan], [1.0, 0.0004]]])})
     assert packed["m"] == [[[250, -1], [1000, 0]]]
     with pytest.raises(ValueError, match="negative"):
-        X.pack_maps({"m": np.array([[-0.1]])})
-    assert XM.pack_row(np.array([0.5, -1.0, 0.25]), 3) == ([500, -1000, 250], 1.0)
+        XP.pack_maps({"m": np.array([[-0.1]])})
+    assert XP.pack_row(np.array([0.5, -1.0, 0.25]), 3) == ([500, -1000, 250], 1.0)
 
 
 def test_page_is_self_contained_and_small(data):

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from cmixlib.book import reproduction as R
-from cmixlib.book.verdicts import (ALIGNMENT_HEADLINE, VERDICTS, alignment_claims, claims_verdict,
-                                   holds_every_layer, permutation_p, ranking_verdict,
-                                   with_model_condition)
+from cmixlib.book.claims.rules_vz import ALIGNMENT_HEADLINE, alignment_claims
+from cmixlib.book.verdicts import (VERDICTS, claims_verdict, holds_every_layer, permutation_p,
+                                   ranking_verdict, with_model_condition)
 
 FOUR = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}
 

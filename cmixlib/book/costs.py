@@ -43,8 +43,13 @@ from __future__ import annotations
 
 import math
 import os
+import socket
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+import torch
+from huggingface_hub import try_to_load_from_cache
 
 __all__ = ["ModelSize", "MODEL_SIZES", "DATA_TOKENS", "Work", "run_flops", "fit_throughput",
            "predict", "device_scale", "gemm_flops", "loadable", "human", "ANNOUNCE_ABOVE_S",
@@ -231,10 +236,6 @@ def predict(fp: float, fj: float, fit: Mapping[str, float], scale: float = 1.0) 
 def gemm_flops(device: str = "cpu", size: int = 768, repeats: int = 5) -> float:
     """FLOP/s of a ``size x size`` float32 matrix product on ``device`` (best of ``repeats``):
     :math:`2 s^3 / t`."""
-    import time
-
-    import torch
-
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
     best = float("inf")
@@ -251,8 +252,6 @@ def device_scale(device: str | None = None, *, threads: int | None = None) -> tu
     """How many times faster than one core of the build machine ``device`` is, and why:
     CPU: the torch threads in use (the book's runs scale nearly linearly up to the cores);
     CUDA: :func:`gemm_flops` there / :data:`BUILD_GEMM_FLOPS`."""
-    import torch
-
     from cmixlib.models.loading import default_device
 
     dev = str(default_device() if device is None else device)
@@ -268,10 +267,6 @@ def device_scale(device: str | None = None, *, threads: int | None = None) -> tu
 def loadable(name: str, timeout: float = 2.0) -> bool:
     """Whether checkpoint ``name`` can load here: its ``config.json`` is in the Hugging Face
     cache, or the Hub answers (not with ``HF_HUB_OFFLINE`` set)."""
-    import socket
-
-    from huggingface_hub import try_to_load_from_cache
-
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return True
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("", "0", "false"):

@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from cmixlib.methods.registry import method_label
+from cmixlib.book.identity import model_identity, parse_model_text
 from cmixlib.book.verdicts import below_sanity_baselines
+from cmixlib.methods.registry import method_label
+from cmixlib.metrics.evaluation import spearman
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",
@@ -112,8 +114,6 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     of the two orders (3 or more shared methods); and for Value Zeroing and ALTI-Logit (decoder)
     whether they are above the random baseline of their model (at the printed precision:
     rounded to 3 decimals, so equal printed values are "not above")."""
-    from cmixlib.metrics.evaluation import spearman
-
     dec = pd.Series(decoder, dtype=float).dropna()
     enc = pd.Series(encoder, dtype=float).dropna()
     shared = [m for m in dec.index if m in enc.index and m not in ("random", "nearness")]
@@ -201,7 +201,11 @@ def describe_logit_parts(parts: pd.DataFrame, model: str) -> str:
             f"of the examples.")
 
 
-def short_name(description: str) -> str:
-    """A run's model description (``meta["model"]``) up to its first " (" or ":" (the model's
-    name, without the architecture and provenance that follow)."""
-    return description.split(" (")[0].split(":")[0].strip()
+def short_name(meta: Mapping | str) -> str:
+    """The name of a run's model: the ``id`` of its identity
+    (:func:`cmixlib.book.identity.model_identity` of the run's metadata ``meta``; a display
+    text, ``meta["model"]``, is read by :func:`cmixlib.book.identity.parse_model_text`), without
+    the architecture and provenance that its description adds."""
+    if isinstance(meta, str):
+        return str(parse_model_text(meta)[0]["id"])
+    return str(model_identity(meta)["id"])

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.methods.registry import method_label
+from cmixlib.metrics.evaluation import spearman
 
 __all__ = ["DEFAULT_VARIANT", "pinned_variant", "SE_FACTOR", "TABLE3_AGGREGATION",
            "clear_difference", "depth_curves", "neighbour_layers", "describe_depth_faithfulness",
@@ -78,8 +79,6 @@ def describe_depth_faithfulness(result: pd.DataFrame, method: str = "value_zeroi
     the layer index is <= -0.5 ("rises" iff >= 0.5, else "no clear trend"); the rollout at layer
     L is compared with the nearness control by :func:`clear_difference` ("below", "above" or
     "level with")."""
-    from cmixlib.metrics.evaluation import spearman
-
     d = pinned_variant(result)
     c = depth_curves(result, method)
     L = int(c.index.max())

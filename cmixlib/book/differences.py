@@ -16,6 +16,15 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from cmixlib.book.claims.rules_alti import FIG6_OTHERS
+from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
+from cmixlib.book.claims.rules_vz import CONTEXT_MIXING
+from cmixlib.book.claims.status import claims_why as claims_outcome_why
+from cmixlib.book.notebook import quick_mode
+from cmixlib.book.runs import CONDITION_LABELS, run, run_arguments
+from cmixlib.book.verdicts import below_sanity_baselines
+from cmixlib.data import paper_numbers as pn
+from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
 from cmixlib.methods.registry import method_label
 
 __all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
@@ -273,9 +282,6 @@ def sva_accuracy(quick: bool) -> tuple[float, int]:
     """The SVA masked LM's accuracy on the sentences ``alti-table2`` used: the share where it
     gives the correct verb form a higher probability than the other (p > 0.5 over the two),
     loaded and sized as the book run loads them (``quick``: the mode, for the cache only)."""
-    from cmixlib.book.runs import run_arguments
-    from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
-
     exp, limit, settings = run_arguments("alti-table2")
     mlm, _, examples = experiment_inputs(exp, settings, "sva", limit=limit)
     p = np.asarray(target_probabilities(mlm, examples), float)
@@ -289,7 +295,6 @@ def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
     right on these sentences (then blank-out measures noise), told apart by its accuracy on the
     sentences used (``accuracy``: share, n)."""
     t = result[result.task == "SVA"].set_index("method")
-    from cmixlib.book.verdicts import below_sanity_baselines
 
     flagged = below_sanity_baselines(t["mean"])
     text = (f"SVA: ALTI {t.loc['alti', 'mean']:+.3f} (the paper's BERT {paper_alti:+.2f}); "
@@ -306,38 +311,24 @@ def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
 # ---- the status page's items -----------------------------------------------------------------
 def _vz_alignment(condition: str):
     def why():
-        from cmixlib.book.runs import run
-        from cmixlib.book.claims.rules_vz import CONTEXT_MIXING
-
         return mixing_alignment_why(run("cue-alignment", condition).result, list(CONTEXT_MIXING))
     return why
 
 
 def _vz_probes():
-    from cmixlib.book.runs import CONDITION_LABELS, run
-
     return probes_vs_n_why({CONDITION_LABELS[c]: run("cue-alignment", c).result
                             for c in CONDITION_LABELS})
 
 
 def _alti_fig7():
-    from cmixlib.book.runs import run
-
     return fig7_why(run("alti-fig7"))
 
 
 def _alti_fig6():
-    from cmixlib.book.runs import run
-    from cmixlib.book.claims.rules_alti import FIG6_OTHERS
-
     return special_ranks_why(run("alti-fig6").result, FIG6_OTHERS)
 
 
 def _alti_sva():
-    from cmixlib.data import paper_numbers as pn
-    from cmixlib.book import quick_mode
-    from cmixlib.book.runs import run
-
     p = pn.alti_table2()
     paper = p[(p.task == "SVA") & (p.cmix_method == "alti")
               & (p.model == "bert-base-uncased")]["value"].iloc[0]
@@ -345,10 +336,6 @@ def _alti_sva():
 
 
 def _globenc_table2():
-    from cmixlib.data import paper_numbers as pn
-    from cmixlib.book.runs import run
-    from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
-
     res = run("globenc-correlations")
     text, ev = globenc_table2_why(res.result, pn.globenc_table2(), TABLE2_METHODS)
     text2, ev2 = rollout_vs_single_why(res.frames["variants"], list(TABLE2_METHODS))
@@ -357,8 +344,6 @@ def _globenc_table2():
 
 def _claims(paper: str, item: str, *run):
     def why():
-        from cmixlib.book.claims.status import claims_why as claims_outcome_why
-
         return claims_outcome_why(paper, item, *run)
     return why
 

@@ -25,9 +25,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+
+from cmixlib.cache import PACKAGE_DIR, cache_root, code_text, stable_hash
+from cmixlib.experiments import code_version
+from cmixlib.forward.decoder_inputs import decoder_text_ids
+from cmixlib.methods.aggregation import rollout
+from cmixlib.methods.dispatch import context_mixing, tokens
+from cmixlib.methods.registry import method_label
+from cmixlib.models.arch import is_decoder_lm
+from cmixlib.plotting.explorer_models import mixing_methods, model_text
 
 __all__ = ["FURTHER_MODELS", "FIGURE_PAIRS", "figure_methods", "explained_position",
            "example_layer_rows", "top_tokens", "describe_top_tokens"]
@@ -44,8 +55,6 @@ FIGURE_PAIRS = (("attention", "attention_rollout"), ("attn_norm", "rollout:attn_
 def figure_methods(bundle) -> list[str]:
     """The methods of :data:`FIGURE_PAIRS` that ``bundle``'s model supports, pair by pair (a
     pair is kept when its layer-wise method is supported)."""
-    from cmixlib.plotting.explorer_models import mixing_methods
-
     ok = set(mixing_methods(bundle))
     return [m for a, b in FIGURE_PAIRS if a in ok for m in (a, b)]
 
@@ -53,8 +62,6 @@ def figure_methods(bundle) -> list[str]:
 def explained_position(bundle, ids: Sequence[int]) -> int:
     """The explained token of a sentence (module docstring): the mask, else the first token
     for an encoder; the last token for a decoder."""
-    from cmixlib.models.arch import is_decoder_lm
-
     if is_decoder_lm(bundle.model):
         return len(ids) - 1
     mask = getattr(bundle.tokenizer, "mask_token_id", None)
@@ -62,11 +69,6 @@ def explained_position(bundle, ids: Sequence[int]) -> int:
 
 
 def _key(bundle, text: str, methods: list[str]) -> str:
-    from pathlib import Path
-
-    from cmixlib.cache import PACKAGE_DIR, code_text, stable_hash
-    from cmixlib.experiments import code_version
-
     return stable_hash({"what": "model-examples", "model": bundle.describe(), "text": text,
                         "methods": methods, "code_version": code_version(),
                         "code": [code_text(Path(__file__)),     # plotting is not in the
@@ -79,15 +81,6 @@ def example_layer_rows(bundle, text: str, *, use_cache: bool = True) -> dict[str
     the masked word): ``{"model", "family", "text", "cut", "tokens", "position", "rows":
     {method: (L, n) array}}``, ``rows[m][l] =`` :math:`C^{\ell+1}_{t,:}` (rows normalised; for
     a rollout, the rollout up to layer :math:`\ell+1`). Cached (module docstring)."""
-    import torch
-
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.cache import cache_root
-    from cmixlib.methods.dispatch import context_mixing, tokens
-    from cmixlib.models.arch import is_decoder_lm
-    from cmixlib.forward.decoder_inputs import decoder_text_ids
-    from cmixlib.plotting.explorer_models import model_text
-
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text must be a non-empty string (with [MASK] for a masked word).")
     methods = figure_methods(bundle)
@@ -135,8 +128,6 @@ def top_tokens(result: dict[str, Any], layer: int = -1) -> dict[str, str]:
 def describe_top_tokens(result: dict[str, Any], layer: int = -1) -> str:
     """One sentence from :func:`top_tokens`: each token ranked first, with the methods (labels
     from the registry) that rank it first, tokens ordered by how many methods pick them."""
-    from cmixlib.methods.registry import method_label
-
     top = top_tokens(result, layer)
     by: dict[str, list[str]] = {}
     for m, tok in top.items():

@@ -39,26 +39,31 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from cmixlib.data import paper_numbers as pn
-from cmixlib.book.runs import CONDITION_LABELS, run
-from cmixlib.methods.registry import method_label
-from cmixlib.book.differences import ITEM_WHYS
-from cmixlib.book.reproduction_examples import NO_CLAIM, no_claim
-from cmixlib.book.claims.runs import (MAIN_MODEL, PAPER_RUN_SIZES, accuracies, same_model_id,
-                                      show_size)
-from cmixlib.book.claims.runs import same_model as _same_model
-from cmixlib.book.claims.runs import short_model as _short_model  # noqa: F401 (named here too)
-from cmixlib.book.claims.runs import status_row as _row
-from cmixlib.book.claims.rules import CLAIM_ONLY
-from cmixlib.book.claims.status import (claim_rows, claims_item, claims_text, fig7_models,
-                                        with_claims)
+from cmixlib.book.claims.rules import CLAIM_ONLY, CLAIM_VERDICTS
 from cmixlib.book.claims.rules_globenc import FIG3_HEADLINE as GLOBENC_FIG3_HEADLINE
 from cmixlib.book.claims.rules_globenc import TABLE2_HEADLINE as GLOBENC_TABLE2_HEADLINE
 from cmixlib.book.claims.rules_globenc import TABLE2_METHODS as GLOBENC_TABLE2_METHODS
 from cmixlib.book.claims.rules_globenc import almost_every_layer
 from cmixlib.book.claims.rules_globenc import fig3_claims as globenc_fig3_claims
 from cmixlib.book.claims.rules_globenc import table2_claims as globenc_table2_claims
-from cmixlib.book.verdicts import SANITY_BASELINES, below_sanity_baselines, ranking_verdict
+from cmixlib.book.claims.runs import (MAIN_MODEL, PAPER_RUN_SIZES, accuracies, same_model_id,
+                                      show_size)
+from cmixlib.book.claims.runs import same_model as _same_model
+from cmixlib.book.claims.runs import short_model as _short_model  # noqa: F401 (named here too)
+from cmixlib.book.claims.runs import status_row as _row
+from cmixlib.book.claims.status import (claim_rows, claims_item, claims_text, fig7_models,
+                                        with_claims)
+from cmixlib.book.depth_verdicts import table3_alternatives, table3_reason
+from cmixlib.book.differences import ITEM_WHYS, sva_accuracy
+from cmixlib.book.notebook import quick_mode
+from cmixlib.book.reproduction_examples import NO_CLAIM, no_claim
+from cmixlib.book.runs import CONDITION_LABELS, run
+from cmixlib.book.verdicts import (OTHER_MODEL, SANITY_BASELINES, VERDICTS,
+                                   below_sanity_baselines, ranking_verdict)
+from cmixlib.data import paper_numbers as pn
+from cmixlib.experiments import REGISTRY
+from cmixlib.experiments.globenc import variant_comparison
+from cmixlib.methods.registry import method_label
 
 __all__ = ["Item", "ITEMS", "MAIN_MODEL", "same_model_id", "status_table", "verdict_counts",
            "almost_every_layer", "globenc_fig3_claims", "globenc_table2_claims",
@@ -112,8 +117,6 @@ def table3_why(condition: str) -> str:
     ``rollout-depth`` run of ``condition``, the numbers it cites and the alternative causes it
     must beat (:func:`cmixlib.book.depth_verdicts.table3_alternatives`, against the row's own
     ``faithfulness`` run and the paper's value), with a link to chapter 11's section."""
-    from cmixlib.book.depth_verdicts import table3_alternatives, table3_reason
-
     res = run("rollout-depth", condition)
     faith = run("faithfulness", condition)
     table3 = faith.result.set_index("method")["mean"]
@@ -131,8 +134,6 @@ def _alti_table2(task: str) -> Callable[[], dict]:
     the authors' repository JSON (which adds raw attention) is ranked separately, in the
     detail -- the two sources are never mixed in one comparison."""
     def assess() -> dict:
-        from cmixlib.experiments import REGISTRY
-
         res = run("alti-table2")
         exp, paper = REGISTRY[res.meta["experiment"]], res.paper
 
@@ -151,8 +152,6 @@ def _alti_table2(task: str) -> Callable[[], dict]:
         row = _row(res, (v[0], detail), f"ALTI {comp.loc['alti', 'paper']:.2f}",
                    f"ALTI {comp.loc['alti', 'ours']:.2f}")
         if task == "SVA":                 # the masked LM's, on the sentences used
-            from cmixlib.book import quick_mode
-            from cmixlib.book.differences import sva_accuracy
 
             acc, n = sva_accuracy(quick_mode())
             row["accuracy"] = f"{row['accuracy']}, sva LM {acc:.2f} on {n:,} sentences"
@@ -162,8 +161,6 @@ def _alti_table2(task: str) -> Callable[[], dict]:
 
 def _globenc_table1(task: str) -> Callable[[], dict]:
     def assess() -> dict:
-        from cmixlib.experiments.globenc import variant_comparison
-
         res = run("globenc-correlations")                 # the raw rollout: the paper's code
         raw = res.comparison()
         comp, v = _ranking(res, raw[raw.task == task])
@@ -353,9 +350,6 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
 
 def verdict_counts(table: pd.DataFrame) -> pd.Series:
     """How many items got each verdict, in the order of :data:`cmixlib.book.verdicts.VERDICTS`."""
-    from cmixlib.book.claims.rules import CLAIM_VERDICTS
-    from cmixlib.book.verdicts import OTHER_MODEL, VERDICTS
-
     claims = [w for b in CLAIM_VERDICTS for w in ((b,) if b == "not run" else (b, b + OTHER_MODEL))]
     order = list(dict.fromkeys([*VERDICTS, *claims, NO_CLAIM]))
     return table["verdict"].value_counts().reindex(order, fill_value=0)

@@ -10,6 +10,8 @@ evaluations (the paper's *Test set*), 500 sentences for ALTI's Table 2 (the pape
 samples"). Quick mode (``CMIX_QUICK=1``, :func:`cmixlib.book.notebook.quick_mode`) runs 2 examples with
 barely trained models: its numbers only show that the code runs.
 
+Keeping the result cache across Colab runtimes: :mod:`cmixlib.book.drive`.
+
 Example::
 
     from cmixlib.book.runs import run, describe_run
@@ -18,16 +20,27 @@ Example::
 """
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from typing import Any
 
-from cmixlib.book import quick_mode
+import torch
+
+from cmixlib.book import costs
+from cmixlib.book.costs import fit_throughput, predict, run_flops
+from cmixlib.book.notebook import QUICK_ENV_VAR, model_line, quick_mode
+from cmixlib.experiments import (REGISTRY, cache_key, code_version, load_condition_mlm,
+                                 results_root, run_experiment)
+from cmixlib.models.loading import default_model_name
+from cmixlib.training import mlm_metrics
 
 __all__ = ["BookRun", "BOOK_RUNS", "CONDITIONS", "CONDITION_LABELS", "WARM_STEPS",
            "run_arguments", "run", "book_calls", "mlm_condition_metrics", "prewarm",
-           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit",
-           "save_results", "load_results", "DRIVE_FOLDER"]
+           "prewarm_chains", "describe_run", "is_cached", "announce", "estimate", "cost_fit"]
 
 #: The two model conditions of the Value Zeroing evaluations, and how the text names them.
 CONDITIONS = ("pretrained", "finetuned")
@@ -173,8 +186,6 @@ def run_arguments(name: str, condition: str | None = None,
 def run(name: str, condition: str | None = None, *, progress: bool = False, **extra: Any):
     """Run (or load from the result cache) book run ``name``: a
     :class:`cmixlib.experiments.RunResult` (see :func:`run_arguments`)."""
-    from cmixlib.experiments import run_experiment
-
     experiment, limit, settings = run_arguments(name, condition, **extra)
     if not is_cached(name, condition, **extra):
         announce(name, condition)
@@ -183,9 +194,6 @@ def run(name: str, condition: str | None = None, *, progress: bool = False, **ex
 
 def is_cached(name: str, condition: str | None = None, **extra: Any) -> bool:
     """Whether book run ``name`` is already in the result cache (for the default model)."""
-    from cmixlib.experiments import REGISTRY, cache_key, code_version, results_root
-    from cmixlib.models.loading import default_model_name
-
     experiment, limit, settings = run_arguments(name, condition, **extra)
     merged = {**REGISTRY[experiment].defaults, **settings}
     key = cache_key(experiment, default_model_name(), limit, merged, code_version(experiment))
@@ -194,10 +202,6 @@ def is_cached(name: str, condition: str | None = None, **extra: Any) -> bool:
 
 def _arguments(name: str, condition: str | None, quick: bool | None):
     """:func:`run_arguments` in quick (True) or full (False) mode, or the current one (None)."""
-    import os
-
-    from cmixlib.book import QUICK_ENV_VAR
-
     if quick is None:
         return run_arguments(name, condition)
     old = os.environ.get(QUICK_ENV_VAR)
@@ -218,8 +222,6 @@ def cost_fit() -> dict[str, float]:
     """The throughputs and overhead of :func:`cmixlib.book.costs.fit_throughput`, fitted to every
     book run's measured :attr:`BookRun.cost` (full mode, the offline model, one core; a
     conditioned run's cost is per condition, fitted on the pre-trained one)."""
-    from cmixlib.book.costs import fit_throughput
-
     if not _FIT:
         runs = []
         for name, spec in BOOK_RUNS.items():
@@ -236,8 +238,6 @@ def estimate(name: str, condition: str | None = None, model: str | None = None, 
     :data:`cmixlib.book.costs.MODEL_SIZES`; None: the offline model) on a device ``scale`` times
     one core of the build machine (:func:`cmixlib.book.costs.predict` with :func:`cost_fit`), in
     quick or full mode (None: the current one)."""
-    from cmixlib.book.costs import predict, run_flops
-
     _, limit, settings = _arguments(name, condition, quick)
     return predict(*run_flops(name, limit, settings, model), cost_fit(), scale)
 
@@ -249,9 +249,6 @@ def announce(name: str, condition: str | None = None, model: str | None = None, 
     and device, the estimate with its basis, the papers' model's estimate (offline) and the
     switch to quick mode. ``model`` None: the default model where it loads and has a recorded
     size, else the offline model. Returns the estimate (None: no cost model for the run)."""
-    from cmixlib.book import costs
-    from cmixlib.models.loading import default_model_name
-
     if model is None:
         wanted = default_model_name().rstrip("/").rsplit("/", 1)[-1]
         if wanted in costs.MODEL_SIZES and costs.loadable(default_model_name()):
@@ -293,9 +290,6 @@ def mlm_condition_metrics(condition: str) -> dict:
     """:func:`cmixlib.training.mlm_metrics` (masked-word and BLiMP agreement accuracy, cached on
     disk) of the MLM that the Value Zeroing runs read in ``condition``, loaded as they load it
     (:func:`cmixlib.experiments.load_condition_mlm` with the settings of the current mode)."""
-    from cmixlib.experiments import load_condition_mlm
-    from cmixlib.training import mlm_metrics
-
     bundle, info = load_condition_mlm(condition, run_arguments("cue-alignment", condition)[2])
     return mlm_metrics(bundle, info["cache_key"])
 
@@ -307,10 +301,6 @@ WARM_STEPS = {"mlm-metrics": mlm_condition_metrics}
 
 
 def _run_group(calls: list[tuple[str, str | None]], threads: int) -> list[tuple[str, float]]:
-    import time
-
-    import torch
-
     torch.set_num_threads(threads)
     done = []
     for name, condition in calls:
@@ -352,10 +342,6 @@ def prewarm(jobs: int = 2) -> list[tuple[str, float]]:
     as a queue, longest first, so that a process that finishes takes the next chain. The
     chapters then load the results from the cache; a run already cached costs only its loading.
     Returns ``(run, seconds)`` per run. ``jobs=1`` runs everything in this process."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
     chains = prewarm_chains()
     jobs = max(1, min(int(jobs), len(chains)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -370,8 +356,6 @@ def describe_run(res, *, settings: bool = False) -> None:
     """Print what produced a result, from its metadata: experiment, model, data size, wall time
     (and the settings with ``settings=True``). The model's description is printed in full the
     first time a page shows it and by name after that (:func:`cmixlib.book.notebook.model_line`)."""
-    from cmixlib.book import model_line
-
     m = res.meta
     cached = "  (loaded from the result cache)" if res.from_cache else ""
     print(f"experiment : {m['experiment']}  ->  {m['paper']}")
@@ -382,64 +366,3 @@ def describe_run(res, *, settings: bool = False) -> None:
     print(f"wall time  : {m['wall_time_s']:.1f} s{cached}")
     for note in m.get("notes", []):
         print(f"note       : {note}")
-
-
-#: Where :func:`save_results` and :func:`load_results` keep the cache in Colab (Google Drive).
-DRIVE_FOLDER = "/content/drive/MyDrive/cmix_cache"
-
-
-def _drive(folder) -> "Path":
-    from pathlib import Path
-
-    from cmixlib.book import in_colab
-
-    if folder is not None:
-        return Path(folder)
-    if not in_colab():
-        raise ValueError("Give a folder: without one, the cache is kept on Google Drive, which "
-                         "is only there in Colab.")
-    if not Path(DRIVE_FOLDER).parent.exists():
-        from google.colab import drive  # type: ignore[import-not-found]
-
-        drive.mount(str(Path(DRIVE_FOLDER).parents[1]))
-    return Path(DRIVE_FOLDER)
-
-
-def _copy_new(src, dst) -> int:
-    """Copy every file of ``src`` missing in ``dst`` (or of another size) there; the count."""
-    import shutil
-
-    copied = 0
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
-        target = dst / path.relative_to(src)
-        if not target.exists() or target.stat().st_size != path.stat().st_size:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            copied += 1
-    return copied
-
-
-def save_results(folder=None) -> int:
-    """Copy the result cache (:func:`cmixlib.cache.cache_root`: runs' results, trained models)
-    to ``folder`` (default in Colab: :data:`DRIVE_FOLDER` on Google Drive, mounted if needed),
-    adding what is not there yet; returns the number of files copied. A later runtime gets them
-    back with :func:`load_results`; results are keyed by code version, so a changed book
-    recomputes instead of reading stale ones."""
-    from cmixlib.cache import cache_root
-
-    n = _copy_new(cache_root(), _drive(folder))
-    print(f"save_results: {n} file(s) copied to {_drive(folder)}")
-    return n
-
-
-def load_results(folder=None) -> int:
-    """Copy a cache saved by :func:`save_results` from ``folder`` (default in Colab: Google
-    Drive) into this runtime's cache, adding what is missing; returns the number of files."""
-    from cmixlib.cache import cache_root
-
-    src = _drive(folder)
-    if not src.is_dir():
-        raise FileNotFoundError(f"No saved cache at {src}: run save_results() first.")
-    n = _copy_new(src, cache_root())
-    print(f"load_results: {n} file(s) copied from {src}")
-    return n

@@ -8,8 +8,6 @@ docstring states its rule, and the chapters name the function next to the senten
 * :func:`describe_ranking` -- our order of methods against the paper's;
 * :func:`describe_depth_trend` -- whether a per-layer quantity rises with depth;
 * :func:`describe_model_difference` -- the run's model against the paper's (shape);
-* :func:`alignment_claims` -- Value Zeroing's claims about its Figures 1-2 on a layer x method
-  table (chapter 9); it lives with the other claim rules in :mod:`cmixlib.book.claims.rules_vz`;
 * :func:`ranking_verdict` -- the verdict of a table of numbers: reproduced / same ranking /
   same direction / too few methods / differs, with an exact permutation p-value;
 * :func:`claims_verdict` -- the verdict of a figure from its qualitative claims and its
@@ -28,23 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cmixlib.data.paper_numbers import PAPER_MODEL_SHAPES
 from cmixlib.metrics.evaluation import spearman
 from cmixlib.models.loading import DEFAULT_MODEL
 
-
-def __getattr__(name: str):
-    """Value Zeroing's Figure 1-2 claims live with the other claim rules
-    (:mod:`cmixlib.book.claims.rules_vz`); ``verdicts.alignment_claims`` and
-    ``verdicts.ALIGNMENT_HEADLINE`` still name them."""
-    if name in ("alignment_claims", "ALIGNMENT_HEADLINE"):
-        from cmixlib.book.claims import rules_vz
-
-        return getattr(rules_vz, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",
-           "describe_ranking", "alignment_claims", "claims_verdict", "ranking_verdict",
-           "holds_every_layer", "permutation_p", "with_model_condition", "ALIGNMENT_HEADLINE",
+           "describe_ranking", "claims_verdict", "ranking_verdict",
+           "holds_every_layer", "permutation_p", "with_model_condition",
            "SANITY_BASELINES", "below_sanity_baselines", "describe_sanity_baselines",
            "VERDICTS", "OTHER_MODEL", "NO_CLAIM", "RANKING_AGREEMENT", "DIRECTION_AGREEMENT", "ALPHA",
            "TOLERANCE", "TIE_TOLERANCE", "EXACT_UP_TO", "MONTE_CARLO_PERMUTATIONS"]
@@ -164,8 +152,6 @@ def describe_model_difference(model: Any, paper_model: str = DEFAULT_MODEL) -> s
 
     Rule: "the same shape" iff layers, hidden size and heads are all equal; otherwise both
     shapes are printed, and a model with fewer layers gets "layer axis k/L as long"."""
-    from cmixlib.data.paper_numbers import PAPER_MODEL_SHAPES
-
     if hasattr(model, "model"):                      # a ModelBundle
         name, config = getattr(model, "name", None), model.model.config
     else:

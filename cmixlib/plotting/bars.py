@@ -13,17 +13,14 @@ the figure's size, so that they are not cut off at its edge.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from scipy import stats
 
 from cmixlib.methods.registry import method_color, method_label
-
-
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def mean_interval(mean, std, n, confidence: float = 0.95, ddof: int = 0):
@@ -35,14 +32,12 @@ def mean_interval(mean, std, n, confidence: float = 0.95, ddof: int = 0):
     :math:`\bar x \pm t_{(1+c)/2,\,n-1}\,\mathrm{se}`, the same as ``scipy.stats.t.interval``
     on the raw values. NaN where :math:`n < 2`.
     """
-    from scipy.stats import t
-
     mean, std = np.asarray(mean, dtype=float), np.asarray(std, dtype=float)
     n = np.asarray(n, dtype=float)
     ok = n >= 2
     safe = np.where(ok, n, 2.0)
     se = std * np.sqrt((safe - ddof) / (safe - 1)) / np.sqrt(safe)
-    half = np.where(ok, t.ppf(0.5 + confidence / 2, safe - 1) * se, np.nan)
+    half = np.where(ok, stats.t.ppf(0.5 + confidence / 2, safe - 1) * se, np.nan)
     return mean - half, mean + half
 
 
@@ -65,8 +60,6 @@ def _ci_or_std(df, confidence: float = 0.95):
 def _wrap(text: str, inches: float, fontsize: float) -> str:
     """``text`` wrapped to lines that fit ``inches`` at ``fontsize`` points (a character is
     about 0.55 em wide), so that titles and axis labels are not cut off at the figure's edge."""
-    import textwrap
-
     width = max(12, int(inches * 72 / (0.55 * fontsize)))
     return "\n".join(textwrap.wrap(text, width)) if len(text) > width else text
 
@@ -96,7 +89,6 @@ def plot_consistency_bars(df, ax=None, *, title: str | None = None,
                           ylabel: str = "mean Spearman ρ between the two models"):
     """One bar per method (``df`` rows with ``method`` and ``mean``) in the method's colour, with
     the confidence interval (``ci_low``/``ci_high``) or ± ``std`` as error bars (ALTI Figure 7)."""
-    plt = _plt()
     if ax is None:
         _, ax = plt.subplots(figsize=(max(1.1 * len(df) + 2.0, 5.5), 3.6))
     x = np.arange(len(df))

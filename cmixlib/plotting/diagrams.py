@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import LinearSegmentedColormap, to_rgb
 
+from cmixlib.methods.aggregation import rollout
 from cmixlib.methods.registry import method_color, method_label
 
 #: Where each method reads the layer: (step of :func:`draw_encoder_layer`, registry name, what
@@ -38,16 +41,8 @@ _BOX = dict(boxstyle="round,pad=0.35", facecolor="#f4f4f4", edgecolor="#555555",
 _TOKENS = ("[CLS]", "the", "keys", "are", "[SEP]")
 
 
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _ink(colour: str) -> str:
     """Black or white text, whichever reads better on ``colour``."""
-    from matplotlib.colors import to_rgb
-
     r, g, b = to_rgb(colour)
     return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
 
@@ -76,7 +71,6 @@ def draw_encoder_layer(ax=None):
     with a coloured tag (registry label and colour) at each place a method reads
     (:data:`LAYER_READS`). Draws into ``ax`` when given; returns the Figure.
     """
-    plt = _plt()
     if ax is None:
         _, ax = plt.subplots(figsize=(11.5, 9.0))
     fig = ax.figure
@@ -161,9 +155,6 @@ def draw_rollout(maps=None, tokens: Sequence[str] | None = None, *,
     Bars left of the input column: row ``receiver`` (default: the middle token) of C^^L.
     Returns the Figure.
     """
-    from cmixlib.methods.aggregation import rollout
-
-    plt = _plt()
     if maps is None:
         rng = np.random.default_rng(3)
         maps = rng.dirichlet(np.full(len(_TOKENS), 0.6), size=(3, len(_TOKENS)))
@@ -230,7 +221,6 @@ def draw_value_zeroing(tokens: Sequence[str] | None = None, j: int | None = None
     which fills column j of the layer map C; after one run per j each row is normalised to sum
     to 1. The values drawn in the matrix are illustrative. Returns the Figure.
     """
-    plt = _plt()
     tokens = list(_TOKENS if tokens is None else tokens)
     n = len(tokens)
     if n < 2:
@@ -285,7 +275,6 @@ def draw_value_zeroing(tokens: Sequence[str] | None = None, j: int | None = None
     col[j] = 0.9
     grid = np.full((n, n), np.nan)
     grid[:, j] = col
-    from matplotlib.colors import LinearSegmentedColormap
 
     cmap = LinearSegmentedColormap.from_list("vz", ["white", vz])
     mx.imshow(np.zeros((n, n)), cmap="Greys", vmin=0, vmax=10)

@@ -17,9 +17,9 @@ canvases are drawn at the screen's device-pixel ratio.
 Why plain JavaScript over embedded data: the page must work offline with nothing fetched from a
 CDN, and the viewer only draws coloured squares and bars. plotly.js would add about 3.5 MB; an
 ipywidgets embed would have to store every state as a picture. The numbers are stored as
-integers (value x 10^:data:`DECIMALS`, maps are row-normalised so values lie in [0, 1]) in JSON,
-compressed with zlib's deflate and base64-encoded (:func:`encode_payload`); the browser inflates
-them with its built-in ``DecompressionStream``.
+integers (:mod:`cmixlib.plotting.explorer_packing`: value x 10^3, maps are row-normalised so
+values lie in [0, 1]) in JSON, compressed with zlib's deflate and base64-encoded
+(:func:`encode_payload`); the browser inflates them with its built-in ``DecompressionStream``.
 
 ``#cmix-explorer-selftest`` in the page's address makes the viewer drive its own controls by
 dispatching the same events a user's clicks and taps fire, hash the canvases' pixels and record
@@ -36,14 +36,16 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from cmixlib.cache import cache_root, code_text, stable_hash
+from cmixlib.data.loaders import load_blimp, load_sst2
+from cmixlib.experiments import code_version
+from cmixlib.models.loading import load_model
+from cmixlib.plotting.explorer_models import method_table, model_block
+from cmixlib.plotting.explorer_packing import DECIMALS
 
-__all__ = ["EXPLORER_SENTENCES", "BLIMP_SUBSETS", "SST2_REVIEWS", "MAX_WORDS", "DECIMALS",
-           "EXPLORER_MODELS", "FURTHER_SENTENCES", "explorer_sentences", "sentence_subset", "explorer_data", "pack_maps",
-           "encode_payload", "decode_payload", "explorer_html", "payload_size"]
-
-#: Rounding of the values stored in the page (maps are row-normalised: values in [0, 1]).
-DECIMALS = 3
+__all__ = ["EXPLORER_SENTENCES", "BLIMP_SUBSETS", "SST2_REVIEWS", "MAX_WORDS",
+           "EXPLORER_MODELS", "FURTHER_SENTENCES", "explorer_sentences", "sentence_subset",
+           "explorer_data", "encode_payload", "decode_payload", "explorer_html", "payload_size"]
 
 #: The models of the book's explorer, by :func:`cmixlib.load_model` name: the default encoder
 #: (None), MPNet and the SmolLM2 decoder.
@@ -85,8 +87,6 @@ def explorer_sentences() -> list[dict[str, Any]]:
     ``pair`` = the other's index and ``grammatical``), then the first :data:`SST2_REVIEWS` SST-2
     dev sentences of at most :data:`MAX_WORDS` words (``task`` ``"sst2"``). Each entry has
     ``text`` and ``source`` (with the dataset's licence, as ``data/*/README.md``)."""
-    from cmixlib.data.loaders import load_blimp, load_sst2
-
     out: list[dict[str, Any]] = [dict(s) for s in EXPLORER_SENTENCES]
     for subset in BLIMP_SUBSETS:
         row = load_blimp(subset).iloc[0]
@@ -123,21 +123,6 @@ def sentence_subset(sentences: list[dict[str, Any]], keep) -> list[dict[str, Any
     return out
 
 
-def pack_maps(maps: dict[str, np.ndarray], decimals: int = DECIMALS) -> dict[str, list]:
-    """Arrays ``{name: array}`` as JSON-ready nested lists of integers: value x 10^decimals
-    rounded; NaN (rows not computed) becomes -1 (values must be >= 0 elsewhere; signed rows are
-    packed by :func:`cmixlib.plotting.explorer_models.pack_row`)."""
-    scale = 10 ** decimals
-    out = {}
-    for name, m in maps.items():
-        a = np.asarray(m, dtype=np.float64)
-        if np.any(a[np.isfinite(a)] < -0.5 / scale):
-            raise ValueError(f"pack_maps: {name} has negative values; -1 marks NaN here.")
-        q = np.where(np.isfinite(a), np.rint(a * scale), -1).astype(np.int64)
-        out[name] = q.tolist()
-    return out
-
-
 def encode_payload(data: dict[str, Any]) -> str:
     """``data`` as compact JSON, deflated (zlib format, level 9) and base64-encoded."""
     raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -157,12 +142,10 @@ def payload_size(data: dict[str, Any]) -> dict[str, int]:
 
 def _cache_key(model_name: str, sentences: list[dict[str, Any]], quick: bool,
                extra: dict[str, Any]) -> str:
-    from cmixlib.cache import code_text, stable_hash
-    from cmixlib.experiments import code_version
-
     here = Path(__file__).parent
     own = hashlib.sha256("".join(code_text(here / f) for f in
-                                 ("explorer.py", "explorer_models.py")).encode()).hexdigest()[:12]
+                                 ("explorer.py", "explorer_models.py",
+                                  "explorer_packing.py")).encode()).hexdigest()[:12]
     return stable_hash({"what": "explorer", "model": model_name, "code_version": code_version(),
                         "explorer_code": own, "sentences": sentences, "quick": quick, **extra})
 
@@ -179,10 +162,6 @@ def explorer_data(bundles=None, sentences: list[dict[str, Any]] | None = None, *
     first encoder whose tokenizer is the offline MLM's gets gradient and erasure rows
     (:func:`~cmixlib.plotting.explorer_models.baseline_rows`). Each block is cached on disk,
     keyed by the model, the sentences, the library's code version and this code."""
-    from cmixlib.cache import cache_root
-    from cmixlib.models.loading import load_model
-    from cmixlib.plotting.explorer_models import method_table, model_block
-
     if bundles is None:
         bundles = [load_model(name) if name else load_model() for name in EXPLORER_MODELS]
     elif not isinstance(bundles, (list, tuple)):

@@ -1,7 +1,7 @@
 r"""One model's block of the static explorer (:mod:`cmixlib.plotting.explorer`).
 
 For each sentence, :func:`model_block` stores, as integers (value x 10^3, see
-:func:`~cmixlib.plotting.explorer.pack_maps`):
+:func:`~cmixlib.plotting.explorer_packing.pack_maps`):
 
 * every context-mixing method the model supports (:data:`cmixlib.METHODS` for encoders,
   :data:`cmixlib.methods.decoder.DECODER_METHOD_NAMES` for decoders, less ``alti_logit``,
@@ -23,9 +23,23 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from cmixlib.experiments.saliency import example_rows, predicted_classes, text_example
+from cmixlib.forward.decoder_inputs import decoder_text_ids
+from cmixlib.methods.aggregation import rollout
+from cmixlib.methods.decoder import DECODER_METHOD_NAMES
+from cmixlib.methods.dispatch import METHODS, context_mixing, tokens
+from cmixlib.methods.registry import (ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label,
+                                      resolve)
+from cmixlib.models.arch import is_decoder_lm
+from cmixlib.models.classifiers import load_classifier
+from cmixlib.plotting.explorer_packing import DECIMALS, pack_maps, pack_row
+from cmixlib.training.mlm import load_mlm_model
 
 __all__ = ["BASELINE_METHODS", "BASELINE_SETTINGS", "mixing_methods", "rollout_names",
-           "method_table", "model_text", "head_attentions", "pack_row", "baseline_rows",
+           "method_table", "model_text", "head_attentions", "baseline_rows",
            "decoder_note", "model_block"]
 
 #: The baselines shown, by the names :func:`cmixlib.experiments.saliency.example_rows` takes.
@@ -38,16 +52,11 @@ _MASK = "[MASK]"
 
 
 def _is_decoder(bundle) -> bool:
-    from cmixlib.models.arch import is_decoder_lm
-
     return bool(is_decoder_lm(bundle.model))
 
 
 def mixing_methods(bundle) -> list[str]:
     """The context-mixing methods of ``bundle``'s model family (see the module docstring)."""
-    from cmixlib.methods.dispatch import METHODS
-    from cmixlib.methods.decoder import DECODER_METHOD_NAMES
-
     if _is_decoder(bundle):
         return [m for m in DECODER_METHOD_NAMES if m in METHODS]
     return list(METHODS)
@@ -56,8 +65,6 @@ def mixing_methods(bundle) -> list[str]:
 def rollout_names(methods: list[str]) -> list[str]:
     """``"rollout:X"`` for each layer-wise X of ``methods`` that no aggregated method of
     ``methods`` rolls out (its registry ``base``)."""
-    from cmixlib.methods.registry import ALL_METHODS, ROLLOUT_PREFIX
-
     rolled = {ALL_METHODS[m].base for m in methods if ALL_METHODS[m].kind == "aggregated"}
     return [ROLLOUT_PREFIX + m for m in methods
             if ALL_METHODS[m].kind == "layer" and m not in rolled]
@@ -66,9 +73,6 @@ def rollout_names(methods: list[str]) -> list[str]:
 def method_table(names: list[str]) -> list[dict[str, Any]]:
     """Registry rows (name, label, kind, colour, base, reference) of ``names``; a
     ``"rollout:X"`` is aggregated, based on X, labelled and coloured by the registry."""
-    from cmixlib.methods.registry import (ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label,
-                                          resolve)
-
     rows = []
     for name in names:
         m = ALL_METHODS[resolve(name)]
@@ -95,21 +99,9 @@ def model_text(bundle, text: str) -> tuple[str, str | None]:
 def head_attentions(bundle, ids: list[int]) -> np.ndarray:
     r"""Attention of every head, :math:`\alpha^{\ell,h}_{ij}`, shape (L, H, n, n), from the
     model's own ``output_attentions`` (eager attention, one unpadded sentence)."""
-    import torch
-
     with torch.no_grad():
         out = bundle.model(input_ids=torch.tensor([ids]), output_attentions=True)
     return torch.stack([a[0] for a in out.attentions]).double().cpu().numpy()
-
-
-def pack_row(row: np.ndarray, decimals: int) -> tuple[list[int], float]:
-    r"""A signed score row as integers :math:`\mathrm{round}(10^d\, s_j / \max_k |s_k|)` and the
-    scale :math:`\max_k |s_k|` (1.0 for an all-zero row)."""
-    r = np.asarray(row, dtype=np.float64)
-    if not np.all(np.isfinite(r)):
-        raise ValueError("pack_row: the scores must be finite.")
-    scale = float(np.abs(r).max()) or 1.0
-    return np.rint(r / scale * 10 ** decimals).astype(np.int64).tolist(), scale
 
 
 def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
@@ -118,8 +110,6 @@ def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
     for a sentence with ``target_word``/``foil_word`` (:math:`\\sigma(z_t - z_f)`), with the
     classifier ``clf`` at ``[CLS]`` for the class it predicts for an ``sst2`` sentence. Only when
     that model tokenizes the sentence into ``ids`` (the map's tokens)."""
-    from cmixlib.experiments.saliency import example_rows, predicted_classes, text_example
-
     text = sentence["text"]
     if sentence.get("target_word") and mlm is not None:
         ex = text_example(mlm.tokenizer, text, target_word=sentence["target_word"],
@@ -137,8 +127,6 @@ def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
     if list(ex["input_ids"]) != list(ids):
         return None
     rows = example_rows(bundle, ex, list(BASELINE_METHODS), BASELINE_SETTINGS)
-    from cmixlib.methods.registry import resolve
-
     packed, scale = {}, {}
     for name, row in rows.items():
         packed[resolve(name)], scale[resolve(name)] = pack_row(row, decimals)
@@ -185,14 +173,6 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     docstring); ``baselines`` loads the offline MLM and the SST-2 classifier for an encoder
     (or takes ``baseline_models`` = (mlm bundle, classifier bundle), either None) and keeps
     their rows where they tokenize as ``bundle`` does."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.methods.dispatch import context_mixing, tokens
-    from cmixlib.forward.decoder_inputs import decoder_text_ids
-    from cmixlib.plotting.explorer import DECIMALS, pack_maps
-
     decimals = DECIMALS if decimals is None else decimals
     decoder = _is_decoder(bundle)
     mix = mixing_methods(bundle)
@@ -201,9 +181,6 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     if baselines and not decoder and baseline_models is not None:
         mlm, clf = baseline_models
     elif baselines and not decoder:
-        from cmixlib.models.classifiers import load_classifier
-        from cmixlib.training.mlm import load_mlm_model
-
         mlm = load_mlm_model(progress=False)[0]
         clf = load_classifier("sst2")
     cfg = bundle.model.config
@@ -232,8 +209,6 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
     block = {"model": bundle.describe(), "family": "decoder" if decoder else "encoder",
              "layers": int(cfg.num_hidden_layers), "heads": int(cfg.num_attention_heads),
              "decimals": decimals, "methods": mix + rolls, "sentences": out, "note": None}
-    from cmixlib.methods.registry import resolve
-
     names = [resolve(m) for m in BASELINE_METHODS]
     block["baselines"] = any("baselines" in s for s in out)
     block["baseline_methods"] = names if block["baselines"] else []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from cmixlib.plotting.maps import method_label, plot_map
@@ -37,8 +38,6 @@ def plot_generation(result: Any, methods: Sequence[str] | None = None, *, layer:
                     annotate: bool = False):
     """Generated tokens x source tokens, one panel per method (:func:`generation_matrix`),
     row t labelled with the step's token and its probability. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     methods = list(result.maps) if methods is None else list(methods)
     n, k = result.n_prompt, result.steps
     sources = list(result.tokens[: n + k - 1])[1 if bos_out else 0:]

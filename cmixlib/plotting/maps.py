@@ -22,19 +22,15 @@ from __future__ import annotations
 import html as _html
 from typing import Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from cmixlib.methods.registry import METHOD_COLORS, METHOD_LABELS, method_color, method_label  # noqa: F401
 
 #: Colormap for non-negative context-mixing maps and one for signed quantities.
 SEQ_CMAP = "Blues"
 DIV_CMAP = "RdBu_r"
-
-
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _as_2d(matrix) -> np.ndarray:
@@ -52,7 +48,6 @@ def plot_map(matrix, tokens: Sequence[str], ax=None, title: str | None = None, *
     ``annotate`` writes the values in the cells (default: only when there are at most 12 tokens).
     Signed maps (with negative entries) use a diverging colormap centred on 0. Returns the axes.
     """
-    plt = _plt()
     arr = _as_2d(matrix)
     n_rows, n_cols = arr.shape
     tokens = list(tokens)
@@ -104,7 +99,6 @@ def plot_layer_maps(maps, tokens: Sequence[str], *, layers: Sequence[int] | None
     colour bar; otherwise each panel has its own colour bar. The axes are labelled once
     (receiving token i, contributing token j).
     """
-    plt = _plt()
     arr = np.asarray(maps.detach().cpu() if hasattr(maps, "detach") else maps, dtype=float)
     if arr.ndim != 3:
         raise ValueError(f"expected (num_layers, n, n), got shape {arr.shape}")
@@ -157,7 +151,6 @@ def plot_layer_rows(panels: Mapping[str, object], tokens, *, ncols: int = 2,
     largest score is darkest). A key that is a method name is shown by its label. ``tokens``:
     one list for every panel, or a mapping with one list per key. ``highlight``: a column to
     outline (e.g. the [MASK]), one for all panels or one per key. Returns the figure."""
-    plt = _plt()
     names = list(panels)
     if not names:
         raise ValueError("no panels to plot")
@@ -201,7 +194,6 @@ def plot_row(scores, tokens: Sequence[str], ax=None, *, method: str | None = Non
     ``method`` picks the method's colour and label; ``highlight`` outlines one token (e.g. the
     receiving token itself, or the [MASK]).
     """
-    plt = _plt()
     vals = np.asarray(scores.detach().cpu() if hasattr(scores, "detach") else scores, dtype=float).ravel()
     tokens = list(tokens)[: len(vals)]
     if ax is None:
@@ -286,8 +278,6 @@ def plot_alignment_heatmap(df, ax=None, *, title: str | None = None, fmt: str = 
     known method is relabelled with :func:`method_label`). Signed tables use a diverging map
     centred on 0. Returns the axes.
     """
-    plt = _plt()
-    import pandas as pd
 
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
@@ -325,7 +315,6 @@ def plot_alignment_heatmap(df, ax=None, *, title: str | None = None, fmt: str = 
 def plot_method_lines(df, ax=None, *, title: str | None = None, ylabel: str = "score",
                       xlabel: str = "layer"):
     """One line per method (columns of ``df``) across layers (index), in the method's colour."""
-    plt = _plt()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
     for col in df.columns:
@@ -345,7 +334,6 @@ def plot_layer_correlations(df, ax=None, *, title: str | None = None, ylabel: st
 
     ``df`` is long: ``method``, ``layer``, ``mean`` and optionally ``ci_low``/``ci_high``.
     ``labels`` overrides display names (e.g. ``{"globenc_layer": "N-Enc"}``)."""
-    plt = _plt()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
     for m, g in df.groupby("method", sort=False):

@@ -19,6 +19,8 @@ from cmixlib.book.claims import rules_alti as A
 from cmixlib.book.claims import rules_globenc as G
 from cmixlib.book.claims import rules_vz as V
 from cmixlib.book.claims.compare import Outcome, not_run, not_tested
+from cmixlib.book.runs import run
+from cmixlib.book.verdicts import OTHER_MODEL
 
 __all__ = ["TESTS", "CLAIM_VERDICTS", "CLAIM_ONLY", "evaluate", "claims_verdict",
            "table_verdict", "outcome_line"]
@@ -27,8 +29,6 @@ __all__ = ["TESTS", "CLAIM_VERDICTS", "CLAIM_ONLY", "evaluate", "claims_verdict"
 def _example_item(item: str, claim: str | None = None) -> Outcome:
     """A paper-example claim from the ``paper-examples`` run (its claims and evidence:
     :mod:`cmixlib.experiments.examples`): the row named ``claim``, or the item's headline."""
-    from cmixlib.book.runs import run
-
     r = run("paper-examples").result
     r = r[r["item"] == item]
     rows = r[r["claim"] == claim] if claim else r[r["headline"].astype(bool)]
@@ -43,8 +43,6 @@ def _example_item(item: str, claim: str | None = None) -> Outcome:
 def _example_all(item: str) -> Outcome:
     """Every non-headline claim of a paper-example item holds (e.g. each of VZ Table 1's
     examples' annotations)."""
-    from cmixlib.book.runs import run
-
     r = run("paper-examples").result
     r = r[(r["item"] == item) & ~r["headline"].astype(bool)]
     bad = r[~r["holds"].astype(bool)]
@@ -147,8 +145,6 @@ def table_verdict(ranking: str, headline: Outcome | None) -> str:
     (no order of so few methods could be significant) -> the headline decides: holds -> "headline
     holds", tie/not tested -> "not decided"; otherwise the ranking verdict
     (:func:`cmixlib.book.verdicts.ranking_verdict`). "(other model)" is kept."""
-    from cmixlib.book.verdicts import OTHER_MODEL
-
     other = ranking.endswith(OTHER_MODEL)
     base = ranking.removesuffix(OTHER_MODEL)
     if headline is not None and headline.outcome in ("fails", "reversed"):

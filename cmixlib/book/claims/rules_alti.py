@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cmixlib.methods.registry import method_label
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layers_text, not_tested,
                                          paired_bootstrap, relation)
+from cmixlib.book.identity import model_identities
+from cmixlib.book.runs import run
+from cmixlib.data import paper_numbers as pn
+from cmixlib.experiments.alti import fig3_claims, fig3_repo_frame
+from cmixlib.experiments.alti_layers import FIGS8_10_HEADLINE, figs8_10_claims
+from cmixlib.methods.registry import method_label
 
 __all__ = ["TABLE2_OTHERS", "FIG6_OTHERS", "CLOSE_TO_ONE", "alti_outperforms",
            "alti_sva_lower", "alti_depth_rollout", "alti_fig6_special",
@@ -29,8 +34,6 @@ _REL = {"above": "holds", "below": "fails", "tie": "tie"}
 
 
 def _run(name: str):
-    from cmixlib.book.runs import run
-
     return run(name)
 
 
@@ -96,10 +99,8 @@ def alti_depth_rollout() -> Outcome:
 
 
 def _layers_of(res) -> int | None:
-    import re
-
-    m = re.search(r"(\d+) layers", str(res.meta["model"]))
-    return int(m.group(1)) if m else None
+    """The layers of the run's first model (:func:`cmixlib.book.identity.model_identities`)."""
+    return model_identities(res.meta)[0]["layers"]
 
 
 def alti_fig6_special() -> Outcome:
@@ -158,9 +159,6 @@ def alti_fig3_close_to_one() -> Outcome:
     close to 1 (solid lines in Figure 3)": the attention-block outputs' mean cosine is at least
     :data:`CLOSE_TO_ONE` in every layer. The authors' repository's BERT values are printed
     beside (they are the same quantity)."""
-    from cmixlib.data import paper_numbers as pn
-    from cmixlib.experiments.alti import fig3_repo_frame
-
     res = _run("alti-fig3")
     r = res.result
     kind = "attn_output" if (r.kind == "attn_output").any() else "hidden"
@@ -187,8 +185,6 @@ def alti_fig3_close_to_one() -> Outcome:
 def alti_fig3_rules() -> Outcome:
     """The other claims of §3 about Figure 3, by
     :func:`cmixlib.experiments.alti.fig3_claims` (every one must hold)."""
-    from cmixlib.experiments.alti import fig3_claims
-
     c = fig3_claims(_run("alti-fig3").result)
     return Outcome("holds" if c.all() else "fails",
                    "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in c.items()),
@@ -197,8 +193,6 @@ def alti_fig3_rules() -> Outcome:
 
 def alti_figs8_10() -> Outcome:
     """The homogeneity headline of :func:`cmixlib.experiments.alti_layers.figs8_10_claims`."""
-    from cmixlib.experiments.alti_layers import FIGS8_10_HEADLINE, figs8_10_claims
-
     r = _run("alti-figs8-10").result
     c = figs8_10_claims(r)
     last = r[r["layer"] == r["layer"].max()].set_index("method")["homogeneity"]

@@ -11,8 +11,14 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, not_tested,
+                                         paired_bootstrap, relation)
+from cmixlib.book.notebook import quick_mode
+from cmixlib.book.runs import run, run_arguments
+from cmixlib.experiments import run_experiment
+from cmixlib.experiments.globenc import GLOBENC_METHODS
+from cmixlib.experiments.saliency import experiment_inputs, rollout_maps, text_example
 from cmixlib.methods.registry import method_label
-from cmixlib.book.claims.compare import SE_NOTE, Outcome, combine, gap_z, not_tested, relation
 
 __all__ = ["TABLE2_METHODS", "FIG3_HEADLINE", "TABLE2_HEADLINE", "FIG1_SENTENCES",
            "almost_every_layer", "fig3_claims", "table2_claims", "ge_table1_best", "ge_table2",
@@ -31,8 +37,6 @@ _REL = {"above": "holds", "below": "fails", "tie": "tie"}
 
 
 def _run(name: str):
-    from cmixlib.book.runs import run
-
     return run(name)
 
 
@@ -137,8 +141,6 @@ def ge_fig4() -> Outcome:
     layers of each method's Pearson with HTA (whole maps); N-ResLN below N-Res and below N-Enc,
     each by a seeded paired bootstrap over the sentences (95% interval of the difference above
     0: holds; below 0: fails; else tie)."""
-    from cmixlib.book.claims.compare import paired_bootstrap
-
     res = _run("globenc-fig4")
     per = res.frames["per_example"]
     per = per[per.variant == "map_raw"]
@@ -156,8 +158,6 @@ def ge_fig4() -> Outcome:
 def ge_fig5() -> Outcome:
     """"The large negative correlations": the LN1/LN2 outlier gains correlate negatively in
     more than half of the layers."""
-    from cmixlib.experiments import run_experiment
-
     p = run_experiment("globenc-fig5-ln-outliers", progress=False).result["pearson"].dropna()
     k = int((p < 0).sum())
     return Outcome("holds" if 2 * k > len(p) else "fails",
@@ -169,10 +169,6 @@ def ge_fig5() -> Outcome:
 def fig1_maps(quick: bool) -> tuple[tuple[list[str], dict[str, np.ndarray], int], ...]:
     """Per Figure 1 sentence: tokens, rolled-out maps (L, n, n) of every GlobEnc setting, and
     the sentiment word's position (``quick``: the mode, part of the cache key only)."""
-    from cmixlib.book.runs import run_arguments
-    from cmixlib.experiments.globenc import GLOBENC_METHODS
-    from cmixlib.experiments.saliency import experiment_inputs, rollout_maps, text_example
-
     exp, _, settings = run_arguments("globenc-correlations")
     settings = {k: v for k, v in settings.items() if k != "tasks"}
     clf, _, _ = experiment_inputs(exp, settings, "sst2", data=False)
@@ -202,8 +198,6 @@ def ge_fig1(claim: str) -> Outcome:
       largest weight on another content token is on the sentiment word.
 
     Two sentences (the paper's): no sampling uncertainty to estimate."""
-    from cmixlib.book import quick_mode
-
     try:
         maps = fig1_maps(quick_mode())
     except Exception as err:       # the classifier is not available: say so, never guess

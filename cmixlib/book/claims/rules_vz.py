@@ -10,9 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from cmixlib.methods.registry import method_label
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, every_layer, gap_z, layers_text,
                                          not_tested, relation)
+from cmixlib.book.depth_verdicts import pinned_variant
+from cmixlib.book.runs import CONDITION_LABELS, run
+from cmixlib.book.verdicts import holds_every_layer
+from cmixlib.methods.registry import method_label
 
 __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixing",
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
@@ -56,17 +59,15 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
     claim (index = the claim's text; the first is the headline, :data:`ALIGNMENT_HEADLINE`).
     The status page tests the same claims with their uncertainty and on both metrics
     (:mod:`cmixlib.book.claims.rules_vz`)."""
-    from cmixlib.book.verdicts import holds_every_layer as _every
-
     grads = [m for m in (gradient_methods or []) if m in table]
     mixing = [c for c in table.columns if c not in ("random", "value_zeroing", *grads)]
     mean = table.mean()
     third = max(1, len(table) // 3)
     first, last = table.iloc[:third].mean(), table.iloc[-third:].mean()
     out = {
-        ALIGNMENT_HEADLINE: _every(
+        ALIGNMENT_HEADLINE: holds_every_layer(
             table, lambda row: row["value_zeroing"] > row[mixing].max()),
-        "raw attention is below the random baseline in every layer": _every(
+        "raw attention is below the random baseline in every layer": holds_every_layer(
             table, lambda row: row["attention"] < row["random"]),
         "N (attn-norm) is above raw attention": mean["attn_norm"] - mean["attention"] > 0,
         "N-ResLN is below N": mean["attn_norm_res_ln"] - mean["attn_norm"] < 0,
@@ -80,8 +81,6 @@ def alignment_claims(table: pd.DataFrame, gradient_methods: list[str] | None = N
 
 
 def _run(name: str, condition: str | None = None):
-    from cmixlib.book.runs import run
-
     return run(name, condition)
 
 
@@ -172,9 +171,6 @@ def vz_rollout_benefit() -> Outcome:
     evaluation variant, the rollout of GlobEnc's and of ALTI's layer maps against the single
     layer, by Spearman with blank-out; holds when the rollout is above for both methods in both
     conditions (:func:`~cmixlib.book.claims.compare.relation`)."""
-    from cmixlib.book.runs import CONDITION_LABELS
-    from cmixlib.book.depth_verdicts import pinned_variant
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         d = pinned_variant(_run("rollout-depth", c).result)
@@ -195,8 +191,6 @@ def vz_rollout_benefit() -> Outcome:
 def vz_probes_best_among_mixing() -> Outcome:
     """Footnote 4's "the same pattern" on probes needed (fewer is better): Value Zeroing below
     each other context-mixing method in every layer, in both conditions."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         o, t = every_layer(alignment_rows(c, "probes_needed"), _VZ, list(CONTEXT_MIXING),
@@ -233,8 +227,6 @@ def _compression(condition: str) -> pd.Series:
 def vz_compression_rises() -> Outcome:
     """"the probing score goes up monotonically along the layers": compression never falls from
     one layer to the next, in both conditions (the layers where it falls are named)."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts, texts = [], []
     for c in CONDITION_LABELS:
         comp = _compression(c)
@@ -320,8 +312,6 @@ def vz_overall() -> Outcome:
     methods, every layer, both metrics), Table 2 (highly correlated) and Table 3 (the highest
     value) --
     combined by :func:`~cmixlib.book.claims.compare.combine`."""
-    from cmixlib.book.runs import CONDITION_LABELS
-
     parts = {}
     for c in CONDITION_LABELS:
         lab = CONDITION_LABELS[c]

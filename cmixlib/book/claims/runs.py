@@ -4,15 +4,16 @@ comparison with the paper's), its accuracy, its size beside the paper's
 Presentation only: no run imports this module."""
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from cmixlib.data import paper_numbers as pn
-from cmixlib.book.runs import CONDITION_LABELS
+from cmixlib.book.identity import (is_fallback, model_identities, model_ids, parse_model_text,
+                                   stated_accuracies)
+from cmixlib.book.runs import CONDITION_LABELS, mlm_condition_metrics
 from cmixlib.models.loading import DEFAULT_MODEL
 
-__all__ = ["MAIN_MODEL", "PAPER_RUN_SIZES", "short_model", "show_size", "same_model_id",
-           "run_models", "same_model", "accuracies", "status_row"]
+__all__ = ["MAIN_MODEL", "PAPER_RUN_SIZES", "short_model", "short_models", "show_size",
+           "same_model_id", "same_model", "accuracies", "status_row"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -23,13 +24,22 @@ def short_model(description: str) -> str:
     """The model part of a run's description, for reading: "sst2: X (...) | sva: Y (...)" ->
     "sst2: X | sva: Y", with "fine-tuned" kept when the description says so; parts that name
     the same model are merged ("X (fine-tuned; sst2, mnli)"), and a "sentence-transformers/"
-    organisation is dropped (display only: the verdicts compare the full ids)."""
+    organisation is dropped (display only: the verdicts compare the full ids). The parts are
+    read by :func:`cmixlib.book.identity.parse_model_text` (:func:`short_models` takes them)."""
+    return short_models(parse_model_text(description))
+
+
+def short_models(identities: list[dict]) -> str:
+    """:func:`short_model` of a run's identities (:func:`cmixlib.book.identity.model_identities`):
+    each model's ``id`` (after its ``key``, where it has one) with " (fine-tuned)" when its
+    ``variant`` says "fine-tuned"."""
     parts = []
-    for part in str(description).split(" | "):
-        name = part.split(" (")[0]
-        if "fine-tuned" in part and "fine-tuned" not in name:
+    for ident in identities:
+        name = str(ident["id"])
+        if "fine-tuned" in str(ident.get("variant") or "") and "fine-tuned" not in name:
             name += " (fine-tuned)"
-        parts.append(name.replace("sentence-transformers/", ""))
+        name = name.replace("sentence-transformers/", "")
+        parts.append(f"{ident['key']}: {name}" if ident.get("key") else name)
     keyed = [p.partition(": ") for p in parts]
     if len(parts) > 1 and all(sep for _, sep, _ in keyed) and len({m for *_, m in keyed}) == 1:
         model, keys = keyed[0][2], ", ".join(k for k, _, _ in keyed)
@@ -66,28 +76,14 @@ def same_model_id(a: str, b: str) -> bool:
     return _model_id(a) == _model_id(b)
 
 
-def run_models(description: str) -> list[str]:
-    """The model ids of a run's description, one per part ("sst2: X (...) | sva: Y (...)" ->
-    [X, Y]; "A: X (...) | B: Y (...)" -> [X, Y]): a part's "key: " prefix (one word) and
-    everything from its " (" on are dropped."""
-    ids = []
-    for part in str(description).split(" | "):
-        key, sep, rest = part.partition(": ")
-        if sep and " " not in key and "(" not in key:
-            part = rest
-        ids.append(part.split(" (")[0].strip())
-    return ids
-
-
 def same_model(res, paper_models: str | tuple[str, ...] = MAIN_MODEL) -> bool:
-    """Rule: the run is of the paper's model iff its description has no offline fallback (the
-    marker :meth:`cmixlib.ModelBundle.describe` writes) and each part's model id is exactly the
-    paper's (:func:`same_model_id`): with one id, every part must be it; with a tuple, part i
-    must be ``paper_models[i]`` (ALTI Figure 7: BERT, then DistilBERT)."""
-    text = str(res.meta["model"])
-    if "offline fallback" in text:
+    """Rule: the run is of the paper's model iff no model of it is an offline fallback and each
+    model's id is exactly the paper's (:func:`same_model_id`), read from the run's identity
+    (:func:`cmixlib.book.identity.model_identities`): with one id, every model must be it; with
+    a tuple, model i must be ``paper_models[i]`` (ALTI Figure 7: BERT, then DistilBERT)."""
+    if is_fallback(res.meta):
         return False
-    ids = run_models(text)
+    ids = model_ids(res.meta)
     want = (paper_models,) * len(ids) if isinstance(paper_models, str) else paper_models
     return len(ids) == len(want) and all(same_model_id(a, b) for a, b in zip(ids, want))
 
@@ -106,25 +102,18 @@ PAPER_RUN_SIZES = {
     "globenc-correlations": "SST-2 872, MNLI 9,815, HateXplain 1,922",
     "globenc-fig4-hta": "not printed", "paper-example-claims": "the papers' sentences",
 }
-_ACC = re.compile(r"accuracy ([0-9.]+)")
 
 
-def accuracies(description: str) -> str:
-    """The accuracies a run's model description states, per part ("sst2: X (...); accuracy
-    0.516 | mnli: ..." -> "sst2 0.516, mnli 0.281"); "" when it states none."""
-    out = []
-    for part in str(description).split(" | "):
-        key, sep, _ = part.partition(": ")
-        m = _ACC.search(part)
-        if m:
-            out.append((f"{key} " if sep and " " not in key else "") + m.group(1))
-    return ", ".join(out)
+def accuracies(meta) -> str:
+    """The accuracies a run states for its models (:func:`cmixlib.book.identity.stated_accuracies`
+    of its metadata ``meta``), per model ("sst2 0.516, mnli 0.281"; a model without a key: the
+    number alone); "" when it states none."""
+    return ", ".join((f"{key} " if key else "") + f"{acc:.3f}"
+                     for key, acc in stated_accuracies(meta))
 
 
 @lru_cache(maxsize=None)
 def _mlm_accuracy(condition: str) -> str:
-    from cmixlib.book.runs import mlm_condition_metrics
-
     m = mlm_condition_metrics(condition)
     return (f"BLiMP agreement {m['agreement_accuracy_test']:.2f} on {m['n_agreement_test']:,} "
             f"(paper {pn.VZ_MLM_ACCURACY[condition]:.2f})")
@@ -134,7 +123,8 @@ def status_row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -
     exp = res.meta.get("experiment", "")
     cond = (res.meta.get("settings") or {}).get("condition")
     acc = (_mlm_accuracy(cond) if exp.startswith("vz-") and cond in CONDITION_LABELS
-           else accuracies(res.meta["model"]))
+           else accuracies(res.meta))
     return {"verdict": verdict[0], "detail": verdict[1], "paper value": paper, "ours": ours,
-            "model": short_model(res.meta["model"]), "n": show_size(res.meta["data_size"]),
+            "model": short_models(model_identities(res.meta)),
+            "n": show_size(res.meta["data_size"]),
             "paper n": PAPER_RUN_SIZES.get(exp, ""), "accuracy": acc}

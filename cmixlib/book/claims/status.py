@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cmixlib.book.verdicts import with_model_condition
+import pandas as pd
+
 from cmixlib.book.claims import claims_for
 from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, outcome_line,
                                        table_verdict)
 from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
+from cmixlib.book.runs import run
+from cmixlib.book.verdicts import with_model_condition
 
 __all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why"]
 
@@ -50,8 +53,6 @@ def claims_item(paper: str, item: str, name: str, condition: str | None = None,
     model and size the row shows; ``model``: the model column from the run, where the
     description alone would hide what ran."""
     def assess() -> dict:
-        from cmixlib.book.runs import run
-
         res = run(name, condition)
         rows = claim_rows(paper, item)
         v, detail = claims_verdict(rows)
@@ -81,10 +82,6 @@ def claims_why(paper: str, item: str, name: str, condition: str | None = None):
     reversed, each with our numbers, and the alternative cause that the model does not do the
     task the claims assume, told apart by its accuracy (the status row's, beside the paper's
     where it prints one). Evidence: every claim with its outcome."""
-    import pandas as pd
-
-    from cmixlib.book.runs import run
-
     rows = claim_rows(paper, item)
     bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")]
     acc = status_row(run(name, condition), ("", ""))["accuracy"] or "not stated by the run"
