@@ -301,18 +301,19 @@ def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
     assert T.CODE_VERSION == T.code_version() and T.CODE_VERSION.startswith("training-")
     pkg = tmp_path / "cmixlib"
     src = cmix_cache.PACKAGE_DIR
-    shutil.copytree(src / "training", pkg / "training",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(src / "arch", pkg / "arch", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("models/loading.py", "forward/batching.py", "plotting/maps.py"):
-        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / name, pkg / name)
+    for name in (*T.VERSION_SOURCES, "plotting/maps.py"):
+        if (src / name).is_dir():
+            shutil.copytree(src / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src / name, pkg / name)
     monkeypatch.setattr(cmix_cache, "PACKAGE_DIR", pkg)
     assert T.code_version() == T.CODE_VERSION  # an identical copy: the same version
     (pkg / "plotting/maps.py").write_text((pkg / "plotting/maps.py").read_text()
                                           + "\n# not a dependency\n")
     assert T.code_version() == T.CODE_VERSION
-    for part in ("training/loop.py", "models/arch/encoders.py", "models/loading.py", "forward/batching.py"):
+    for part in ("training/loop.py", "models/arch/encoders.py", "models/loading.py",
+                 "models/hub.py", "models/devices.py", "forward/batching.py"):
         path = pkg / part
         text = path.read_text()
         path.write_text(text + "\n# a comment\n")

@@ -253,7 +253,7 @@ def device_scale(device: str | None = None, *, threads: int | None = None) -> tu
     CUDA: :func:`gemm_flops` there / :data:`BUILD_GEMM_FLOPS`."""
     import torch
 
-    from cmixlib.models.loading import default_device
+    from cmixlib.models.devices import default_device
 
     dev = str(default_device() if device is None else device)
     if dev.startswith("cuda"):

@@ -125,7 +125,7 @@ from cmixlib.methods.dispatch import InputError, _check_rows, _unpack_model, enc
 from cmixlib.forward.encoder import (LayerState, UnsupportedModelError, encoder_layers,
                                      layer_norm_scale, layer_output, layer_states,
                                      record_layer_calls, run_and_capture)
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 from cmixlib.validation import check_choice
 
 __all__ = ["hta", "HTAError", "METHODS"]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from cmixlib.models import arch
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key,
                                      fingerprint_model, fingerprint_texts, load_cached, pad_id,
                                      progress_bar, save_cached, set_seed)
