@@ -19,7 +19,10 @@ import numpy as np
 import torch
 
 from cmixlib.cache import stable_hash
+from cmixlib.models import mlm_adapted
 from cmixlib.models.devices import model_device
+from cmixlib.models.loading import load_model, packaged_model_path
+from cmixlib.models.mlm_adapted import HELDOUT_SOURCES, heldout_texts
 from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key, cached_json,
                                      fingerprint_examples, fingerprint_model, fingerprint_texts,
                                      load_cached, pad_id, progress_bar, save_cached, set_seed)
@@ -264,7 +267,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
     passages (:func:`cmixlib.models.mlm_adapted.heldout_texts`, static masking of ``mask_prob``) and the
     BLiMP agreement accuracy on the test split, overall and per subset (all cached on disk).
     """
-    from cmixlib.models.loading import load_model
 
     bundle = load_model(name, task="mlm", **load_kw)
     if bundle.head_is_pretrained:
@@ -275,7 +277,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
                     cache_key=fingerprint_model(bundle.model)[:16],
                     description=f"{bundle.name} with its own MLM head")
     elif bundle.is_fallback or _is_packaged(bundle.source):
-        from cmixlib.models import mlm_adapted
 
         mlm_adapted.apply_adapted_weights(bundle.model)
         bundle.model.eval()
@@ -311,7 +312,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
 
 def _is_packaged(source: str) -> bool:
     """True when ``source`` is the folder of the packaged all-MiniLM-L6-v2."""
-    from cmixlib.models.loading import packaged_model_path
 
     pkg = packaged_model_path()
     return pkg is not None and Path(source).exists() and Path(source).resolve() == pkg
@@ -323,7 +323,6 @@ def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
     and BLiMP agreement accuracy (logit of the right word > logit of the foil at ``[MASK]``) on
     the test split, overall and per subset. Cached under ``key`` (the model's identity)."""
     from cmixlib import data
-    from cmixlib.models.mlm_adapted import HELDOUT_SOURCES, heldout_texts
 
     out: dict[str, Any] = {}
     for source in HELDOUT_SOURCES:

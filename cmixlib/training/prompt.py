@@ -28,6 +28,7 @@ import torch
 
 from cmixlib.cache import stable_hash
 from cmixlib.models.devices import model_device
+from cmixlib.models.loading import ModelBundle
 from cmixlib.training.common import (base_info, cache_file, cache_key, cached_json,
                                      fingerprint_examples, fingerprint_model, load_cached, pad_id,
                                      save_cached, set_seed)
@@ -192,7 +193,6 @@ def load_finetuned_mlm(name: str | None = None, *, epochs: int = 5, batch_size: 
     committed weights are loaded (:func:`finetune_prompt`, ``use_committed``).
     """
     from cmixlib import data
-    from cmixlib.models.loading import ModelBundle
 
     bundle, pinfo = pretrained if pretrained is not None else load_mlm_model(
         name, use_cache=use_cache, progress=progress, evaluate=False, **mlm_kw)
