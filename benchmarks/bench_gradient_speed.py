@@ -1,10 +1,10 @@
 """Speed of the gradient baselines with and without the last block's FFN at the scored row only.
 
 :func:`cmixlib.gradients.batch_attribute` runs the last encoder block's FFN at the scored row
-only (the MLM target, a classifier's first token; :func:`cmixlib.gradients.targets._target_row_ffn`).
+only (the MLM target, a classifier's first token; :func:`cmixlib.gradients.target_rows.target_row_ffn`).
 This script takes the first batch that a book run passes to ``batch_attribute`` (the run's own
 model, ids, targets, methods and options), then times the call with that shortcut and without it
-(``_last_ffn_in`` patched to None), interleaved, in process CPU time with one torch thread, and
+(``last_ffn_in`` patched to None), interleaved, in process CPU time with one torch thread, and
 prints the largest difference between the two results (float round-off only) and the median time
 ratio. Usage: ``python benchmarks/bench_gradient_speed.py [RUN [CONDITION]] [--reps N]``, RUN a
 book run (``cmix runs``), default ``cue-alignment pretrained``. Results go to
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import cmixlib.gradients as G  # noqa: E402
 from cmixlib.book.runs import run_arguments  # noqa: E402
 from cmixlib.experiments import run_experiment  # noqa: E402
-from cmixlib.gradients import layers, target_rows, targets  # noqa: E402
+from cmixlib.gradients import layers, scores, target_rows  # noqa: E402
 
 
 class _Captured(Exception):
@@ -59,14 +59,14 @@ def first_batch(run: str, condition: str | None, batch: int) -> dict:
 @contextmanager
 def full_ffn():
     """Every row through the last block's FFN (the shortcut off)."""
-    saved = {m: m._last_ffn_in for m in (targets, layers, target_rows)}
+    saved = {m: m.last_ffn_in for m in (scores, layers, target_rows)}
     for m in saved:
-        m._last_ffn_in = lambda model: None
+        m.last_ffn_in = lambda model: None
     try:
         yield
     finally:
         for m, f in saved.items():
-            m._last_ffn_in = f
+            m.last_ffn_in = f
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ def sequence_logprobs(model, enc: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def prose_scores(bundle, passages: list[str]) -> dict:
-    from cmixlib.models.offline import encode_for_decoder
+    from cmixlib.models.smollm2 import encode_for_decoder
 
     nll, hits, count = 0.0, 0, 0
     for text in passages:
@@ -83,7 +83,7 @@ def prose_scores(bundle, passages: list[str]) -> dict:
 
 
 def sentence_logprob_sums(bundle, sentences: list[str], batch: int) -> list[float]:
-    from cmixlib.models.offline import encode_for_decoder
+    from cmixlib.models.smollm2 import encode_for_decoder
 
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     sums = [0.0] * len(sentences)
@@ -113,15 +113,16 @@ def blimp_scores(bundle, pairs: int, batch: int) -> dict:
 
 def bench_smollm2(args) -> dict:
     import cmixlib
-    from cmixlib.models import offline as om
+    from cmixlib.models import offline_cache as oc
+    from cmixlib.models import smollm2 as sm
     from cmixlib.models.mlm_adapted import heldout_texts
 
-    res: dict = {"gguf": str(om.smollm2_gguf_path()),
-                 "gguf_mb": om.smollm2_gguf_path().stat().st_size / 2**20}
-    digest, res["sha256_s"] = _timed(lambda: om.file_digest(om.smollm2_gguf_path()))
+    res: dict = {"gguf": str(sm.smollm2_gguf_path()),
+                 "gguf_mb": sm.smollm2_gguf_path().stat().st_size / 2**20}
+    digest, res["sha256_s"] = _timed(lambda: oc.file_digest(sm.smollm2_gguf_path()))
     res["gguf_sha256"] = digest
-    (gguf_model, tok), res["gguf_load_s"] = _timed(om.load_gguf)
-    folder, res["convert_write_s"] = _timed(lambda: om.smollm2_folder(loaded=(gguf_model, tok)))
+    (gguf_model, tok), res["gguf_load_s"] = _timed(sm.load_gguf)
+    folder, res["convert_write_s"] = _timed(lambda: sm.smollm2_folder(loaded=(gguf_model, tok)))
     res["cache_mb"] = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
     bundle, res["cached_load_s"] = _timed(lambda: cmixlib.load_model("smollm2", device="cpu"))
     _, res["cached_load_again_s"] = _timed(lambda: cmixlib.load_model("smollm2", device="cpu"))
@@ -153,11 +154,12 @@ def bench_smollm2(args) -> dict:
 
 def bench_mpnet() -> dict:
     import cmixlib
-    from cmixlib.models import offline as om
+    from cmixlib.models import mpnet as mpn
+    from cmixlib.models import offline_cache as oc
 
-    res: dict = {"parts_mb": sum(p.stat().st_size for p in om.mpnet_part_paths()) / 2**20}
-    _, res["sha256_s"] = _timed(lambda: [om.file_digest(p) for p in om.mpnet_part_paths()])
-    folder, res["extract_s"] = _timed(om.mpnet_folder)
+    res: dict = {"parts_mb": sum(p.stat().st_size for p in mpn.mpnet_part_paths()) / 2**20}
+    _, res["sha256_s"] = _timed(lambda: [oc.file_digest(p) for p in mpn.mpnet_part_paths()])
+    folder, res["extract_s"] = _timed(mpn.mpnet_folder)
     res["cache_mb"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
     bundle, res["cached_load_s"] = _timed(lambda: cmixlib.load_model("all-mpnet-base-v2", device="cpu"))
     res["describe"] = bundle.describe()

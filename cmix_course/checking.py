@@ -114,7 +114,7 @@ class CheckResult:
 
 def _tiny_bert(seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
                dtype: torch.dtype = torch.float32):
-    from cmixlib.models.loading import random_model
+    from cmixlib.models.random_models import random_model
 
     return random_model("bert", hidden=hidden, layers=layers, heads=heads, seed=seed, dtype=dtype)
 

@@ -264,7 +264,7 @@ def check_grad_x_input(student_fn: Callable, *, seed: int = 0, verbose: bool = T
     ``pos``) with respect to the output of the word-embedding module (``model.get_input_embeddings()``)
     and return :math:`\lVert g_j \odot x_j \rVert_2` for every token j.
     """
-    from cmixlib.models.loading import random_model
+    from cmixlib.models.random_models import random_model
 
     res = CheckResult("check_grad_x_input")
     model = random_model("bert", task="mlm", seed=seed, dtype=torch.float64)

@@ -77,7 +77,7 @@ def _layer_case(seed: int):
     """The parts of layer 1 of a tiny random BERT (float64) for one 6-token input."""
     from cmixlib.forward.encoder import (encoder_layers, iter_sentences, layer_states,
                                          run_and_capture)
-    from cmixlib.models.loading import random_model
+    from cmixlib.models.random_models import random_model
 
     model = random_model("bert", hidden=32, layers=2, heads=4, seed=seed, dtype=torch.float64)
     ids = torch.randint(5, model.config.vocab_size, (1, 6),

@@ -75,7 +75,7 @@ def _tiny_classifier_case(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Raw N-Enc maps (L, n, n) of a tiny random BERT classifier and its gradient × input (L2)
     saliency of class 1 at the embedding-layer output (``hidden_states[0]``), by plain autograd."""
     from cmixlib.methods import dispatch as core
-    from cmixlib.models.loading import random_model
+    from cmixlib.models.random_models import random_model
 
     model = random_model("bert", task="sequence-classification", layers=3, num_labels=2,
                          seed=seed, dtype=torch.float64)
@@ -221,7 +221,7 @@ def check_blank_out(student_fn: Callable, *, seed: int = 0, verbose: bool = True
     :math:`s_j = p(w) - p(w_{j \leftarrow r})` for every position j, ``[CLS]``, ``[SEP]`` and
     ``[MASK]`` included (ALTI's variant).
     """
-    from cmixlib.models.loading import random_model
+    from cmixlib.models.random_models import random_model
 
     res = CheckResult("check_blank_out")
     # initializer_range 0.2 (not BERT's 0.02): attention is not uniform and one token's

@@ -4,7 +4,8 @@ Start with :func:`load_model` and :func:`context_mixing`; :data:`METHODS` lists 
 context-mixing method (:mod:`cmixlib.methods.registry` holds them with the baselines, labels and colours).
 
 Where is what: :mod:`~cmixlib.models.arch` (the module names of each model family, nothing else knows
-them), :mod:`~cmixlib.models.loading` (loading, offline fallback, tiny random models),
+them), :mod:`~cmixlib.models.loading` (loading, offline fallback), :mod:`~cmixlib.models.random_models`
+(tiny random models),
 :mod:`~cmixlib.forward.encoder` (one captured forward pass, the per-layer decomposition),
 :mod:`~cmixlib.forward.points` (:func:`capture`: every intermediate tensor by name, encoders and
 decoders),
@@ -16,8 +17,9 @@ baselines), :mod:`~cmixlib.data` (datasets, BLiMP annotation), :mod:`~cmixlib.tr
 trainers and their one ``fit`` loop), :mod:`~cmixlib.metrics.evaluation` and :mod:`~cmixlib.metrics.probing` (the
 papers' metrics), :mod:`~cmixlib.experiments` (the papers' experiments, run by name and cached).
 """
-from cmixlib.models.loading import (ModelBundle, ModelLoadError, load_model, random_model,
-                                    packaged_model_path, default_model_name)
+from cmixlib.models.loading import ModelBundle, load_model, packaged_model_path, default_model_name
+from cmixlib.models.hub import ModelLoadError
+from cmixlib.models.random_models import random_model
 from cmixlib.models.arch import UnsupportedModelError
 from cmixlib.methods.aggregation import rollout, attention_flow, normalize_rows, row_spread
 from cmixlib.methods.dispatch import (METHODS, InputError, Method, check_methods, context_mixing,

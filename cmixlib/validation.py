@@ -9,7 +9,6 @@ most a vectorised min/max over the ids or maps) and return the value in the form
 from __future__ import annotations
 
 import numbers
-import re
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ import torch
 
 __all__ = ["InputError", "describe", "check_bool", "check_int", "check_positive_int", "check_float_dtype",
            "check_choice", "check_names", "check_text", "check_tokenizer", "check_model",
-           "check_ids_and_mask", "numeric_tensor", "check_positions", "check_rows", "check_maps", "check_device_name",
+           "check_ids_and_mask", "numeric_tensor", "check_positions", "check_rows", "check_maps",
            "check_same_length"]
 
 
@@ -388,25 +387,6 @@ def check_maps(maps: Any, name: str = "maps", *, ndim: int | None = 3, square: b
             raise InputError(f"{name} has negative entries (min {low:.3g}): {nonnegative} needs "
                              "non-negative contributions.")
     return arr
-
-
-_DEVICE = re.compile(r"(cpu|cuda(:\d+)?|auto)?")
-
-
-def check_device_name(device: Any, name: str = "device") -> str:
-    """``device`` as lower-case text: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` or ``""``
-    (None, auto: CUDA when available). A ``torch.device`` is accepted; anything else is an error
-    (TypeError for a non-string). Whether the device exists is :func:`cmixlib.models.loading.resolve_device`'s
-    question."""
-    if device is None:
-        return ""
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"{name} must be a string (cpu, cuda or cuda:N) or a torch.device; got "
-                        f"{describe(device)}.")
-    text = str(device).strip().lower()
-    if not _DEVICE.fullmatch(text):
-        raise InputError(f"Unknown device {device!r}: {name} must be cpu, cuda or cuda:N (or auto).")
-    return text
 
 
 def check_same_length(a: Sequence, b: Sequence, names: tuple[str, str], *, per: str = "token") -> None:

@@ -13,7 +13,7 @@ CI has no network, so :func:`build_fake_hub` writes, once per test session:
   reached from here to copy them) except the depth,
   which is cut to :data:`LAYERS` layers so that the notebooks run in minutes; the weights are
   random (``from_config``, the configs' own ``initializer_range``; LayerNorm gains and all
-  biases randomised too, :func:`cmixlib.models.loading.perturb_norms_and_biases`); the heads are those of the
+  biases randomised too, :func:`cmixlib.models.random_models.perturb_norms_and_biases`); the heads are those of the
   real checkpoint (``bert-base-uncased``: the pre-training heads, i.e. the MLM head, the
   next-sentence head and the pooler; ``distilbert-base-uncased`` and ``roberta-base``: their MLM
   heads; ``google/electra-base-discriminator``: the replaced-token-detection head;
@@ -106,7 +106,7 @@ def _labels(*names: str) -> dict:
     return {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 
 
-#: The public fine-tuned checkpoints of :data:`cmixlib.models.classifiers.PUBLIC_CHECKPOINTS`,
+#: The public fine-tuned checkpoints of :data:`cmixlib.models.public_checkpoints.PUBLIC_CHECKPOINTS`,
 #: with their base model's config and a classification head. Label names: DistilBERT's SST-2
 #: config names NEGATIVE/POSITIVE (seen in configs derived from it); the other three configs
 #: were not seen, so they carry transformers' default names (LABEL_0, ...), the case that
@@ -247,7 +247,7 @@ def build_fake_hub(cache: str | Path, names=None, *, layers: int = LAYERS, seed:
     import torch
     import transformers as tf
 
-    from cmixlib.models.loading import perturb_norms_and_biases
+    from cmixlib.models.random_models import perturb_norms_and_biases
 
     cache = Path(cache)
     work = cache.parent / (cache.name + "-work")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cmixlib
-from cmixlib.models import loading as models
+from cmixlib.models import hub as models
 
 
 def _sdpa_model():
@@ -52,7 +52,7 @@ def test_hub_check_restores_the_default_socket_timeout(monkeypatch, before):
     old = socket.getdefaulttimeout()
     socket.setdefaulttimeout(before)
     try:
-        assert models._hub_reachable() is False
+        assert models.hub_reachable() is False
         assert socket.getdefaulttimeout() == before
     finally:
         socket.setdefaulttimeout(old)

@@ -48,7 +48,7 @@ def hub(hub_dir, monkeypatch):
 
 
 def test_every_entry_has_sources_and_says_what_is_unverified():
-    from cmixlib.models.classifiers import PUBLIC_CHECKPOINTS
+    from cmixlib.models.public_checkpoints import PUBLIC_CHECKPOINTS
     from cmixlib.training import LABELS
 
     assert {(t, b) for t, b in PUBLIC_CHECKPOINTS} == {
@@ -124,7 +124,7 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="public checkpoint"):
         b = cmixlib.load_classifier("sst2", "bert-base-uncased")
     assert b.is_fallback and "committed weights" in b.variant and not calls
-    with pytest.raises(cmixlib.models.loading.ModelLoadError, match="train=True"):
+    with pytest.raises(cmixlib.ModelLoadError, match="train=True"):
         cmixlib.load_classifier("sst2", "bert-base-uncased", allow_fallback=False)
     assert not calls
 
@@ -132,7 +132,7 @@ def test_without_the_checkpoint_no_training_by_default(tmp_path, monkeypatch):
 def test_building_page_lists_every_public_checkpoint():
     from pathlib import Path
 
-    from cmixlib.models.classifiers import PUBLIC_CHECKPOINTS
+    from cmixlib.models.public_checkpoints import PUBLIC_CHECKPOINTS
 
     page = (Path(__file__).resolve().parents[1] / "book" / "building.md").read_text()
     for c in PUBLIC_CHECKPOINTS.values():

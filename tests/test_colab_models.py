@@ -128,7 +128,7 @@ def test_the_mlm_head_comes_from_the_checkpoint(colab_hub, fake_hub_dir, name):
     from safetensors.torch import load_file
 
     from cmixlib.training import load_mlm_model
-    from cmixlib.training.mlm import logits_at, mlm_head_param_names
+    from cmixlib.training.mlm_scores import logits_at, mlm_head_param_names
 
     bundle, info = load_mlm_model(name, evaluate=False, progress=False)
     assert info["kind"] == "mlm-pretrained-head" and not bundle.is_fallback

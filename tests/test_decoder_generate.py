@@ -132,9 +132,9 @@ def test_generation_figure_and_matrix(model):
 def _needs_smollm2():
     import importlib.util
 
-    from cmixlib.models import offline as om
+    from cmixlib.models import smollm2 as sm
     deps = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
-    return pytest.mark.skipif(om.smollm2_gguf_path() is None or not deps,
+    return pytest.mark.skipif(sm.smollm2_gguf_path() is None or not deps,
                               reason="SmolLM2's GGUF or its readers are not installed")
 
 

@@ -17,12 +17,13 @@ import torch
 
 import cmixlib
 from cmixlib.models import offline as om
+from cmixlib.models import smollm2 as sm
 from cmixlib.forward.decoder import random_decoder
 from cmixlib.forward.decoder_inputs import decoder_text_ids
 
 _GGUF_DEPS = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
 needs_smollm2 = pytest.mark.skipif(
-    om.smollm2_gguf_path() is None or not _GGUF_DEPS,
+    sm.smollm2_gguf_path() is None or not _GGUF_DEPS,
     reason=f"SmolLM2's GGUF or its readers are not installed ({om.INSTALL_HINTS['smollm2']})")
 TEXTS = ["The keys to the cabinet are", "A dog barks", "They were happy"]
 

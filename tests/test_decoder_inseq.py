@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cmixlib.models import offline as om
+from cmixlib.models import smollm2 as sm
 from cmixlib.methods.decoder import decoder_context_mixing
 from cmixlib.methods.value_zeroing_decoder import INSEQ_MIN_SCORE
 from cmixlib.validation import InputError
@@ -163,7 +164,7 @@ def test_inseq_convention_refuses_what_inseq_does_not_compute(family_case):
 _GGUF_DEPS = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
 
 
-@pytest.mark.skipif(om.smollm2_gguf_path() is None or not _GGUF_DEPS,
+@pytest.mark.skipif(sm.smollm2_gguf_path() is None or not _GGUF_DEPS,
                     reason=f"SmolLM2's GGUF or its readers are not installed "
                            f"({om.INSTALL_HINTS['smollm2']})")
 def test_smollm2_inseq_convention_equals_inseq():

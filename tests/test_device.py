@@ -31,7 +31,7 @@ import cmixlib
 from cmixlib import cli
 from cmixlib import experiments as X
 from cmixlib import gradients as G
-from cmixlib.models import loading as models
+from cmixlib.models import devices as models
 from cmixlib import training
 from cmixlib.forward.encoder import encoder_layers, iter_sentences, layer_states, run_and_capture
 from cmixlib.methods.hta import hta

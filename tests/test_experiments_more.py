@@ -262,7 +262,7 @@ class RecordedTraining(X.Sources):
         self.calls = []
 
     def train_classifier(self, task, model, **kw):
-        from cmixlib.models.loading import ModelLoadError
+        from cmixlib.models.hub import ModelLoadError
 
         self.calls.append((model, kw))
         if model == "distilbert-base-uncased":

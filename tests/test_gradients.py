@@ -556,7 +556,7 @@ def test_batch_attribute_errors():
 
 
 # ---------------------------------------------------------------------------------------------
-# The last block's FFN at the scored row only (ScoreModule / _Tail), against the full forward
+# The last block's FFN at the scored row only (ScoreModule / MLMTail), against the full forward
 # ---------------------------------------------------------------------------------------------
 def _input_level_reference(m, ids, target, which, n_steps=8):
     """Slow, obvious reference: captum's LayerIntegratedGradients / LayerDeepLift on the word
@@ -616,7 +616,7 @@ def test_classifier_head_reading_every_token_runs_in_full():
     pooler = m.bert.pooler
     pooler.forward = lambda h: pooler.activation(pooler.dense(h.mean(dim=1)))   # mean pooling
     t = G.ClassTarget(1, score="prob")
-    assert not G.captum_methods._first_row_head(m, IDS, torch.ones_like(IDS), [t])
+    assert not G.target_rows.first_row_head(m, IDS, torch.ones_like(IDS), [t])
     seen, handle = _ffn_input_rows(m)
     try:
         got = G.batch_attribute(m, IDS, [t], ["grad_l2", "integrated_gradients"], "input",

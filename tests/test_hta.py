@@ -26,7 +26,7 @@ REL64 = 1e-9          # float64 closed form against the full Jacobian (measured:
 
 def _model(arch, dtype=torch.float64, sharpen=12.0, **kw):
     """A tiny random model; random_model perturbs LayerNorm gains/biases and linear biases
-    (cmixlib.models.loading.perturb_norms_and_biases), so none of them is trivially 1 or 0. The query and
+    (cmixlib.models.random_models.perturb_norms_and_biases), so none of them is trivially 1 or 0. The query and
     key weights are multiplied by ``sharpen``: with the initialisation's small weights the
     attention is almost uniform and the terms of the derivative through the attention weights
     (through the queries and the keys) would be too small to test."""

@@ -138,7 +138,7 @@ def test_an_unloadable_name_falls_back_to_the_committed_classifier():
         b = cmixlib.load_classifier("sst2", name)
     assert b.is_fallback and b.requested == name and b.name == cmixlib.models.loading.FALLBACK_NAME
     assert "offline fallback" in b.describe() and "committed weights" in b.describe()
-    with pytest.raises(cmixlib.models.loading.ModelLoadError):
+    with pytest.raises(cmixlib.ModelLoadError):
         cmixlib.load_classifier("sst2", name, allow_fallback=False)
 
 

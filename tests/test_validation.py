@@ -14,7 +14,7 @@ from cmixlib import InputError, UnsupportedModelError, cli
 from cmixlib.metrics import evaluation as ev
 from cmixlib import gradients as G
 from cmixlib.experiments import runner
-from cmixlib.models.loading import default_device, resolve_device
+from cmixlib.models.devices import default_device, resolve_device
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -15,7 +15,8 @@ layer ``k`` (0-based) is aligned with teacher layer ``2k + 1``. Trained: LoRA ad
 :class:`cmixlib.training.lora.LoRALinear`) on the six linear maps of the three kept layers, relative
 to the teacher's merged weights, plus every LayerNorm, the pooler and the head; the word,
 position and type embeddings stay frozen. Batching, LoRA, validation accuracy and checkpoint
-writing are those of ``tools/train_classifiers.py`` (imported). Every ``--eval-every`` steps it
+writing are those of ``tools/train_classifiers.py`` (imported); the loop is
+:func:`cmixlib.training.fit`. Every ``--eval-every`` steps it
 measures accuracy and agreement with the teacher on the validation split (never the GLUE dev
 split) and keeps the best-accuracy state; it checkpoints to ``--work-dir`` (default
 ``.cmix_cache/classifier_training/sst2-student``) every ``--ckpt-every`` steps and resumes from
@@ -45,6 +46,7 @@ sys.path.insert(0, str(REPO / "tools"))
 import train_classifiers as tc  # noqa: E402
 from cmixlib.models import classifiers as cw  # noqa: E402
 from cmixlib.models import student as sw  # noqa: E402
+from cmixlib.training.loop import fit, warmup_steps_for  # noqa: E402
 
 TASK = "sst2"
 #: Settings (the loss weights as in DistilBERT's task-distillation use: soft and hard targets,
@@ -120,12 +122,11 @@ def distill(*, out_dir: Path | None = None, work_dir: Path | None = None,
     teacher_va = predictions(teacher, enc_va)
     plan = tc.batch_plan([len(e["input_ids"]) for e in enc_tr], s["batch_size"], s["epochs"], s["seed"])
     total = len(plan)
-    opt = torch.optim.AdamW(list(trainable.values()), lr=s["lr"], weight_decay=s["weight_decay"])
-    sched = tc.linear_schedule(opt, total, s["warmup"])
     fingerprint = [cw.sha256_file(f) for f in d["files"]] + [teacher_b.manifest["sha256"]]
-    resumed = tc.resume(ckpt_path, s, fingerprint, trainable, opt, sched, "student")
-    start, best, elapsed, curve = resumed or (0, (-1.0, -1), 0.0, [])
-    if resumed is None:   # the curve starts with the undistilled student (step 0)
+    ck = tc.resume(ckpt_path, s, fingerprint, trainable, "student")
+    start, best, elapsed, curve = ((ck["step"], tuple(ck["best"]), ck["elapsed"], ck["curve"])
+                                   if ck else (0, (-1.0, -1), 0.0, []))
+    if ck is None:   # the curve starts with the undistilled student (step 0)
         p0 = predictions(student, enc_va)
         curve.append({"step": 0, "val_accuracy": float((p0 == yva_np).mean()),
                       "val_agreement": float((p0 == teacher_va).mean()),
@@ -134,45 +135,45 @@ def distill(*, out_dir: Path | None = None, work_dir: Path | None = None,
             log.write(json.dumps(curve[0]) + "\n")
     y = torch.as_tensor(ytr)
     student.train()
-    t0, parts = time.perf_counter() - elapsed, []
+    t0, parts, pending = time.perf_counter() - elapsed, [], []
     stop = total if max_steps is None else min(total, start + max_steps)
 
-    def checkpoint(step: int) -> None:
-        tc._save({"step": step, "trainable": {n: p.detach().clone() for n, p in trainable.items()},
-                  "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": torch.get_rng_state(),
-                  "best": list(best), "elapsed": time.perf_counter() - t0, "curve": curve,
-                  "settings": s, "data": fingerprint}, ckpt_path)
+    def loss_fn(idx: list[int]) -> torch.Tensor:
+        pending[:] = [distill_loss(student, teacher, tc.collate(enc_tr, idx), y[idx], s)]
+        return pending[0]["loss"]
+
+    def after_step(done: int, loss: float, opt, sched) -> None:
+        nonlocal best
+        parts.append({k: v.item() for k, v in pending[0].items()})
+        ep = plan[done - 1][0]
+        if done % s["eval_every"] == 0 or done == total or done == stop:
+            mean = {k: float(np.mean([p[k] for p in parts[-s["eval_every"]:]])) for k in parts[-1]}
+            pred = predictions(student, enc_va)
+            acc = float((pred == yva_np).mean())
+            rec = {"step": done, "epoch": ep + 1, **mean, "lr": sched.get_last_lr()[0],
+                   "val_accuracy": acc, "val_agreement": float((pred == teacher_va).mean()),
+                   "elapsed_s": round(time.perf_counter() - t0, 1)}
+            curve.append(rec)
+            log.write(json.dumps(rec) + "\n"), log.flush()
+            print(f"[student] {json.dumps(rec)}", flush=True)
+            if acc > best[0]:
+                best = (acc, done)
+                tc._save({n: p.detach().clone() for n, p in trainable.items()}, best_path)
+        elif done % 50 == 0:
+            log.write(json.dumps({"step": done, "epoch": ep + 1,
+                                  **{k: float(np.mean([p[k] for p in parts[-50:]])) for k in parts[-1]},
+                                  "lr": sched.get_last_lr()[0],
+                                  "elapsed_s": round(time.perf_counter() - t0, 1)}) + "\n")
+            log.flush()
+        if done % s["ckpt_every"] == 0 or done == stop:
+            tc._save(tc.checkpoint_state(done, trainable, opt, sched, best,
+                                         time.perf_counter() - t0, curve, s, fingerprint), ckpt_path)
 
     with open(log_path, "a") as log:
-        for step in range(start, stop):
-            ep, idx = plan[step]
-            lp = distill_loss(student, teacher, tc.collate(enc_tr, idx), y[idx], s)
-            opt.zero_grad(set_to_none=True)
-            lp["loss"].backward()
-            opt.step(), sched.step()
-            parts.append({k: v.item() for k, v in lp.items()})
-            done = step + 1
-            if done % s["eval_every"] == 0 or done == total or done == stop:
-                mean = {k: float(np.mean([p[k] for p in parts[-s["eval_every"]:]])) for k in parts[-1]}
-                pred = predictions(student, enc_va)
-                acc = float((pred == yva_np).mean())
-                rec = {"step": done, "epoch": ep + 1, **mean, "lr": sched.get_last_lr()[0],
-                       "val_accuracy": acc, "val_agreement": float((pred == teacher_va).mean()),
-                       "elapsed_s": round(time.perf_counter() - t0, 1)}
-                curve.append(rec)
-                log.write(json.dumps(rec) + "\n"), log.flush()
-                print(f"[student] {json.dumps(rec)}", flush=True)
-                if acc > best[0]:
-                    best = (acc, done)
-                    tc._save({n: p.detach().clone() for n, p in trainable.items()}, best_path)
-            elif done % 50 == 0:
-                log.write(json.dumps({"step": done, "epoch": ep + 1,
-                                      **{k: float(np.mean([p[k] for p in parts[-50:]])) for k in parts[-1]},
-                                      "lr": sched.get_last_lr()[0],
-                                      "elapsed_s": round(time.perf_counter() - t0, 1)}) + "\n")
-                log.flush()
-            if done % s["ckpt_every"] == 0 or done == stop:
-                checkpoint(done)
+        fit(list(trainable.values()), loss_fn, plan[start:stop], total_steps=total, lr=s["lr"],
+            weight_decay=s["weight_decay"], warmup=s["warmup"], name="student", progress=False,
+            start_step=start, resume=ck and {"opt": ck["opt"], "sched": ck["sched"]},
+            after_step=after_step)
     wall = time.perf_counter() - t0
     if (stop < total and not finish) or not export or best[1] < 0:
         return {"steps_done": stop, "total_steps": total, "wall_s": wall}
@@ -199,7 +200,8 @@ def distill(*, out_dir: Path | None = None, work_dir: Path | None = None,
         "loss": ("w_kd * T^2 * KL(teacher_T || student_T) + w_ce * CE(student, label) + w_cos * "
                  "mean over (embeddings, student layer k <-> teacher layer 2k+1) of 1 - cos(h_s, h_t) "
                  "over non-padding tokens"),
-        "settings": {**s, "total_steps": total, "warmup_steps": warm, "optimizer": "AdamW",
+        "settings": {**s, "total_steps": total, "warmup_steps": warmup_steps_for(total, s["warmup"]),
+                     "optimizer": "AdamW",
                      "schedule": "linear", "threads": torch.get_num_threads()},
         "data": {"description": d["description"], "n_train": len(ytr), "n_val": len(yva),
                  "n_eval": len(d["eval"][1]), "files": rel},

@@ -7,7 +7,7 @@ a fresh classification head trained in full; AdamW, linear schedule with warm-up
 similar lengths (seeded), dropout on. Every ``--eval-every`` steps and at each epoch's end it
 measures accuracy on the validation split (carved from the training data, never the evaluation
 split) and keeps the best state. It checkpoints to ``--work-dir`` every ``--ckpt-every`` steps and
-resumes from there when restarted; progress goes to ``<work-dir>/<task>/log.jsonl`` (step,
+resumes from there when restarted (the loop is :func:`cmixlib.training.fit`); progress goes to ``<work-dir>/<task>/log.jsonl`` (step,
 epoch, loss, lr, val accuracy, seconds). At the end it writes the best state in float16 to
 ``cmixlib/assets/classifiers/<task>/weights.safetensors`` and its ``manifest.json`` (sha256,
 recipe, data fingerprints, settings, curve, time, hardware); ``benchmarks/bench_classifiers.py``
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from cmixlib.models import classifiers as cw  # noqa: E402
 from cmixlib.training import lora  # noqa: E402
+from cmixlib.training.loop import fit, warmup_steps_for  # noqa: E402
 
 #: Per-task defaults (chosen on the validation splits only). ``eval_every`` 0: validation at each
 #: epoch's end only (the longer HateXplain and MNLI inputs make a validation pass costly on CPU).
@@ -119,18 +119,13 @@ def _save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def linear_schedule(opt, total: int, warmup: float):
-    """Linear warm-up over ``ceil(total * warmup)`` steps, then linear decay to 0 at ``total``."""
-    warm = math.ceil(total * warmup)
-    return torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda k: k / max(1, warm) if k < warm else max(0.0, (total - k) / max(1, total - warm)))
-
-
-def resume(ckpt_path: Path, settings: dict, fingerprint: list, trainable: dict, opt, sched,
-           label: str) -> tuple[int, tuple, float, list] | None:
-    """Restore a run from ``ckpt_path`` (trainable tensors, optimiser, schedule, RNG) and return
-    ``(step, best, elapsed, curve)``; None when there is no checkpoint. A checkpoint made with
-    other ``settings`` or data ``fingerprint`` stops the program (delete it to restart)."""
+def resume(ckpt_path: Path, settings: dict, fingerprint: list, trainable: dict,
+           label: str) -> dict | None:
+    """Restore a run from ``ckpt_path`` (trainable tensors, RNG) and return the checkpoint
+    (``step``, ``best``, ``elapsed``, ``curve``, and ``opt`` / ``sched``, the optimiser's and the
+    schedule's states that :func:`cmixlib.training.fit` resumes from); None when there is no
+    checkpoint. A checkpoint made with other ``settings`` or data ``fingerprint`` stops the
+    program (delete it to restart)."""
     if not ckpt_path.exists():
         return None
     ck = torch.load(ckpt_path, weights_only=False)
@@ -139,10 +134,19 @@ def resume(ckpt_path: Path, settings: dict, fingerprint: list, trainable: dict, 
     with torch.no_grad():
         for n, p in trainable.items():
             p.copy_(ck["trainable"][n])
-    opt.load_state_dict(ck["opt"]), sched.load_state_dict(ck["sched"])
     torch.set_rng_state(ck["rng"])
     print(f"[{label}] resuming at step {ck['step']}", flush=True)
-    return ck["step"], tuple(ck["best"]), ck["elapsed"], ck["curve"]
+    return ck
+
+
+def checkpoint_state(step: int, trainable: dict, opt, sched, best, elapsed: float, curve: list,
+                     settings: dict, fingerprint: list) -> dict:
+    """What :func:`resume` restores: the trainable tensors, the optimiser's and the schedule's
+    states, the RNG state, the best validation accuracy so far and the curve."""
+    return {"step": step, "trainable": {n: p.detach().clone() for n, p in trainable.items()},
+            "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": torch.get_rng_state(),
+            "best": list(best), "elapsed": elapsed, "curve": curve, "settings": settings,
+            "data": fingerprint}
 
 
 def train_task(task: str, *, base: str | None = None, out_dir: Path | None = None,
@@ -167,50 +171,48 @@ def train_task(task: str, *, base: str | None = None, out_dir: Path | None = Non
     enc_tr, enc_va = encode(tok, xtr, s["max_length"]), encode(tok, xva, s["max_length"])
     plan = batch_plan([len(e["input_ids"]) for e in enc_tr], s["batch_size"], s["epochs"], s["seed"])
     total = len(plan)
-    opt = torch.optim.AdamW(list(trainable.values()), lr=s["lr"], weight_decay=s["weight_decay"])
-    sched = linear_schedule(opt, total, s["warmup"])
     fingerprint = [cw.sha256_file(f) for f in d["files"]]
-    start, best, elapsed, curve = resume(ckpt_path, s, fingerprint, trainable, opt, sched,
-                                         task) or (0, (-1.0, -1), 0.0, [])
+    ck = resume(ckpt_path, s, fingerprint, trainable, task)
+    start, best, elapsed, curve = ((ck["step"], tuple(ck["best"]), ck["elapsed"], ck["curve"])
+                                   if ck else (0, (-1.0, -1), 0.0, []))
     y = torch.as_tensor(ytr)
     model.train()
     t0, losses = time.perf_counter() - elapsed, []
     stop = total if max_steps is None else min(total, start + max_steps)
 
-    def checkpoint(step: int) -> None:
-        _save({"step": step, "trainable": {n: p.detach().clone() for n, p in trainable.items()},
-               "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": torch.get_rng_state(),
-               "best": list(best), "elapsed": time.perf_counter() - t0, "curve": curve,
-               "settings": s, "data": fingerprint}, ckpt_path)
+    def loss_fn(idx: list[int]) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(**collate(enc_tr, idx)).logits, y[idx])
+
+    def after_step(done: int, loss: float, opt, sched) -> None:
+        nonlocal best
+        losses.append(loss)
+        ep = plan[done - 1][0]
+        end_epoch = done == total or plan[done][0] != ep
+        if (s["eval_every"] and done % s["eval_every"] == 0) or end_epoch or done == stop:
+            acc = accuracy(model, enc_va, yva)
+            rec = {"step": done, "epoch": ep + 1, "epoch_end": end_epoch,
+                   "loss": float(np.mean(losses[-(s["eval_every"] or 200):])),
+                   "lr": sched.get_last_lr()[0],
+                   "val_accuracy": acc, "elapsed_s": round(time.perf_counter() - t0, 1)}
+            curve.append(rec)
+            log.write(json.dumps(rec) + "\n"), log.flush()
+            print(f"[{task}] {json.dumps(rec)}", flush=True)
+            if acc > best[0]:
+                best = (acc, done)
+                _save({n: p.detach().clone() for n, p in trainable.items()}, best_path)
+        elif done % 50 == 0:
+            log.write(json.dumps({"step": done, "epoch": ep + 1, "loss": float(np.mean(losses[-50:])),
+                                  "elapsed_s": round(time.perf_counter() - t0, 1)}) + "\n")
+            log.flush()
+        if done % s["ckpt_every"] == 0 or done == stop:
+            _save(checkpoint_state(done, trainable, opt, sched, best, time.perf_counter() - t0,
+                                   curve, s, fingerprint), ckpt_path)
 
     with open(log_path, "a") as log:
-        for step in range(start, stop):
-            ep, idx = plan[step]
-            loss = torch.nn.functional.cross_entropy(model(**collate(enc_tr, idx)).logits, y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step(), sched.step()
-            losses.append(loss.item())
-            done = step + 1
-            end_epoch = done == total or plan[done][0] != ep
-            if (s["eval_every"] and done % s["eval_every"] == 0) or end_epoch or done == stop:
-                acc = accuracy(model, enc_va, yva)
-                rec = {"step": done, "epoch": ep + 1, "epoch_end": end_epoch,
-                       "loss": float(np.mean(losses[-(s["eval_every"] or 200):])),
-                       "lr": sched.get_last_lr()[0],
-                       "val_accuracy": acc, "elapsed_s": round(time.perf_counter() - t0, 1)}
-                curve.append(rec)
-                log.write(json.dumps(rec) + "\n"), log.flush()
-                print(f"[{task}] {json.dumps(rec)}", flush=True)
-                if acc > best[0]:
-                    best = (acc, done)
-                    _save({n: p.detach().clone() for n, p in trainable.items()}, best_path)
-            elif done % 50 == 0:
-                log.write(json.dumps({"step": done, "epoch": ep + 1, "loss": float(np.mean(losses[-50:])),
-                                      "elapsed_s": round(time.perf_counter() - t0, 1)}) + "\n")
-                log.flush()
-            if done % s["ckpt_every"] == 0 or done == stop:
-                checkpoint(done)
+        fit(list(trainable.values()), loss_fn, plan[start:stop], total_steps=total, lr=s["lr"],
+            weight_decay=s["weight_decay"], warmup=s["warmup"], name=task, progress=False,
+            start_step=start, resume=ck and {"opt": ck["opt"], "sched": ck["sched"]},
+            after_step=after_step)
     wall = time.perf_counter() - t0
     if stop < total or not export:
         return {"steps_done": stop, "total_steps": total, "wall_s": wall}
@@ -224,7 +226,8 @@ def train_task(task: str, *, base: str | None = None, out_dir: Path | None = Non
         "recipe": f"make classifier-weights (python tools/train_classifiers.py --task {task})",
         "method": "LoRA on " + ", ".join(cw.LORA_TARGETS) + " of every encoder layer (merged at "
                   "load: W += alpha/r B A); LayerNorms, pooler and classifier trained in full",
-        "settings": {**s, "total_steps": total, "warmup_steps": warm, "optimizer": "AdamW",
+        "settings": {**s, "total_steps": total, "warmup_steps": warmup_steps_for(total, s["warmup"]),
+                     "optimizer": "AdamW",
                      "schedule": "linear", "threads": torch.get_num_threads()},
         "data": {"description": d["description"], "n_train": len(ytr), "n_val": len(yva),
                  "n_eval": len(d["eval"][1]),

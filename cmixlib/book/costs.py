@@ -51,6 +51,8 @@ from dataclasses import dataclass
 import torch
 from huggingface_hub import try_to_load_from_cache
 
+from cmixlib.models.devices import default_device
+
 __all__ = ["ModelSize", "MODEL_SIZES", "DATA_TOKENS", "Work", "run_flops", "fit_throughput",
            "predict", "device_scale", "gemm_flops", "loadable", "human", "ANNOUNCE_ABOVE_S",
            "BUILD_GEMM_FLOPS", "QUICK_SWITCH"]
@@ -252,8 +254,6 @@ def device_scale(device: str | None = None, *, threads: int | None = None) -> tu
     """How many times faster than one core of the build machine ``device`` is, and why:
     CPU: the torch threads in use (the book's runs scale nearly linearly up to the cores);
     CUDA: :func:`gemm_flops` there / :data:`BUILD_GEMM_FLOPS`."""
-    from cmixlib.models.loading import default_device
-
     dev = str(default_device() if device is None else device)
     if dev.startswith("cuda"):
         g = gemm_flops(dev, size=2048)

@@ -15,7 +15,7 @@ and runs it, in Colab only: that file clones :data:`REPO_URL` into :data:`COLAB_
 ``data/``, which a plain ``pip install git+...`` would not bring), runs this file as a script (it
 imports only the standard library, so it runs before any dependency is installed) and puts the
 clone first on ``sys.path``. Everything in the chapter then runs as it does locally, on Colab's GPU if the
-runtime has one (:func:`cmixlib.models.loading.default_device`).
+runtime has one (:func:`cmixlib.models.devices.default_device`).
 
 This module imports nothing outside the standard library at import time, on purpose.
 """
@@ -147,7 +147,7 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
     Silences noisy but harmless library warnings (and prints the others without file paths),
     fixes the random seeds of ``random``, numpy and torch, sets a matplotlib style and, in Colab only, turns on Colab's manager for ipywidgets 8
     (chapter 15). The returned dict says whether this is quick mode or Colab, and the device
-    :func:`cmixlib.load_model` puts models on (:func:`cmixlib.models.loading.default_device`:
+    :func:`cmixlib.load_model` puts models on (:func:`cmixlib.models.devices.default_device`:
     ``$CMIX_DEVICE`` if set, else ``cuda`` when a GPU is present, else ``cpu``).
     """
     if in_colab():
@@ -186,7 +186,7 @@ def setup_notebook(seed: int = 0, style: bool = True) -> dict:
             "figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (6.0, 4.0),
             "axes.spines.top": False, "axes.spines.right": False, "font.size": 10,
         })
-    from cmixlib.models.loading import default_device        # $CMIX_DEVICE, else CUDA when available
+    from cmixlib.models.devices import default_device        # $CMIX_DEVICE, else CUDA when available
 
     device = str(default_device())
     return {"quick": quick_mode(), "colab": in_colab(), "device": device,

@@ -10,8 +10,9 @@ Everything here returns plain Python objects or pandas DataFrames. What is where
   (:func:`encode_words`, :func:`encode_words_batch`, :class:`EncodedWords`,
   :func:`single_token_id`);
 * :mod:`.blimp_rules`: the spaCy rules that find target, label and cue of one BLiMP pair
-  (:func:`expand_contractions`, :func:`annotate_pair`, :func:`cue_for`, :func:`noun_number`;
-  :func:`annotation_rules_hash` keys the annotation cache by their source code);
+  (:func:`annotate_pair`, :func:`cue_for`, :func:`noun_number`; :func:`annotation_rules_hash`
+  keys the annotation cache by their source code), on the terms of :mod:`.blimp_terms`
+  (:func:`expand_contractions`, :class:`Cue`, :data:`SINGULAR`, :data:`PLURAL`);
 * :mod:`.blimp`: the Value Zeroing agreement set built from five BLiMP paradigms:
   :func:`annotate_blimp` (word level, cached on disk), :func:`load_blimp_agreement` (tokenizer
   level, with the train/test split), :func:`blimp_agreement_counts` and
@@ -29,9 +30,9 @@ from cmixlib.cache import cache_root as cache_dir
 from cmixlib.data.blimp import (PAPER_BLIMP_AGREEMENT_TOTAL, SPACY_MODEL, annotate_blimp,
                                 annotation_cache_file, blimp_agreement_counts,
                                 blimp_annotation_audit, load_blimp_agreement, load_spacy)
-from cmixlib.data.blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, Cue, annotate_pair,
-                                      annotation_rules_hash, cue_for, expand_contractions,
-                                      noun_number)
+from cmixlib.data.blimp_rules import (ANNOTATION_VERSION, annotate_pair, annotation_rules_hash,
+                                      cue_for, noun_number)
+from cmixlib.data.blimp_terms import PLURAL, SINGULAR, Cue, expand_contractions
 from cmixlib.data.inputs import load_sst2_inputs, load_sva
 from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs, load_hatexplain_rationales  # noqa: F401
 from cmixlib.data.loaders import (BLIMP_AGREEMENT_SUBSETS, DATA_ENV_VAR, HATEXPLAIN_LABELS,

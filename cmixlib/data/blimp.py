@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.cache import cache_root as cache_dir, file_sha256
-from cmixlib.data.blimp_rules import (ANNOTATION_VERSION, PLURAL, SINGULAR, _annotate_rows,
-                                      annotation_rules_hash)
-from cmixlib.data.loaders import BLIMP_AGREEMENT_SUBSETS, DataError, _read_jsonl, data_file
+from cmixlib.data.blimp_rules import ANNOTATION_VERSION, annotate_rows, annotation_rules_hash
+from cmixlib.data.blimp_terms import PLURAL, SINGULAR
+from cmixlib.data.loaders import BLIMP_AGREEMENT_SUBSETS, DataError, read_jsonl, data_file
 from cmixlib.data.words import EncodedWords, encode_words_batch, single_token_id
 
 #: spaCy pipeline used for the BLiMP dependency parses.
@@ -101,7 +101,7 @@ def annotate_blimp(subsets: Iterable[str] | None = None, progress: bool = True, 
         numerals, adjectives and compound nouns (no coreference resolver is used). Fallback
         ``first_noun``: the first noun with the determiners/adjectives/numerals before it;
     * ``label``: ``singular``/``plural``, the number of the target word (this/that vs these/those;
-      himself/herself/itself vs themselves; verbs: see :func:`_verb_number`);
+      himself/herself/itself vs themselves; verbs: see :func:`~cmixlib.data.blimp_rules.verb_number`);
     * ``drop_reason``: None for usable pairs, else ``not_one_word_apart``, ``label_unknown``,
       ``cue_not_found``, ``unreliable_parse`` (rpsv/darn: the parse and the positional subject
       disagree, or no subject head the tags support; a wrong cue is worse than a dropped pair) or
@@ -129,10 +129,10 @@ def annotate_blimp(subsets: Iterable[str] | None = None, progress: bool = True, 
             except json.JSONDecodeError:
                 pass  # a damaged cache file is rebuilt
         path = data_file("blimp", f"{BLIMP_AGREEMENT_SUBSETS[uid]}.jsonl")
-        rows = _read_jsonl(path, ("sentence_good", "sentence_bad", "pairID"))
+        rows = read_jsonl(path, ("sentence_good", "sentence_bad", "pairID"))
         if nlp is None:
             nlp = load_spacy()
-        records = _annotate_rows(uid, rows, nlp, progress)
+        records = annotate_rows(uid, rows, nlp, progress)
         tmp = tempfile.NamedTemporaryFile("w", delete=False, dir=cache_file.parent, suffix=".tmp",
                                           encoding="utf-8")
         with tmp:

@@ -3,7 +3,8 @@
 Owns the word-level rules that :func:`~cmixlib.data.annotate_blimp` runs on each pair of the five
 paradigms, given a spaCy parse of the good sentence:
 
-* :func:`expand_contractions` (``doesn't`` -> ``does not``) before parsing;
+* :func:`~cmixlib.data.blimp_terms.expand_contractions` (``doesn't`` -> ``does not``) before
+  parsing;
 * the label: :func:`_label_for` (determiner / reflexive tables, :func:`_verb_number` for verbs);
 * the cue, one rule per subset (:data:`_CUE_RULES`): :func:`_sva_cue` (rpsv, darn),
   :func:`_det_cue` (dna, dnaa), :func:`_anaphor_cue` (ana), with their helpers;
@@ -13,21 +14,20 @@ The source code of these functions is hashed by :func:`annotation_rules_hash`, w
 on-disk annotation cache, so an edited rule never reuses an old annotation. A rename changes the
 hash too: that is why the rules keep their private names and the public entry points below wrap
 them. Public: :func:`annotate_pair` (one constructed pair), :func:`cue_for` (the cue rule on a
-given Doc, e.g. a hand-built parse), :func:`noun_number`, :class:`Cue`, :data:`SINGULAR`,
-:data:`PLURAL`, :data:`ANNOTATION_VERSION`, :func:`annotation_rules_hash`.
+given Doc, e.g. a hand-built parse), :func:`noun_number`, :func:`verb_number`,
+:func:`annotate_rows` (what :func:`~cmixlib.data.annotate_blimp` caches),
+:data:`ANNOTATION_VERSION`, :func:`annotation_rules_hash`; the terms they use (:class:`Cue`,
+:data:`SINGULAR`, :data:`PLURAL`, :func:`expand_contractions`) are :mod:`.blimp_terms`.
 """
 from __future__ import annotations
 
 import hashlib
-import re
-from dataclasses import dataclass
 from typing import Any
+
+from cmixlib.data.blimp_terms import PLURAL, SINGULAR, Cue, expand_contractions
 
 #: Bump when the BLiMP annotation rules change: old cache files are then ignored.
 ANNOTATION_VERSION = "blimp-agreement-v4"
-
-#: The two grammatical numbers of a BLiMP cue.
-SINGULAR, PLURAL = "singular", "plural"
 
 # Number of the words that decide each label (lower-case).
 _DETERMINER_NUMBER = {"this": SINGULAR, "that": SINGULAR, "these": PLURAL, "those": PLURAL}
@@ -42,27 +42,6 @@ _SUBJECT_DEPS = ("nsubj", "nsubjpass")
 
 # Dependents of the antecedent's head noun that belong to the cue phrase (anaphor subset).
 _NP_MODIFIER_DEPS = ("det", "predet", "nummod", "amod", "compound", "quantmod")
-
-_NEG_CONTRACTION = re.compile(r"\b([A-Za-z]+)n't\b")
-
-# the regex captures the part before "n't": "wo" (won't), "ca" (can't), "sha" (shan't)
-_IRREGULAR_NEG = {"wo": "will", "ca": "can", "sha": "shall"}
-
-
-def expand_contractions(sentence: str) -> str:
-    """Expand negative contractions: ``doesn't`` -> ``does not``, ``won't`` -> ``will not``,
-    ``can't`` -> ``can not``, ``shan't`` -> ``shall not`` (capitalisation of the first letter kept).
-
-    These are the only contractions in the five paradigms; possessive ``'s`` is left alone.
-    """
-    def repl(m: re.Match) -> str:
-        stem = m.group(1)
-        full = _IRREGULAR_NEG.get(stem.lower(), stem.lower())
-        if stem[0].isupper():
-            full = full[0].upper() + full[1:]
-        return f"{full} not"
-    return _NEG_CONTRACTION.sub(repl, sentence)
-
 
 def _verb_number(good: str, bad: str) -> str | None:
     """Number of the grammatical verb form ``good`` given its swapped form ``bad``.
@@ -123,17 +102,6 @@ def _find_subject(doc: Any, t: Any, start: Any) -> tuple[Any, str | None]:
         node = node.head
     tok = _first_noun(doc, t)
     return (tok, "first_noun") if tok is not None else (None, None)
-
-
-@dataclass(frozen=True)
-class Cue:
-    """Result of a cue rule (see :func:`cue_for`): ``indices``, the cue word positions in the Doc,
-    and ``rule``, the name of the rule that found them; or ``indices = rule = None`` and a
-    ``drop_reason`` (``cue_not_found``, ``unreliable_parse``)."""
-
-    indices: list[int] | None
-    rule: str | None
-    drop_reason: str | None = None
 
 
 _Cue = Cue  # the rules' source (hashed, see annotation_rules_hash) spells it _Cue
@@ -401,6 +369,20 @@ def cue_for(doc: Any, target_index: int, subset: str) -> Cue:
     The rules: :func:`_sva_cue` (rpsv, darn), :func:`_det_cue` (dna, dnaa), :func:`_anaphor_cue`
     (ana)."""
     return _rule(subset)(doc, doc[target_index])
+
+
+def verb_number(good: str, bad: str) -> str | None:
+    """:data:`SINGULAR` or :data:`PLURAL`: the number of the grammatical verb form ``good`` given
+    its swapped form ``bad`` (``is``/``are``, ``walks``/``walk``), else None (the rule
+    :func:`_verb_number` that labels the verb paradigms; the SVA inputs use it too)."""
+    return _verb_number(good, bad)
+
+
+def annotate_rows(uid: str, rows: list[dict], nlp: Any, progress: bool) -> list[dict]:
+    """One record per pair of ``rows`` (``pairID``, ``sentence_good``, ``sentence_bad``) of subset
+    ``uid``, parsed with ``nlp`` (the rule :func:`_annotate_rows`; what
+    :func:`~cmixlib.data.annotate_blimp` caches)."""
+    return _annotate_rows(uid, rows, nlp, progress)
 
 
 def noun_number(token: Any) -> str | None:

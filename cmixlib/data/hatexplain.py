@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from cmixlib.data.loaders import MalformedDataError, _read_jsonl, data_file
+from cmixlib.data.loaders import MalformedDataError, read_jsonl, data_file
 from cmixlib.data.words import encode_words_batch
 
 __all__ = ["RATIONALE_SPLITS", "RATIONALE_LABELS", "load_hatexplain_rationales",
@@ -68,7 +68,7 @@ def load_hatexplain_rationales(split: str = "test") -> pd.DataFrame:
     split = _check_split(split)
     path = data_file("hatexplain", f"rationales_{split}.jsonl")
     rows = []
-    for n, row in enumerate(_read_jsonl(path, ("id", "annotators", "rationales", "post_tokens")), 1):
+    for n, row in enumerate(read_jsonl(path, ("id", "annotators", "rationales", "post_tokens")), 1):
         words, labels = row["post_tokens"], (row["annotators"] or {}).get("label")
         if (not isinstance(words, list) or not labels
                 or any(len(m) != len(words) for m in row["rationales"])):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from cmixlib.data.blimp_rules import _verb_number
+from cmixlib.data.blimp_rules import verb_number
 from cmixlib.data.loaders import load_linzen, load_sst2
 from cmixlib.data.words import encode_words_batch, single_token_id
 
@@ -70,7 +70,7 @@ def load_sva(tokenizer: Any, limit: int | None = None, seed: int = 0, drop_is_ar
         good, bad = row.correct_form, row.wrong_form
         if good == bad or (drop_is_are and {good, bad} == {"is", "are"}):
             continue
-        label = _verb_number(good, bad)
+        label = verb_number(good, bad)
         if label is None:
             continue
         words = list(row.words)

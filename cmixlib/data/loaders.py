@@ -117,7 +117,9 @@ def _read_lines(path: Path) -> list[str]:
     return lines
 
 
-def _read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
+def read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
+    """The rows of a JSON-lines file (blank lines skipped), each a dict with every key of
+    ``required``; a :class:`MalformedDataError` naming the line otherwise."""
     rows = []
     for n, line in enumerate(_read_lines(path), start=1):
         if not line.strip():
@@ -182,7 +184,7 @@ def load_mnli() -> pd.DataFrame:
     stray trailing spaces). Row order follows GLUE dev_matched.
     """
     path = data_file("mnli", "dev_matched.jsonl")
-    rows = _read_jsonl(path, ("premise", "hypothesis", "label"))
+    rows = read_jsonl(path, ("premise", "hypothesis", "label"))
     for n, row in enumerate(rows, start=1):
         if row["label"] not in MNLI_LABEL2ID:
             raise MalformedDataError(f"{path}, row {n}: unknown label {row['label']!r} "
@@ -264,4 +266,4 @@ def load_blimp(subset: str) -> pd.DataFrame:
     """
     name = BLIMP_AGREEMENT_SUBSETS.get(subset, subset)
     path = data_file("blimp", f"{name}.jsonl")
-    return pd.DataFrame(_read_jsonl(path, ("sentence_good", "sentence_bad", "pairID")))
+    return pd.DataFrame(read_jsonl(path, ("sentence_good", "sentence_bad", "pairID")))

@@ -80,7 +80,7 @@ def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
     example alone up to float rounding)."""
     import torch
 
-    from cmixlib.models.loading import model_device
+    from cmixlib.models.devices import model_device
 
     ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     dev = model_device(bundle.model)

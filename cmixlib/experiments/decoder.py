@@ -346,7 +346,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx._devices.add(str(next(model.parameters()).device))
     bos = getattr(bundle, "bos_token_id", None)
     if bos is None:
-        from cmixlib.models.offline import decoder_bos_id
+        from cmixlib.models.smollm2 import decoder_bos_id
 
         bos = decoder_bos_id(tok)
     if bos is None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from cmixlib.models.loading import default_device, model_device, resolve_device, use_device
+from cmixlib.models.devices import default_device, model_device, resolve_device, use_device
 from cmixlib.validation import InputError, check_bool, check_choice, check_positive_int
 from cmixlib.validation import describe as show
 from cmixlib.cache import (PACKAGE_DIR, cache_root, code_text, jsonable, result_closure,
@@ -351,7 +351,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     model name of its own, or ``use_cache=False``.
 
     ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``; default: ``$CMIX_DEVICE``, else CUDA when
-    available) is where the models this run loads go (:func:`cmixlib.models.loading.use_device`); it is
+    available) is where the models this run loads go (:func:`cmixlib.models.devices.use_device`); it is
     recorded as ``meta["device"]`` but is not part of the cache key: a result computed on one
     device is reused on another (they agree up to floating-point rounding; models trained for
     a run can differ more, and their cache, too, is shared across devices). A device that is not
@@ -361,7 +361,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     in :data:`REGISTRY`; ``model`` None or a string; ``limit`` None or an integer >= 1; each
     setting None or of its default's kind (bool, integer, number, list; string settings take any
     value); ``use_cache``, ``progress`` bools; ``sources`` None or a :class:`Sources`; ``device``
-    (or ``$CMIX_DEVICE``) one :func:`cmixlib.models.loading.resolve_device` accepts.
+    (or ``$CMIX_DEVICE``) one :func:`cmixlib.models.devices.resolve_device` accepts.
 
     Examples
     --------

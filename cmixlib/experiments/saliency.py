@@ -165,7 +165,7 @@ def _per_batch(bundle, examples: Sequence[dict], score, size: int = 32) -> np.nd
     """``score(chunk, ids, mask) -> (B,)`` over length-sorted padded batches of ``examples``
     (:func:`cmixlib.forward.batching.length_batches`), returned in the examples' order."""
     from cmixlib.forward.batching import length_batches, pad_sequences
-    from cmixlib.models.loading import model_device
+    from cmixlib.models.devices import model_device
 
     pad = int(getattr(bundle.tokenizer, "pad_token_id", None) or 0)
     device = model_device(bundle.model)

@@ -239,7 +239,7 @@ class Sources:
         return b, info, name
 
     def _model_b_auto(self, bundle_a) -> tuple[Any, dict | None, str]:
-        from cmixlib.models.loading import ModelLoadError
+        from cmixlib.models.hub import ModelLoadError
 
         if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
             try:

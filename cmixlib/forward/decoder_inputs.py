@@ -2,10 +2,10 @@
 
 **The BOS rule** (one rule whatever the input form). When the BOS id is known (from the
 tokenizer, or a :class:`~cmixlib.ModelBundle`'s tokenizer: ``<|endoftext|>`` if the vocabulary
-has it, else the tokenizer's ``bos_token_id``; :func:`cmixlib.models.offline.decoder_bos_id`),
+has it, else the tokenizer's ``bos_token_id``; :func:`cmixlib.models.smollm2.decoder_bos_id`),
 every sequence the model sees starts with it exactly once:
 
-- a string or a list of strings is encoded as :func:`cmixlib.models.offline.encode_for_decoder`
+- a string or a list of strings is encoded as :func:`cmixlib.models.smollm2.encode_for_decoder`
   encodes it: ``[bos] + tokenizer(text, add_special_tokens=False)`` (so ``text`` and
   ``encode_for_decoder(text)`` give the same maps);
 - pre-tokenised ids (``{"input_ids": ...}``) must start with it, or are refused with what to do.
@@ -42,7 +42,7 @@ def decoder_bos(tokenizer: Any) -> int | None:
     """The BOS id of the rule (module docstring), None when unknown (no tokenizer)."""
     if tokenizer is None:
         return None
-    from cmixlib.models.offline import decoder_bos_id
+    from cmixlib.models.smollm2 import decoder_bos_id
 
     bos = decoder_bos_id(tokenizer)
     return None if bos is None else int(bos)

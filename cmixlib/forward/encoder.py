@@ -42,7 +42,7 @@ import torch
 
 from cmixlib.forward import decomposition
 from cmixlib.models.arch import LayerParts, UnsupportedModelError, layer_parts, position_offset
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 
 __all__ = ["LayerParts", "UnsupportedModelError", "encoder_layers", "max_positions", "Capture",
            "run_and_capture", "eager_attention", "layer_output", "record_layer_calls", "layer_norm_scale",

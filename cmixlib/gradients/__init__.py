@@ -12,16 +12,17 @@ Map of the package (each module's docstring gives its equations):
 * :mod:`.targets`: what is explained, :math:`f`: :class:`MLMTarget` (:math:`z_t`,
   :math:`z_t - z_f` or :math:`\sigma(z_t - z_f)` at one position), :class:`ClassTarget`
   (:math:`z_c` or :math:`\mathrm{softmax}(z)_c`), :func:`target_score`,
-  :func:`target_probability`, :func:`resolve_target`, :class:`ScoreModule`,
-  :func:`special_positions`;
+  :func:`target_probability`, :func:`resolve_target`, :func:`special_positions`;
+* :mod:`.scores`: the same :math:`f` as the forward function captum differentiates,
+  :class:`ScoreModule` with :func:`target_tensors`;
 * :mod:`.layers`: where, :math:`x_j`: the word embeddings (``level="input"``) or
   ``hidden_states[ℓ]`` entering layer :math:`\ell` (``level="layers"``, rows :math:`0..L-1`):
   :data:`LEVELS`, :func:`attribution_layers`, :func:`substitute_word_embeddings`;
 * :mod:`.captum_methods`: :math:`\lVert g_j\rVert`, :math:`\lVert g_j \odot x_j\rVert`,
   :math:`|g_j\cdot x_j|`, integrated gradients and DeepLift (:math:`g_j = \partial f/\partial
-  x_j`, baselines of [MASK] ids): :func:`batch_attribute` (a padded batch, several methods) and
-  the one-sequence :func:`grad_l2`, :func:`grad_x_input_l2`, :func:`grad_x_input_abs`,
-  :func:`integrated_gradients`, :func:`deeplift`;
+  x_j`, baselines of [MASK] ids): :func:`batch_attribute` (a padded batch, several methods);
+* :mod:`.one_sequence`: the one-sequence :func:`grad_l2`, :func:`grad_x_input_l2`,
+  :func:`grad_x_input_abs`, :func:`integrated_gradients`, :func:`deeplift`;
 * :mod:`.rescale`: DeepLift's rescale rule for GELU-type activation modules,
   :func:`deeplift_rescale`;
 * ``cmixlib.gradients.target_rows``: the last block's FFN at the scored row only (exact; internal);
@@ -41,16 +42,17 @@ import torch
 from torch import nn
 
 from cmixlib.models.arch import mlm_head
-from cmixlib.gradients.captum_methods import (GRADIENT_METHODS, batch_attribute, deeplift, grad_l2,
-                                              grad_x_input_abs, grad_x_input_l2,
-                                              integrated_gradients)
-from cmixlib.gradients.erasure import _blank_out_method, blank_out
+from cmixlib.gradients.captum_methods import GRADIENT_METHODS, batch_attribute
+from cmixlib.gradients.one_sequence import (deeplift, grad_l2, grad_x_input_abs, grad_x_input_l2,
+                                            integrated_gradients)
+from cmixlib.gradients.erasure import blank_out, blank_out_method
 from cmixlib.gradients.layers import LEVELS, Level, attribution_layers, substitute_word_embeddings
-from cmixlib.gradients.random_baseline import _random_method, random_scores
+from cmixlib.gradients.random_baseline import random_method, random_scores
 from cmixlib.gradients.rescale import deeplift_rescale, rescaled_activation_types
-from cmixlib.gradients.targets import (ClassTarget, GradientAttributionError, MLMTarget,
-                                       ScoreModule, Target, resolve_target, special_positions,
-                                       target_probability, target_score, target_tensors)
+from cmixlib.gradients.scores import ScoreModule, target_tensors
+from cmixlib.gradients.targets import (ClassTarget, GradientAttributionError, MLMTarget, Target,
+                                       resolve_target, special_positions, target_probability,
+                                       target_score)
 
 __all__ = [
     "MLMTarget", "ClassTarget", "Target", "GradientAttributionError", "METHODS", "LEVELS",
@@ -68,8 +70,8 @@ METHODS: dict[str, Callable[..., Any]] = {
     "grad_x_input_abs": grad_x_input_abs,
     "integrated_gradients": integrated_gradients,
     "deeplift": deeplift,
-    "blank_out": _blank_out_method,
-    "random": _random_method,
+    "blank_out": blank_out_method,
+    "random": random_method,
 }
 
 

@@ -1,8 +1,10 @@
 r"""Gradient, gradient × input, integrated gradients and DeepLift through captum, batched.
 
-Owns :func:`batch_attribute` (a padded batch, several methods at once), the one-sequence
-functions :func:`grad_l2`, :func:`grad_x_input_l2`, :func:`grad_x_input_abs`,
-:func:`integrated_gradients`, :func:`deeplift`, and :data:`GRADIENT_METHODS`. With
+Owns :func:`batch_attribute` (a padded batch, several methods at once) and
+:data:`GRADIENT_METHODS`; the one-sequence functions :func:`~.one_sequence.grad_l2`,
+:func:`~.one_sequence.grad_x_input_l2`, :func:`~.one_sequence.grad_x_input_abs`,
+:func:`~.one_sequence.integrated_gradients` and :func:`~.one_sequence.deeplift` run one row
+through it (:mod:`cmixlib.gradients.one_sequence`). With
 :math:`g_j = \partial f/\partial x_j` (:math:`f`: :mod:`.targets`; :math:`x_j`: :mod:`.layers`),
 each returns one value per token:
 
@@ -29,7 +31,7 @@ How captum is used (on the model's own, unmodified modules):
 * grad-L2 and the G×I variants share one forward and backward pass (``LayerGradientXActivation``)
   that gives the gradient at every hooked layer;
 * input-level IG: ``IntegratedGradients`` of the score as a function of the looked-up word
-  embeddings (``layers._WordEmbeddingScore``), which gives ``LayerIntegratedGradients``' numbers
+  embeddings (``layers.WordEmbeddingScore``), which gives ``LayerIntegratedGradients``' numbers
   on the word-embedding module (tested) without the two forwards that class runs only to read
   the embeddings; input-level DeepLift: ``LayerDeepLift`` on the word embeddings;
 * **layer-wise IG** integrates, for each layer :math:`\ell`, :math:`f(h_\ell)` alone
@@ -56,14 +58,14 @@ import torch
 from torch import nn
 
 from cmixlib.forward.encoder import layer_output
-from cmixlib.gradients.layers import (Level, _check_level, _check_tail, _hidden_states_and_calls,
-                                      _LayerCalls, _Substituted, _Tail, _WordEmbeddingScore,
-                                      attribution_layers)
+from cmixlib.gradients.layers import (LayerCalls, Level, MLMTail, SubstitutedForward,
+                                      WordEmbeddingScore, attribution_layers, check_level,
+                                      check_tail, hidden_states_and_calls)
 from cmixlib.gradients.rescale import deeplift_rescale
-from cmixlib.gradients.target_rows import _first_row_head
-from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, ScoreModule, Target,
-                                       _prepare, _single, _token_id, extra_inputs,
-                                       special_positions, target_tensors)
+from cmixlib.gradients.target_rows import first_row_head
+from cmixlib.gradients.scores import ScoreModule, target_tensors
+from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, Target, extra_inputs,
+                                       prepare_batch, special_positions, token_id)
 
 __all__ = ["GRADIENT_METHODS", "batch_attribute", "grad_l2", "grad_x_input_l2", "grad_x_input_abs",
            "integrated_gradients", "deeplift"]
@@ -148,7 +150,7 @@ def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
             raise GradientAttributionError(
                 f"baseline id tensor has shape {tuple(baseline.shape)}, expected {tuple(ids.shape)}.")
         return baseline.to(ids.device, dtype=torch.long)
-    tid = _token_id(model, baseline, tokenizer, "baseline")
+    tid = token_id(model, baseline, tokenizer, "baseline")
     keep = torch.as_tensor(np.stack([special_positions(ids[b], mask[b], tokenizer)
                                      for b in range(ids.shape[0])]), device=ids.device)
     return torch.where(keep, ids, torch.full_like(ids, tid))
@@ -157,19 +159,19 @@ def _baseline_batch(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
 def _layer_states(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                   targets: Sequence[Target], base_ids: torch.Tensor,
                   extras: dict[str, torch.Tensor] | None = None,
-                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls]:
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], LayerCalls]:
     """``hidden_states[0..L-1]`` of the input and of the baseline ids and the blocks' other
     arguments (one forward each, shared by IG and DeepLift); for an MLM the fast tail from layer
-    0 is checked against the model's own logits on the first row (:func:`._check_tail`)."""
-    h_in, calls = _hidden_states_and_calls(model, ids, mask, extras)
-    h_base, _ = _hidden_states_and_calls(model, base_ids, mask, extras)
+    0 is checked against the model's own logits on the first row (:func:`.check_tail`)."""
+    h_in, calls = hidden_states_and_calls(model, ids, mask, extras)
+    h_base, _ = hidden_states_and_calls(model, base_ids, mask, extras)
     if isinstance(targets[0], MLMTarget):
         B = ids.shape[0]
         first = [t[:1] if t.dim() and t.shape[0] == B else t for t in calls.tensors]
         tg = target_tensors(targets[:1], ids.device)
         with torch.no_grad():
-            got = _Tail(model, 0, calls, targets[0].resolved_score())(h_in[0][:1], *tg, *first)
-        _check_tail(model, ids, mask, targets, got, extras)
+            got = MLMTail(model, 0, calls, targets[0].resolved_score())(h_in[0][:1], *tg, *first)
+        check_tail(model, ids, mask, targets, got, extras)
     return h_in, h_base, calls
 
 
@@ -177,13 +179,13 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                        targets: Sequence[Target], level: Level, which: str, base_ids: torch.Tensor, *,
                        n_steps: int, ig_method: str, internal_batch_size: int | None,
                        rescale_activations: bool, with_delta: bool = True,
-                       states: tuple[list[torch.Tensor], list[torch.Tensor], _LayerCalls] | None = None,
+                       states: tuple[list[torch.Tensor], list[torch.Tensor], LayerCalls] | None = None,
                        rows_only: bool = False, extras: dict[str, torch.Tensor] | None = None,
                        ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
     """IG (``which="ig"``) or DeepLift (``"dl"``) attributions ``(B, n, d)`` and convergence deltas
     ``(B,)`` for each attributed layer (see the module docstring for which captum class runs).
     ``states``: :func:`_layer_states` of the batch (``level="layers"``), computed here if None;
-    ``rows_only``: :func:`_first_row_head`'s answer (input level); ``extras``: the extra inputs
+    ``rows_only``: :func:`first_row_head`'s answer (input level); ``extras``: the extra inputs
     (``token_type_ids``...), passed with the mask to every forward."""
     from captum.attr import DeepLift, IntegratedGradients, LayerDeepLift
 
@@ -214,7 +216,7 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         if which == "ig":       # the embeddings looked up, not read from two extra forwards
             with torch.no_grad():
                 x, x_base = emb(ids), emb(base_ids)
-            explainer = IntegratedGradients(_WordEmbeddingScore(model, score), multiply_by_inputs=True)
+            explainer = IntegratedGradients(WordEmbeddingScore(model, score), multiply_by_inputs=True)
             attr, delta = run(explainer, x, x_base, (ids, mask, *tg, *ex))
         else:
             attr, delta = run(LayerDeepLift(score, emb, multiply_by_inputs=True), ids, base_ids,
@@ -227,7 +229,7 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         # One DeepLift pass from layer 0 gives every layer: the forward activations of the tail from
         # layer l (on h_l(x) and h_l(x')) are those of the tail from layer 0, so the multipliers that
         # reach hidden_states[l] in its backward pass are those captum's LayerDeepLift(l) computes.
-        f = _Tail(model, 0, calls, kind, tap=True)
+        f = MLMTail(model, 0, calls, kind, tap=True)
         attr0, delta0 = run(DeepLift(f, multiply_by_inputs=True), h_in[0], h_base[0], extra)
         attrs = [attr0] + [(h_in[k] - h_base[k]) * f.tapped[k][:B] for k in range(1, len(h_in))]
         if delta0 is None:
@@ -237,9 +239,9 @@ def _path_attributions(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     attrs, deltas = [], []
     for start in range(len(h_in)):
         if mlm:
-            f = _Tail(model, start, calls, kind)
+            f = MLMTail(model, start, calls, kind)
         else:
-            f, extra = _Substituted(model, start, kind, names), (*tg, ids, mask, *ex)
+            f, extra = SubstitutedForward(model, start, kind, names), (*tg, ids, mask, *ex)
         explainer = (IntegratedGradients if which == "ig" else DeepLift)(f, multiply_by_inputs=True)
         attr, delta = run(explainer, h_in[start], h_base[start], extra)
         attrs.append(attr)
@@ -275,18 +277,18 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     if unknown:
         raise GradientAttributionError(
             f"Unknown gradient method(s) {unknown}; choose from {GRADIENT_METHODS}.")
-    _check_level(level)
+    check_level(level)
     if int(n_steps) < 2:
         raise GradientAttributionError(f"n_steps must be >= 2 (captum's requirement); got {n_steps}.")
     if aggregate not in ("sum", "abs", "l2"):
         raise GradientAttributionError(f"Unknown aggregate {aggregate!r}; choose 'sum', 'abs' or 'l2'.")
-    ids, mask, targets, extras = _prepare(model, input_ids, attention_mask, targets,
+    ids, mask, targets, extras = prepare_batch(model, input_ids, attention_mask, targets,
                                           extra_inputs(token_type_ids, position_ids))
     out: dict[str, torch.Tensor] = {}
     mlm = isinstance(targets[0], MLMTarget)
     plain = [m for m in methods if m in ("grad_l2", "grad_x_input_l2", "grad_x_input_abs")]
     path = [(m, w) for m, w in (("integrated_gradients", "ig"), ("deeplift", "dl")) if m in methods]
-    rows_only = (bool(plain) or level == "input") and _first_row_head(model, ids, mask, targets,
+    rows_only = (bool(plain) or level == "input") and first_row_head(model, ids, mask, targets,
                                                                       extras)
     if plain:
         with _frozen(model):      # gradients w.r.t. activations only: no parameter gradients
@@ -318,119 +320,3 @@ def batch_attribute(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
         v = _np(v)
         result[m] = v[:, 0] if level == "input" else v
     return result
-
-
-# --------------------------------------------------------------------------------------------
-# One sequence
-# --------------------------------------------------------------------------------------------
-def _one(model, input_ids, target, method, level, attention_mask, return_delta=False, **options):
-    """One sequence through :func:`batch_attribute`: ``(n,)``/``(L, n)`` (and the delta).
-    ``options`` may hold ``token_type_ids`` / ``position_ids`` (None: not given)."""
-    res = batch_attribute(model, _single(input_ids), [target], [method], level,
-                          attention_mask=attention_mask, return_delta=return_delta, **options)
-    out = res[method][0]
-    return (out, np.atleast_1d(res[method + "_delta"][0])) if return_delta else out
-
-
-def grad_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-            attention_mask: torch.Tensor | None = None, level: Level = "input",
-            tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
-            position_ids: torch.Tensor | None = None) -> np.ndarray:
-    r"""Gradient norm :math:`s_j = \lVert \partial f / \partial x_j \rVert_2`.
-
-    ``x_j``: word embedding of token j (``level="input"``) or ``hidden_states[ℓ][j]``
-    (``level="layers"``). Returns ``(n,)`` or ``(L, n)``. Batches: :func:`batch_attribute`.
-    """
-    return _one(model, input_ids, target, "grad_l2", level, attention_mask,
-                token_type_ids=token_type_ids, position_ids=position_ids)
-
-
-def grad_x_input_l2(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-                    attention_mask: torch.Tensor | None = None, level: Level = "input",
-                    tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
-            position_ids: torch.Tensor | None = None) -> np.ndarray:
-    r"""Gradient × input, L2 over dims: :math:`s_j = \lVert (\partial f/\partial x_j) \odot x_j \rVert_2`.
-
-    GlobEnc's saliency aggregation. Returns ``(n,)`` or ``(L, n)``.
-    """
-    return _one(model, input_ids, target, "grad_x_input_l2", level, attention_mask,
-                token_type_ids=token_type_ids, position_ids=position_ids)
-
-
-def grad_x_input_abs(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-                     attention_mask: torch.Tensor | None = None, level: Level = "input",
-                     tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
-            position_ids: torch.Tensor | None = None) -> np.ndarray:
-    r"""Gradient × input, summed then absolute: :math:`s_j = \lvert (\partial f/\partial x_j)\cdot x_j \rvert`.
-
-    Returns ``(n,)`` or ``(L, n)``.
-    """
-    return _one(model, input_ids, target, "grad_x_input_abs", level, attention_mask,
-                token_type_ids=token_type_ids, position_ids=position_ids)
-
-
-def integrated_gradients(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-                         attention_mask: torch.Tensor | None = None, level: Level = "input",
-                         baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
-                         n_steps: int = 50, method: str = "gausslegendre",
-                         internal_batch_size: int | None = None, aggregate: str = "sum",
-                         return_delta: bool = False, token_type_ids: torch.Tensor | None = None,
-                         position_ids: torch.Tensor | None = None,
-                         ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    r"""Integrated gradients (captum):
-
-    .. math:: A_j = \sum_d (x_{jd} - x'_{jd}) \int_0^1
-              \frac{\partial f(x' + \alpha (x - x'))}{\partial x_{jd}}\, d\alpha,
-              \qquad \sum_j A_j \approx f(x) - f(x').
-
-    ``x'`` is the representation of the baseline ids (module docstring; default every non-special
-    token -> [MASK], needing ``tokenizer`` or an integer ``baseline``). For ``level="layers"`` each
-    layer is integrated separately: the path is the straight line between the input's and the
-    baseline's ``hidden_states[ℓ]``, and only the rest of the network is differentiated.
-    ``method`` is captum's quadrature (Gauss-Legendre by default). ``aggregate``: ``"sum"``
-    (signed, default), ``"abs"`` or ``"l2"``.
-
-    Returns ``(n,)`` / ``(L, n)``; with ``return_delta`` also the convergence delta
-    :math:`\sum_{j,d} A_{jd} - (f(x) - f(x'))` as a ``(1,)`` / ``(L,)`` array.
-    """
-    return _one(model, input_ids, target, "integrated_gradients", level, attention_mask, return_delta,
-                baseline=baseline, tokenizer=tokenizer, n_steps=n_steps, ig_method=method,
-                internal_batch_size=internal_batch_size, aggregate=aggregate,
-                token_type_ids=token_type_ids, position_ids=position_ids)
-
-
-def deeplift(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
-             attention_mask: torch.Tensor | None = None, level: Level = "input",
-             baseline: int | str | torch.Tensor = "mask", tokenizer: Any = None,
-             aggregate: str = "sum", rescale_activations: bool = True,
-             return_delta: bool = False, token_type_ids: torch.Tensor | None = None,
-             position_ids: torch.Tensor | None = None,
-             ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    r"""DeepLift, rescale rule (captum): :math:`A_j = \sum_d (x_{jd}-x'_{jd})\,m_{jd}`.
-
-    The multipliers :math:`m` are gradients in which the backward pass of every non-linearity
-    that captum recognises as an ``nn.Module`` **of a known type** (``nn.ReLU``, ``nn.Tanh``,
-    ``nn.Sigmoid``, ``nn.Softmax``, ...) is replaced by the rescale multiplier
-    :math:`\Delta y / \Delta x` between input and baseline. Out of the box, most non-linearities
-    of a Hugging Face encoder are *not* such modules: the FFN's GELU is
-    ``transformers.activations.GELUActivation``, the attention softmax and RoBERTa's LM-head GELU
-    are functional calls, and LayerNorm is not treated as a non-linearity at all. Captum back-
-    propagates those with their ordinary gradient, so plain captum DeepLift on BERT is nearly
-    gradient × (x − x') (exactly so for the MLM models here).
-
-    ``rescale_activations=True`` (default) gives, for this call only, the element-wise activation
-    modules (GELU variants, SiLU, Mish; :func:`.rescale.rescaled_activation_types`) the same
-    rescale rule (:func:`.rescale.deeplift_rescale`), so the FFN GELUs are handled as DeepLift
-    prescribes; ``False`` gives captum's out-of-the-box behaviour. Either way the attention
-    softmax, the attention product and LayerNorm use plain gradients, so summation-to-delta
-    (:math:`\sum A = f(x) - f(x')`) holds only approximately: check ``return_delta``. The
-    ``nn.Tanh`` of the BERT/ELECTRA pooler and the ``nn.ReLU`` of DistilBERT's classifier always get
-    the rescale rule. Captum's warnings about hooks on non-linear modules are silenced.
-
-    Baseline and ``aggregate`` as in :func:`integrated_gradients`. Returns ``(n,)``/``(L, n)``,
-    with ``return_delta`` also :math:`\sum A - (f(x)-f(x'))` per row.
-    """
-    return _one(model, input_ids, target, "deeplift", level, attention_mask, return_delta,
-                baseline=baseline, tokenizer=tokenizer, aggregate=aggregate,
-                rescale_activations=rescale_activations, token_type_ids=token_type_ids,
-                position_ids=position_ids)

@@ -19,10 +19,11 @@ from torch import nn
 
 from cmixlib.validation import check_positive_int
 from cmixlib.gradients.layers import Level
-from cmixlib.gradients.target_rows import _first_row_head
-from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, ScoreModule, Target,
-                                       _attribution_errors, _prepare, _single, _token_id,
-                                       extra_inputs, special_positions, target_tensors)
+from cmixlib.gradients.target_rows import first_row_head
+from cmixlib.gradients.scores import ScoreModule, target_tensors
+from cmixlib.gradients.targets import (GradientAttributionError, MLMTarget, Target,
+                                       attribution_errors, extra_inputs, prepare_batch,
+                                       single_sequence, special_positions, token_id)
 
 __all__ = ["blank_out", "blank_out_batch"]
 
@@ -49,7 +50,7 @@ def blank_out(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
     sentence pair's segment ids) go to every forward, the erased copies keeping them. Returns
     ``(n,)``; positive = the token helped.
     """
-    return blank_out_batch(model, _single(input_ids), [target], attention_mask=attention_mask,
+    return blank_out_batch(model, single_sequence(input_ids), [target], attention_mask=attention_mask,
                            replacement=replacement, tokenizer=tokenizer,
                            skip_special=skip_special, batch_size=batch_size,
                            token_type_ids=token_type_ids, position_ids=position_ids)[0]
@@ -70,7 +71,7 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     shortest first in padded forwards (``batch_size``: at most that many sequences per forward;
     with right padding, each forward is cut to its longest sequence); an MLM is scored only at each
     row's target position, on the target and foil logits (:class:`ScoreModule`), and the last
-    block's FFN runs at the scored row only (:func:`.target_rows._first_row_head`). Each score
+    block's FFN runs at the scored row only (:func:`.target_rows.first_row_head`). Each score
     equals :func:`blank_out` of that row alone up to float rounding (the same computation in
     larger matrix products).
 
@@ -80,16 +81,16 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     to the model with each row (and its erased copies). Raises :class:`GradientAttributionError`
     otherwise.
     """
-    with _attribution_errors():
+    with attribution_errors():
         check_positive_int(batch_size, "batch_size", allow_none=True)
-    ids, mask, targets, extras = _prepare(model, input_ids, attention_mask, list(targets),
+    ids, mask, targets, extras = prepare_batch(model, input_ids, attention_mask, list(targets),
                                           extra_inputs(token_type_ids, position_ids))
     B, n = ids.shape
-    rid = _token_id(model, replacement, tokenizer, "blank-out replacement")
+    rid = token_id(model, replacement, tokenizer, "blank-out replacement")
     # the head reads one row (the target, or a classifier's first token): the last block's FFN
     # runs at that row only where that is checked to change nothing (.target_rows)
     score = ScoreModule(model, targets, score="prob", extra_names=tuple(extras),
-                        target_rows_only=_first_row_head(model, ids, mask, targets, extras))
+                        target_rows_only=first_row_head(model, ids, mask, targets, extras))
     tg = target_tensors(targets, ids.device)                 # (B,) each
     # the B originals, then one copy per real token (b, j) with token j replaced
     bj = (mask != 0).nonzero()                               # (C, 2), by b then j
@@ -121,7 +122,7 @@ def blank_out_batch(model: nn.Module, input_ids: torch.Tensor, targets: Sequence
     return scores.detach().to("cpu", torch.float64).numpy()
 
 
-def _blank_out_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+def blank_out_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                       level: Level = "input", **options: Any) -> np.ndarray:
     """:func:`blank_out` as an entry of :data:`cmixlib.gradients.METHODS` (input level only)."""
     if level != "input":

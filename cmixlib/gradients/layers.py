@@ -23,8 +23,8 @@ of the module that produces ``hidden_states[ℓ]``.
 :func:`cmixlib.forward.encoder.record_layer_calls`), then the head at the target position only:
 :math:`f(h_\ell) = \mathrm{score}(\mathrm{block}_{L-1} \circ \dots \circ
 \mathrm{block}_\ell(h_\ell))`, the last block's FFN at the target row only
-(:func:`.target_rows._target_row_ffn`). Every call checks it against the model's own logits
-(:func:`_check_tail`, on the batch's first row). For a classifier the whole model runs with
+(:func:`.target_rows.target_row_ffn`). Every call checks it against the model's own logits
+(:func:`check_tail`, on the batch's first row). For a classifier the whole model runs with
 ``hidden_states[ℓ]`` replaced by :math:`h_\ell` (heads differ too much between architectures to
 call them directly).
 """
@@ -39,9 +39,9 @@ from torch import nn
 
 from cmixlib.models import arch
 from cmixlib.forward.encoder import layer_output, record_layer_calls
-from cmixlib.gradients.target_rows import _last_ffn_in, _target_row_ffn
-from cmixlib.gradients.targets import (GradientAttributionError, Target, _class_score, _logits,
-                                       _mlm_score, target_score)
+from cmixlib.gradients.target_rows import last_ffn_in, target_row_ffn
+from cmixlib.gradients.scores import class_score, mlm_score
+from cmixlib.gradients.targets import GradientAttributionError, Target, output_logits, target_score
 
 __all__ = ["Level", "LEVELS", "attribution_layers", "substitute_word_embeddings"]
 
@@ -51,7 +51,7 @@ Level = Literal["input", "layers"]
 LEVELS: tuple[str, ...] = ("input", "layers")
 
 
-def _check_level(level: str) -> None:
+def check_level(level: str) -> None:
     if level not in LEVELS:
         raise GradientAttributionError(f"Unknown level {level!r}; choose one of {LEVELS}.")
 
@@ -61,7 +61,7 @@ def attribution_layers(model: nn.Module, level: Level) -> list[nn.Module]:
     ``"layers"``, the modules producing ``hidden_states[0..L-1]`` (the inputs of layers 0..L-1)."""
     if level == "input":
         return [model.get_input_embeddings()]
-    _check_level(level)
+    check_level(level)
     return [arch.embedding_output_module(model)] + arch.layer_list(model)[:-1]
 
 
@@ -87,7 +87,7 @@ def substitute_word_embeddings(model: nn.Module, word_embeds: torch.Tensor) -> I
         handle.remove()
 
 
-class _WordEmbeddingScore(nn.Module):
+class WordEmbeddingScore(nn.Module):
     """``score(input_ids, attention_mask, *targets)`` as a function of the word embeddings
     (:func:`substitute_word_embeddings`): what captum's ``LayerIntegratedGradients`` on the
     word-embedding module integrates, for plain ``IntegratedGradients`` given the embeddings,
@@ -106,7 +106,7 @@ class _WordEmbeddingScore(nn.Module):
 # Layer-wise functions f(h_l): the rest of the network from hidden_states[l]
 # --------------------------------------------------------------------------------------------
 @dataclass
-class _LayerCalls:
+class LayerCalls:
     """What the encoder passed to each block besides the hidden states (masks...), captured by a
     pre-hook on a real forward, with its tensors pulled out so captum can expand them per step."""
 
@@ -124,9 +124,9 @@ class _Slot:
     index: int
 
 
-def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
+def hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor,
                              extras: dict | None = None,
-                             ) -> tuple[list[torch.Tensor], _LayerCalls]:
+                             ) -> tuple[list[torch.Tensor], LayerCalls]:
     """``hidden_states[0..L-1]`` (each block's input) and the other arguments of each block call
     (:func:`cmixlib.forward.encoder.record_layer_calls`, with the extra inputs ``extras``), tensors moved
     into slots."""
@@ -148,10 +148,10 @@ def _hidden_states_and_calls(model: nn.Module, ids: torch.Tensor, mask: torch.Te
             h, rest = kwargs.pop("hidden_states"), []
         inputs.append(h)
         calls.append(([slot(a) for a in rest], {key: slot(v) for key, v in kwargs.items()}))
-    return inputs, _LayerCalls(calls, tensors)
+    return inputs, LayerCalls(calls, tensors)
 
 
-class _Tail(nn.Module):
+class MLMTail(nn.Module):
     """``f(h, position, target, foil, *call_tensors)`` for ``h = hidden_states[start]`` of an MLM:
     the encoder blocks ``start..L-1`` called as the model calls them, then the head at the target
     only. Running only the remaining blocks is what makes layer-wise IG/DeepLift affordable.
@@ -159,7 +159,7 @@ class _Tail(nn.Module):
     With ``tap=True`` the gradient reaching each ``hidden_states[k]`` (``k > start``) in the
     backward pass is kept in ``tapped[k]`` (DeepLift: the multipliers at layer ``k``)."""
 
-    def __init__(self, model: nn.Module, start: int, calls: _LayerCalls, kind: str, tap: bool = False):
+    def __init__(self, model: nn.Module, start: int, calls: LayerCalls, kind: str, tap: bool = False):
         super().__init__()
         self.model = model
         self.start = start
@@ -167,7 +167,7 @@ class _Tail(nn.Module):
         self.calls = calls
         self.kind = kind
         self.tapped: dict[int, torch.Tensor] | None = {} if tap else None
-        self.last_ffn_in = _last_ffn_in(model)   # the last block's FFN at the target rows only
+        self.last_ffn_in = last_ffn_in(model)   # the last block's FFN at the target rows only
 
     def forward(self, h, position, target, foil, *tensors):
         last = len(self.blocks) - 1
@@ -175,13 +175,13 @@ class _Tail(nn.Module):
             if self.tapped is not None and k > self.start and h.requires_grad:
                 h.register_hook(lambda g, k=k: self.tapped.__setitem__(k, g))
             args, kwargs = self.calls.rebuild(k, tensors)
-            with _target_row_ffn(self.last_ffn_in if k == last else None, position, h.shape[1]):
+            with target_row_ffn(self.last_ffn_in if k == last else None, position, h.shape[1]):
                 out = blk(h, *args, **kwargs)
             h = layer_output(out)
-        return _mlm_score(self.model, h, position, target, foil, self.kind)
+        return mlm_score(self.model, h, position, target, foil, self.kind)
 
 
-class _Substituted(nn.Module):
+class SubstitutedForward(nn.Module):
     """``f(h, position, target, foil, input_ids, attention_mask, *extras)`` for any model: the
     full forward on ``input_ids`` (with the extra inputs named ``extra_names``) with
     ``hidden_states[start]`` replaced by ``h`` (used for classifiers)."""
@@ -201,19 +201,19 @@ class _Substituted(nn.Module):
 
         handle = self.layer.register_forward_hook(hook)
         try:
-            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask, **kw))
+            logits = output_logits(self.model(input_ids=input_ids, attention_mask=attention_mask, **kw))
         finally:
             handle.remove()
-        return _class_score(logits, target, self.kind)
+        return class_score(logits, target, self.kind)
 
 
-def _check_tail(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
+def check_tail(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, targets: Sequence[Target],
                 got: torch.Tensor, extras: dict | None = None) -> None:
     """Raise if the fast layer-wise function disagrees with the model's own logits at the input
     (checked on the first row of the batch: the full-vocabulary logits are costly)."""
     with torch.no_grad():
         kw = {k: v[:1] for k, v in (extras or {}).items()}
-        logits = _logits(model(input_ids=ids[:1], attention_mask=mask[:1], **kw))
+        logits = output_logits(model(input_ids=ids[:1], attention_mask=mask[:1], **kw))
         want = target_score(logits, targets[0])
         got = got[:1]
     tol = 1e-4 if got.dtype == torch.float32 else 1e-8

@@ -13,8 +13,9 @@ from torch import nn
 
 from cmixlib.models import arch
 from cmixlib.validation import check_int, check_positive_int
-from cmixlib.gradients.layers import Level, _check_level
-from cmixlib.gradients.targets import extra_inputs, Target, _attribution_errors, _prepare, _single
+from cmixlib.gradients.layers import Level, check_level
+from cmixlib.gradients.targets import (Target, attribution_errors, extra_inputs, prepare_batch,
+                                       single_sequence)
 
 __all__ = ["random_scores"]
 
@@ -24,7 +25,7 @@ def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np
 
     ``n`` and ``num_layers`` (or None) integers >= 1, ``seed`` an integer >= 0 (None: unseeded);
     else :class:`~cmixlib.gradients.GradientAttributionError` (TypeError for a non-integer)."""
-    with _attribution_errors():
+    with attribution_errors():
         n = check_positive_int(n, "n")
         num_layers = check_positive_int(num_layers, "num_layers", allow_none=True)
         seed = check_int(seed, "seed", minimum=0, allow_none=True)
@@ -32,14 +33,14 @@ def random_scores(n: int, *, num_layers: int | None = None, seed: int = 0) -> np
     return rng.uniform(size=n if num_layers is None else (num_layers, n))
 
 
-def _random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
+def random_method(model: nn.Module, input_ids: torch.Tensor, target: Target, *,
                    attention_mask: torch.Tensor | None = None, level: Level = "input",
                    seed: int = 0, tokenizer: Any = None, token_type_ids: torch.Tensor | None = None,
                    position_ids: torch.Tensor | None = None) -> np.ndarray:
     """:func:`random_scores` shaped like the other methods' output for this input and ``level``
     (the extra inputs are checked like the other methods', and do not change the scores)."""
-    _check_level(level)
-    ids, _, _, _ = _prepare(model, _single(input_ids), attention_mask, [target],
+    check_level(level)
+    ids, _, _, _ = prepare_batch(model, single_sequence(input_ids), attention_mask, [target],
                             extra_inputs(token_type_ids, position_ids))
     layers = None if level == "input" else arch.num_layers(model)
     return random_scores(ids.shape[1], num_layers=layers, seed=seed)

@@ -5,9 +5,10 @@ Notation as in the book's conventions page: logits :math:`\lambda`, the explaine
 
 Owns :class:`MLMTarget`, :class:`ClassTarget`, :func:`target_score` (:math:`\phi` from full
 logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`resolve_target`,
-:class:`ScoreModule` (the same :math:`\phi` as the forward function captum differentiates) with
-:func:`target_tensors`, :func:`special_positions`, and the batch validation every method of
-:mod:`cmixlib.gradients` runs.
+:func:`special_positions`, :func:`token_id`, and the batch validation every method of
+:mod:`cmixlib.gradients` runs (:func:`prepare_batch`, :func:`single_sequence`,
+:func:`attribution_errors`). The same :math:`\phi` as the forward function captum differentiates
+is :class:`cmixlib.gradients.scores.ScoreModule`.
 
 * :class:`MLMTarget` (``*ForMaskedLM``), at token ``position`` with logits :math:`\lambda`:
   ``"logit"``: :math:`\phi = \lambda_t`; ``"logit_diff"``: :math:`\phi = \lambda_t - \lambda_f`;
@@ -26,7 +27,7 @@ logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`re
 
 An MLM is scored from the final hidden state of the target position only,
 :math:`\lambda_t = \mathrm{transform}(o_{pos})\cdot W_t + b_t` (:func:`cmixlib.models.arch.mlm_head`),
-not from the full ``(n, vocab)`` logits.
+not from the full ``(n, vocab)`` logits (:mod:`cmixlib.gradients.scores`).
 
 **Special tokens.** With a ``tokenizer``, special positions are those holding its CLS/SEP/BOS/EOS/
 PAD ids; without one, the first and last attended positions. Padding (``attention_mask == 0``)
@@ -42,16 +43,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from cmixlib.models import arch
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 from cmixlib.forward.encoding import check_extra_inputs
 from cmixlib.validation import InputError, check_ids_and_mask
-from cmixlib.gradients.target_rows import _last_ffn_in, _target_row_ffn
 
 __all__ = ["GradientAttributionError", "MLMTarget", "ClassTarget", "Target", "target_score",
            "extra_inputs",
-           "target_probability", "resolve_target", "ScoreModule", "target_tensors",
-           "special_positions"]
+           "target_probability", "resolve_target", "special_positions"]
 
 
 class GradientAttributionError(InputError):
@@ -60,7 +58,7 @@ class GradientAttributionError(InputError):
 
 
 @contextmanager
-def _attribution_errors() -> Iterator[None]:
+def attribution_errors() -> Iterator[None]:
     """Re-raise an :class:`~cmixlib.InputError` of the checks inside as a
     :class:`GradientAttributionError` (the error every function here raises)."""
     try:
@@ -111,7 +109,9 @@ _MLM_SCORES = ("auto", "logit", "logit_diff", "prob")
 _CLS_SCORES = ("auto", "logit", "prob")
 
 
-def _logits(output: Any) -> torch.Tensor:
+def output_logits(output: Any) -> torch.Tensor:
+    """The logits of a model's output (its ``logits``, or the first item of a tuple); a
+    :class:`GradientAttributionError` for a model without a head."""
     logits = getattr(output, "logits", None)
     if logits is None and isinstance(output, (tuple, list)):
         logits = output[0]
@@ -209,7 +209,7 @@ def extra_inputs(token_type_ids: Any = None, position_ids: Any = None) -> dict[s
             if v is not None}
 
 
-def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+def prepare_batch(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
              targets: Sequence[Target], extras: dict[str, Any] | None = None,
              ) -> tuple[torch.Tensor, torch.Tensor, list[Target], dict[str, torch.Tensor]]:
     """Validate and move a batch ``(B, n)`` of ids, its mask, its extra inputs (``extras``:
@@ -231,7 +231,7 @@ def _prepare(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
             f"{len(targets)} target(s) for a batch of {input_ids.shape[0]} sequence(s): "
             "give one per row.")
     device = model_device(model)
-    with _attribution_errors():  # ids inside the vocabulary; a 0/1 mask of their shape, a token per row
+    with attribution_errors():  # ids inside the vocabulary; a 0/1 mask of their shape, a token per row
         input_ids, attention_mask = check_ids_and_mask(
             input_ids, attention_mask, vocab_size=model.get_input_embeddings().num_embeddings)
         extras = check_extra_inputs({"input_ids": input_ids, **(extras or {})}, input_ids, model)
@@ -264,11 +264,11 @@ def _predicted_classes(model: nn.Module, input_ids: torch.Tensor,
     mask = None if attention_mask is None else attention_mask.to(device)
     kw = {k: v.to(device) for k, v in (extras or {}).items()}
     with torch.no_grad():                    # only the argmax is needed: no autograd graph
-        logits = _logits(model(input_ids=input_ids.to(device), attention_mask=mask, **kw))
+        logits = output_logits(model(input_ids=input_ids.to(device), attention_mask=mask, **kw))
     return [int(c) for c in logits.argmax(-1).tolist()]
 
 
-def _single(input_ids: torch.Tensor) -> torch.Tensor:
+def single_sequence(input_ids: torch.Tensor) -> torch.Tensor:
     """The one-sequence functions take ``(1, n)`` or ``(n,)`` ids."""
     if not torch.is_tensor(input_ids):
         raise GradientAttributionError("input_ids must be an integer torch tensor of shape (1, n).")
@@ -292,74 +292,6 @@ def resolve_target(model: nn.Module, input_ids: torch.Tensor, target: Target,
         return replace(target, class_index=_predicted_classes(model, input_ids, attention_mask,
                                                               extras)[0])
     return target
-
-
-# --------------------------------------------------------------------------------------------
-# The scored function, computed only where it is needed
-# --------------------------------------------------------------------------------------------
-def target_tensors(targets: Sequence[Target], device: torch.device) -> tuple[torch.Tensor, ...]:
-    """``(position, target_or_class, foil)`` as ``(B,)`` long tensors (-1 where unused): the
-    extra arguments of :class:`ScoreModule` (captum's ``additional_forward_args``)."""
-    if isinstance(targets[0], MLMTarget):
-        rows = [(t.position, t.target_id, -1 if t.foil_id is None else t.foil_id) for t in targets]
-    else:
-        rows = [(0, t.class_index, -1) for t in targets]
-    return tuple(torch.tensor(col, dtype=torch.long, device=device) for col in zip(*rows))
-
-
-def _mlm_score(model: nn.Module, hidden: torch.Tensor, position: torch.Tensor, target: torch.Tensor,
-               foil: torch.Tensor, kind: str) -> torch.Tensor:
-    """:func:`target_score` from the final hidden states ``(B, n, d)``, at ``position`` only."""
-    transform, decoder = arch.mlm_head(model)
-    h = transform(hidden[torch.arange(hidden.shape[0], device=hidden.device), position])  # (B, d')
-    if kind == "prob" and bool((foil < 0).any()):          # full-vocabulary softmax
-        return torch.softmax(decoder(h), dim=-1).gather(1, target[:, None])[:, 0]
-
-    def logit(ids: torch.Tensor) -> torch.Tensor:
-        z = (h * decoder.weight[ids]).sum(-1)
-        return z if decoder.bias is None else z + decoder.bias[ids]
-
-    zt = logit(target)
-    if kind == "logit":
-        return zt
-    return zt - logit(foil) if kind == "logit_diff" else torch.sigmoid(zt - logit(foil))
-
-
-def _class_score(logits: torch.Tensor, cls: torch.Tensor, kind: str) -> torch.Tensor:
-    idx = cls[:, None]
-    return (logits if kind == "logit" else torch.softmax(logits, dim=-1)).gather(1, idx)[:, 0]
-
-
-class ScoreModule(nn.Module):
-    """``f(input_ids, attention_mask, position, target, foil, *extras) -> (B,)``: the model's real
-    forward and the score of each row's target (:func:`target_score`; for an MLM the base model,
-    then the head at the target position only). ``position, target, foil`` come from
-    :func:`target_tensors`; ``extras`` are the extra inputs named ``extra_names`` (e.g.
-    ``("token_type_ids",)``), passed to the model's forward (captum expands them with the batch
-    as it does the mask); ``score`` overrides the targets' score kind (blank-out: ``"prob"``).
-    ``target_rows_only``: the last block's FFN runs at the scored row only
-    (:func:`.target_rows._target_row_ffn`; exact, for heads that read only that row)."""
-
-    def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None,
-                 target_rows_only: bool = False, extra_names: Sequence[str] = ()):
-        super().__init__()
-        self.model = model
-        self.mlm = isinstance(targets[0], MLMTarget)
-        self.kind = score or targets[0].resolved_score()
-        self.last_ffn_in = _last_ffn_in(model) if target_rows_only else None
-        self.extra_names = tuple(extra_names)
-
-    def forward(self, input_ids, attention_mask, position, target, foil, *extras) -> torch.Tensor:
-        # position: the MLM target's row; a classifier's head reads row 0 (target_rows_only)
-        rows = position if self.mlm else torch.zeros_like(position)
-        kw = dict(zip(self.extra_names, extras, strict=True))
-        with _target_row_ffn(self.last_ffn_in, rows, input_ids.shape[1]):
-            if self.mlm:
-                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                               **kw)[0]
-                return _mlm_score(self.model, hidden, position, target, foil, self.kind)
-            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask, **kw))
-        return _class_score(logits, target, self.kind)
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,7 +322,7 @@ def special_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor | No
 _TOKEN_ATTR = {"mask": "mask_token_id", "unk": "unk_token_id", "pad": "pad_token_id"}
 
 
-def _token_id(model: nn.Module, token: int | str, tokenizer: Any, purpose: str) -> int:
+def token_id(model: nn.Module, token: int | str, tokenizer: Any, purpose: str) -> int:
     """The id of ``token`` (an id, or ``"mask"``/``"unk"``/``"pad"`` from the tokenizer or config)."""
     if isinstance(token, (int, np.integer)):
         return int(token)

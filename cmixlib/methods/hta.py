@@ -127,7 +127,7 @@ from cmixlib.forward.encoder import (LayerState, UnsupportedModelError, encoder_
 from cmixlib.forward.encoding import encode
 from cmixlib.forward.prepare import unpack_model
 from cmixlib.methods.hta_autograd import HTAError, autograd_layer_hta, replay_layer
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 from cmixlib.validation import InputError, check_choice, check_rows
 
 __all__ = ["hta", "HTAError", "METHODS"]

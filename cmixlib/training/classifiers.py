@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from cmixlib.models import arch
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
+from cmixlib.models.loading import load_model
 from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key,
                                      fingerprint_model, fingerprint_texts, load_cached, pad_id,
                                      progress_bar, save_cached, set_seed)
@@ -194,7 +195,6 @@ def train_classifier(task_name: str, name: str | None = None, *,
     (:func:`keep_encoder_layers`, a DistilBERT-style student); it then enters the cache key (only
     when given, so the keys of full-depth classifiers do not change).
     """
-    from cmixlib.models.loading import load_model
 
     task = task_name.lower().replace("-", "")
     if task not in CLASSIFIER_TASKS:

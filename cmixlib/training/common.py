@@ -23,17 +23,19 @@ import torch
 from cmixlib.models import arch
 from cmixlib import cache as _cache
 from cmixlib.cache import cache_root, jsonable, stable_hash
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
 
 #: The parts of cmixlib whose source the trained weights depend on, hashed into
 #: :data:`CODE_VERSION`: ``training`` (the loop, losses, masking, head initialisation),
 #: ``batching`` (batches and padding), ``arch`` (which modules form the MLM head and the layer
-#: stack: what is trained and pruned) and ``models`` (how the models are loaded and the
-#: classifiers' seeded heads built; the head is not in the base-model fingerprint). Left out on
+#: stack: what is trained and pruned) and ``models`` (how the models are loaded: ``loading``,
+#: ``hub`` and ``devices``, and the classifiers' seeded heads built; the head is not in the
+#: base-model fingerprint). Left out on
 #: purpose: the data loaders (the texts enter the key through their fingerprints),
 #: ``mlm_adapted`` (its weights enter through the base model's fingerprint) and ``cache`` (only
 #: the keys depend on it, and a changed key retrains anyway).
-VERSION_SOURCES = ("training", "models/arch", "models/loading.py", "forward/batching.py")
+VERSION_SOURCES = ("training", "models/arch", "models/loading.py", "models/hub.py",
+                   "models/devices.py", "forward/batching.py")
 
 
 def code_version(sources: Sequence[str] = VERSION_SOURCES) -> str:

@@ -107,7 +107,9 @@ def watch_steps() -> Iterator[list[Step]]:
 def fit(params: Iterable[torch.nn.Parameter], loss_fn: Callable[[Any], torch.Tensor],
         batches: Iterable[tuple[int, Any]], *, total_steps: int, lr: float,
         weight_decay: float = 0.0, warmup: float = 0.0, name: str = "training",
-        progress: bool = True, log_every: int = 1, log_window: int = 20) -> FitResult:
+        progress: bool = True, log_every: int = 1, log_window: int = 20,
+        start_step: int = 0, resume: dict | None = None,
+        after_step: Callable[[int, float, Any, Any], None] | None = None) -> FitResult:
     """Train ``params`` with AdamW (``lr``, ``weight_decay``) and the linear schedule over
     ``total_steps`` with a ``warmup`` ratio, one step per ``(epoch, batch)`` of ``batches``
     minimising ``loss_fn(batch)``.
@@ -116,12 +118,22 @@ def fit(params: Iterable[torch.nn.Parameter], loss_fn: Callable[[Any], torch.Ten
     a global generator, so the steps are exactly those of the batches given. The progress bar
     (``name``) shows the mean loss of the last ``log_window`` steps every ``log_every`` steps;
     :func:`watch_steps` sees each step.
+
+    A run stopped at step ``start_step`` continues with ``batches`` from that step on and
+    ``resume`` = ``{"opt": ..., "sched": ...}``, the ``state_dict()`` of the optimizer and of the
+    schedule when it stopped (the caller restores the parameters and the random state):
+    the steps are then those of the uninterrupted run. ``after_step(done, loss, optimizer,
+    schedule)`` is called after each step (``done``: steps taken, counting from the first run),
+    e.g. to validate or to write such a checkpoint.
     """
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = make_linear_scheduler(opt, total_steps, warmup)
+    if resume is not None:
+        opt.load_state_dict(resume["opt"])
+        sched.load_state_dict(resume["sched"])
     result, current, last_epoch = FitResult(), [], None
-    bar = progress_bar(total=total_steps, desc=name, disable=not progress)
-    for step, (epoch, batch) in enumerate(batches):
+    bar = progress_bar(total=total_steps, initial=start_step, desc=name, disable=not progress)
+    for step, (epoch, batch) in enumerate(batches, start=start_step):
         if epoch != last_epoch and current:
             result.epoch_losses.append(float(np.mean(current)))
             current = []
@@ -140,6 +152,8 @@ def fit(params: Iterable[torch.nn.Parameter], loss_fn: Callable[[Any], torch.Ten
             bar.set_postfix(epoch=epoch + 1, loss=f"{np.mean(result.losses[-log_window:]):.3f}")
         for watch in list(_WATCHERS):
             watch(Step(name, epoch, step, value, step_lr))
+        if after_step is not None:
+            after_step(step + 1, value, opt, sched)
     if current:
         result.epoch_losses.append(float(np.mean(current)))
     bar.close()

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import torch
 
+from cmixlib.models import arch
+
 __all__ = ["LoRALinear", "add_lora", "layer_linear_names", "layer_norm_param_names",
            "trainable_state"]
 
@@ -69,8 +71,6 @@ def layer_linear_names(model: torch.nn.Module) -> list[str]:
     """Dotted names of every ``torch.nn.Linear`` inside the model's Transformer layers
     (:func:`cmixlib.models.arch.layer_list`): for BERT the query, key, value, attention-output,
     intermediate and output maps of each layer."""
-    from cmixlib.models import arch
-
     layers = {id(layer) for layer in arch.layer_list(model)}
     names: list[str] = []
     for name, module in model.named_modules():

@@ -1,6 +1,7 @@
-"""The "pre-trained" masked LM of the Value Zeroing experiments: MLM-head logits, masking,
+"""The "pre-trained" masked LM of the Value Zeroing experiments: masking,
 training a head on a frozen encoder (:func:`train_mlm_head`), the model every chapter loads
-(:func:`load_mlm_model`) and its metrics (masked-word accuracy, BLiMP agreement).
+(:func:`load_mlm_model`) and its metrics (masked-word accuracy, BLiMP agreement: the head's
+logits and the agreement scores are :mod:`cmixlib.training.mlm_scores`).
 
 When the checkpoint has its own MLM head (``bert-base-uncased`` online) it is used as is; the
 packaged offline encoder gets the committed adaptation of :mod:`cmixlib.models.mlm_adapted`; any other
@@ -17,50 +18,21 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from cmixlib.models import arch
 from cmixlib.cache import stable_hash
-from cmixlib.models.loading import model_device
+from cmixlib.models import mlm_adapted
+from cmixlib.models.devices import model_device
+from cmixlib.models.loading import load_model, packaged_model_path
+from cmixlib.models.mlm_adapted import HELDOUT_SOURCES, heldout_texts
 from cmixlib.training.common import (base_info, bundle_parts, cache_file, cache_key, cached_json,
                                      fingerprint_examples, fingerprint_model, fingerprint_texts,
                                      load_cached, pad_id, progress_bar, save_cached, set_seed)
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.training.loop import fit, stream_batches
+from cmixlib.training.mlm_scores import (decoder_is_tied, mlm_agreement_scores, mlm_head_logits,
+                                         mlm_head_param_names)
 
 #: Text for training the offline MLM head: SST-2 *train* phrases with at least this many words.
 MLM_MIN_WORDS = 8
-
-
-# ============================================================================================
-# MLM heads: logits at chosen positions
-# ============================================================================================
-def mlm_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
-    """Vocabulary logits from final hidden states (any leading shape) through the model's MLM head
-    (:func:`cmixlib.models.arch.mlm_head`)."""
-    transform, decoder = arch.mlm_head(model)
-    return decoder(transform(hidden))
-
-
-def mlm_head_param_names(model) -> list[str]:
-    """Names of the MLM head's *own* parameters (everything outside the base encoder).
-
-    The tied decoder matrix is not among them: it is the word-embedding matrix of the encoder.
-    """
-    prefix = model.base_model_prefix + "."
-    return [n for n, _ in model.named_parameters() if not n.startswith(prefix)]
-
-
-def decoder_is_tied(model) -> bool:
-    """True when the output (decoder) matrix is the very same tensor as the input word embeddings."""
-    out = model.get_output_embeddings()
-    return out is not None and out.weight is model.get_input_embeddings().weight
-
-
-def logits_at(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-              positions: torch.Tensor) -> torch.Tensor:
-    """Vocabulary logits at one position per row (``positions``: (batch,)); shape (batch, vocab)."""
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    picked = hidden[torch.arange(hidden.shape[0], device=hidden.device), positions]
-    return mlm_head_logits(model, picked)
 
 
 def _as_mlm(model):
@@ -272,35 +244,8 @@ def default_mlm_texts(n_train: int = 6000, n_heldout: int = 1000, seed: int = 42
 
 
 # ============================================================================================
-# Agreement scores and the "pre-trained" MLM of the VZ experiments
+# The "pre-trained" MLM of the VZ experiments
 # ============================================================================================
-def mlm_agreement_scores(model, examples: Sequence[dict], *, batch_size: int = 64,
-                         pad_token_id: int | None = None, progress: bool = False) -> np.ndarray:
-    """``logit(target) - logit(foil)`` at the ``[MASK]`` position for each agreement example."""
-    pad = pad_id(model) if pad_token_id is None else pad_token_id
-    dev = model_device(model)
-    was = model.training
-    model.eval()
-    out = np.empty(len(examples), dtype=np.float64)
-    with torch.no_grad():
-        for b in progress_bar(length_batches([len(e["input_ids"]) for e in examples], batch_size),
-                              desc="agreement eval", disable=not progress, leave=False):
-            ids, att = pad_sequences([examples[i]["input_ids"] for i in b], pad, dev)
-            pos = torch.as_tensor([int(examples[i]["target_index"]) for i in b], device=dev)
-            lg = logits_at(model, ids, att, pos)
-            t = torch.as_tensor([int(examples[i]["target_id"]) for i in b], device=dev)
-            f = torch.as_tensor([int(examples[i]["foil_id"]) for i in b], device=dev)
-            r = torch.arange(len(b), device=dev)
-            out[b] = (lg[r, t] - lg[r, f]).double().cpu().numpy()
-    model.train(was)
-    return out
-
-
-def mlm_agreement_accuracy(model, examples: Sequence[dict], **kw) -> float:
-    """Share of examples with p(target) > p(foil) at ``[MASK]`` (the VZ paper: 0.96 pre-trained BERT)."""
-    return float((mlm_agreement_scores(model, examples, **kw) > 0).mean())
-
-
 def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int = 128,
                    lr: float = 5e-3, seed: int = 42, mask_prob: float = 0.15, n_texts: int = 6000,
                    n_heldout: int = 1000, evaluate: bool = True, use_cache: bool = True,
@@ -322,7 +267,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
     passages (:func:`cmixlib.models.mlm_adapted.heldout_texts`, static masking of ``mask_prob``) and the
     BLiMP agreement accuracy on the test split, overall and per subset (all cached on disk).
     """
-    from cmixlib.models.loading import load_model
 
     bundle = load_model(name, task="mlm", **load_kw)
     if bundle.head_is_pretrained:
@@ -333,7 +277,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
                     cache_key=fingerprint_model(bundle.model)[:16],
                     description=f"{bundle.name} with its own MLM head")
     elif bundle.is_fallback or _is_packaged(bundle.source):
-        from cmixlib.models import mlm_adapted
 
         mlm_adapted.apply_adapted_weights(bundle.model)
         bundle.model.eval()
@@ -369,7 +312,6 @@ def load_mlm_model(name: str | None = None, *, steps: int = 400, batch_size: int
 
 def _is_packaged(source: str) -> bool:
     """True when ``source`` is the folder of the packaged all-MiniLM-L6-v2."""
-    from cmixlib.models.loading import packaged_model_path
 
     pkg = packaged_model_path()
     return pkg is not None and Path(source).exists() and Path(source).resolve() == pkg
@@ -381,7 +323,6 @@ def mlm_metrics(bundle, key: str, *, mask_prob: float = 0.15, seed: int = 42,
     and BLiMP agreement accuracy (logit of the right word > logit of the foil at ``[MASK]``) on
     the test split, overall and per subset. Cached under ``key`` (the model's identity)."""
     from cmixlib import data
-    from cmixlib.models.mlm_adapted import HELDOUT_SOURCES, heldout_texts
 
     out: dict[str, Any] = {}
     for source in HELDOUT_SOURCES:

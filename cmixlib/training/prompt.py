@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from cmixlib.cache import stable_hash
-from cmixlib.models.loading import model_device
+from cmixlib.models.devices import model_device
+from cmixlib.models.loading import ModelBundle
 from cmixlib.training.common import (base_info, cache_file, cache_key, cached_json,
                                      fingerprint_examples, fingerprint_model, load_cached, pad_id,
                                      save_cached, set_seed)
@@ -35,8 +36,8 @@ from cmixlib.forward.batching import pad_sequences
 from cmixlib.training.lora import (add_lora, layer_linear_names, layer_norm_param_names,
                                    trainable_state)
 from cmixlib.training.loop import epoch_batches, fit, warmup_steps_for
-from cmixlib.training.mlm import (load_mlm_model, logits_at, mlm_agreement_accuracy,
-                                  mlm_head_param_names)
+from cmixlib.training.mlm import load_mlm_model
+from cmixlib.training.mlm_scores import logits_at, mlm_agreement_accuracy, mlm_head_param_names
 
 #: Learning rate of the LoRA recipe (chosen on a validation part of the BLiMP train split:
 #: ``tools/train_prompt_mlm.py --sweep``; the paper's 3e-5 is for full fine-tuning).
@@ -192,7 +193,6 @@ def load_finetuned_mlm(name: str | None = None, *, epochs: int = 5, batch_size: 
     committed weights are loaded (:func:`finetune_prompt`, ``use_committed``).
     """
     from cmixlib import data
-    from cmixlib.models.loading import ModelBundle
 
     bundle, pinfo = pretrained if pretrained is not None else load_mlm_model(
         name, use_cache=use_cache, progress=progress, evaluate=False, **mlm_kw)
