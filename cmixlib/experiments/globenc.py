@@ -16,7 +16,7 @@ from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, D
                                          whole_split)
 
 __all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "ROLLOUT_VARIANTS",
-           "variant_comparison", "FIG4_METHODS",
+           "variant_comparison", "rollout_variant", "correlation_rows", "FIG4_METHODS",
            "FIG4_VARIANTS"]
 
 # ============================================================================================
@@ -70,7 +70,8 @@ _TASK_LABEL = {"sst2": "SST-2", "mnli": "MNLI", "hatexplain": "HateXplain"}
 ROLLOUT_VARIANTS = ("raw", "row-normalised")
 
 
-def _variant(settings) -> str:
+def rollout_variant(settings) -> str:
+    """The rollout variant (:data:`ROLLOUT_VARIANTS`) that ``settings["rollout_normalize"]`` selects."""
     return ROLLOUT_VARIANTS[int(bool(settings["rollout_normalize"]))]
 
 
@@ -90,7 +91,7 @@ def _padded_segments(batch: list[dict], ids) -> dict:
     return {"token_type_ids": tt}
 
 
-def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
+def correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
                       controls=(), seed: int = 0) -> list[dict[tuple[str, str, str], np.ndarray]]:
     """For each example of a padded batch: ``{(rollout variant, method, aggregation): rho per
     layer}``, the Spearman of the [CLS] rows with the true class's gradient × input saliency (one
@@ -158,7 +159,7 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     for task in s["tasks"]:
         bundle, _, examples = ctx.load_inputs(task)
         examples = [dict(ex, _row=i) for i, ex in enumerate(examples)]
-        rhos = batched(ctx, examples, lambda batch: _correlation_rows(
+        rhos = batched(ctx, examples, lambda batch: correlation_rows(
             bundle, batch, methods, level, s["controls"], int(s["seed"])), desc=f"GlobEnc ({task})")
         per: dict[tuple[str, str, str], list[np.ndarray]] = {}
         for i in range(len(examples)):
@@ -172,7 +173,7 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     both = pd.concat(frames, ignore_index=True)
     controls = both[both["rollout"] == "control"]
     both = both[both["rollout"] != "control"].reset_index(drop=True)
-    chosen = both[both["rollout"] == _variant(s)].reset_index(drop=True)
+    chosen = both[both["rollout"] == rollout_variant(s)].reset_index(drop=True)
     return {"result": chosen, "variants": both,
             "controls": controls.drop(columns=["rollout", "aggregation", "layer"])
             .reset_index(drop=True)}
