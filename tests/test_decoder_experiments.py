@@ -19,7 +19,8 @@ import torch
 from cmixlib import InputError, context_mixing
 from cmixlib.methods import decoder as dm
 from cmixlib.forward.decoder import random_decoder, run_decoder
-from cmixlib.metrics.evaluation import alignment_rows, spearman
+from cmixlib.metrics.evaluation import alignment_rows
+from cmixlib.metrics.statistics import spearman
 from cmixlib.experiments import decoder as D
 from cmixlib.experiments import run_experiment
 from tolerances import assert_no_worse_than_baseline

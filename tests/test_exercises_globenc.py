@@ -77,7 +77,7 @@ def test_cls_spearman_cases_separate_the_mistakes():
 @pytest.mark.parametrize("normalize", [False, True])
 def test_reference_cls_spearman_matches_library(normalize):
     from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.metrics.evaluation import spearman_rows
+    from cmixlib.metrics.statistics import spearman_rows
 
     maps = random_raw_maps(5, 7, 3)
     sal = np.random.default_rng(4).random(7)

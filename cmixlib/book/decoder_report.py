@@ -112,7 +112,7 @@ def describe_alignment_comparison(decoder: Mapping[str, float], encoder: Mapping
     of the two orders (3 or more shared methods); and for Value Zeroing and ALTI-Logit (decoder)
     whether they are above the random baseline of their model (at the printed precision:
     rounded to 3 decimals, so equal printed values are "not above")."""
-    from cmixlib.metrics.evaluation import spearman
+    from cmixlib.metrics.statistics import spearman
 
     dec = pd.Series(decoder, dtype=float).dropna()
     enc = pd.Series(encoder, dtype=float).dropna()

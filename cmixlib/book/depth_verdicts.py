@@ -78,7 +78,7 @@ def describe_depth_faithfulness(result: pd.DataFrame, method: str = "value_zeroi
     the layer index is <= -0.5 ("rises" iff >= 0.5, else "no clear trend"); the rollout at layer
     L is compared with the nearness control by :func:`clear_difference` ("below", "above" or
     "level with")."""
-    from cmixlib.metrics.evaluation import spearman
+    from cmixlib.metrics.statistics import spearman
 
     d = pinned_variant(result)
     c = depth_curves(result, method)

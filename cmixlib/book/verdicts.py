@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cmixlib.metrics.evaluation import spearman
+from cmixlib.metrics.statistics import spearman
 from cmixlib.models.loading import DEFAULT_MODEL
 
 

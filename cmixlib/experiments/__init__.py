@@ -81,8 +81,8 @@ from cmixlib.experiments import (alti, alti_layers, decoder, examples, globenc, 
                                  value_zeroing, vz_rollout)
 from cmixlib.experiments.alti import FIG7_METHODS
 from cmixlib.experiments.common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch,
-                                        comparison_table, map_agreement, mean_ci, mlm_target,
-                                        padded_batch, target_rows, target_rows_batch)
+                                        comparison_table, mlm_target, padded_batch, target_rows,
+                                        target_rows_batch)
 from cmixlib.experiments.globenc import FIG4_METHODS, FIG4_VARIANTS, GLOBENC_METHODS
 from cmixlib.experiments.runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment,
                                         RunResult, cache_key, code_version, list_experiments,
@@ -97,8 +97,7 @@ __all__ = ["Experiment", "Context", "RunSpec", "RunResult", "REGISTRY", "registe
            "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",
            "results_root", "cache_key", "comparison_table", "Sources", "Model", "ModelByCondition", "Data", "Inputs",
            "load_condition_mlm", "blimp_sample", "padded_batch",
-           "target_rows_batch", "target_rows", "cls_rows_batch", "mlm_target", "mean_ci",
-           "map_agreement", "align_key_note", "IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE",
+           "target_rows_batch", "target_rows", "cls_rows_batch", "mlm_target", "align_key_note", "IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE",
            "VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "GLOBENC_METHODS",
            "FIG4_METHODS", "FIG4_VARIANTS", "FIG7_METHODS"]
 

@@ -8,11 +8,13 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import (correlation_table, mean_ci, per_example_spearman,
+                                        spearman_to)
 from cmixlib.data import paper_numbers as pn
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.common import (GRADIENT_METHODS, batched, blank_out_rows, cls_rows_batch,
-                                        comparison_table, describe, mean_ci, padded_batch,
+                                        comparison_table, describe, padded_batch,
                                         predicted_classes_batch, target_rows_batch)
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
 from cmixlib.experiments.runner import Context, Experiment
@@ -42,7 +44,7 @@ def fig6_special_ranks(ctx: Context) -> dict[str, pd.DataFrame]:
     for i, ex in enumerate(examples):
         for m in methods:
             per[m].append(ev.special_token_rank(vectors[i][m], ex["tokens"], scheme=s["rank_scheme"]))
-    return {"result": ev.correlation_table(per)}
+    return {"result": correlation_table(per)}
 
 
 FIG6_SPECIAL_RANKS = Experiment(
@@ -109,9 +111,9 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
             t = int(examples[i].get("target_index", 0))           # SST-2: [CLS]
             sc = {**sc, **control_scores(len(ref), t, control_seed(s["seed"], i), s["controls"])}
             for keep in (True, False):
-                for m, rho in ev.spearman_to(ref, sc, exclude=None if keep else [0, -1]).items():
+                for m, rho in spearman_to(ref, sc, exclude=None if keep else [0, -1]).items():
                     per[keep][m].append(rho)
-        tables += [ev.correlation_table(per[keep], task=spec["label"], special="kept" if keep else "dropped")
+        tables += [correlation_table(per[keep], task=spec["label"], special="kept" if keep else "dropped")
                    for keep in (True, False)]
     both = pd.concat(tables, ignore_index=True)
     chosen = both[both["special"] == ("kept" if s["include_special"] else "dropped")]
@@ -185,7 +187,7 @@ def _ig_step_check(bundle_a, bundle_b, ex: dict, cls: int, xa: dict, xb: dict, s
     ra, rb = (_fig7_vectors(b, [ex], [cls], ["integrated_gradients"], ref)[0]["integrated_gradients"]
               for b in (bundle_a, bundle_b))
     ig = "integrated_gradients"
-    rho = lambda u, v: ev.per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
+    rho = lambda u, v: per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
     return {"A": rho(xa[ig], ra), "B": rho(xb[ig], rb),
             "consistency": rho(xa[ig], xb[ig]), "consistency_ref": rho(ra, rb)}
 
@@ -273,7 +275,7 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
         if j < int(s["ig_check"]) and "integrated_gradients" in methods:
             check_rows.append(_ig_step_check(bundle_a, bundle_b, ex, ca, xa, xb, s, excl))
         for m in methods:
-            rho = ev.per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
+            rho = per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
             per[m].append(rho)
             per_rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "predicted": ca, "method": m,
                              "spearman": rho})

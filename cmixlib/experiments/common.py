@@ -1,6 +1,6 @@
 """Plumbing shared by the experiments of all three papers: batching examples by length, the
-target (or [CLS]) row of every method for a padded batch, excluded positions, means with
-t intervals, correlations of maps, and our numbers beside the papers'."""
+target (or [CLS]) row of every method for a padded batch, excluded positions, and our numbers
+beside the papers'. (Means with t intervals and correlations: :mod:`cmixlib.metrics.statistics`.)"""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -8,14 +8,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from cmixlib.metrics import evaluation as ev
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.experiments.spec import RunView
 
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
-           "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
+           "exclude_positions", "comparison_table",
            "describe", "ids_tensor", "predicted_classes_batch", "blank_out_rows", "batched"]
 
 #: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
@@ -235,84 +234,6 @@ def exclude_positions(ex, mode: str | None) -> list[int] | None:
     if "target" in mode:
         ex_pos.append(int(ex["target_index"]))
     return sorted(set(ex_pos))
-
-
-def mean_ci(values, confidence: float) -> dict[str, float]:
-    r"""Mean, population std (as :func:`cmixlib.metrics.evaluation.mean_std`), ``n`` and a two-sided
-    Student-t confidence interval of the mean over the finite values (:func:`scipy.stats.t.interval`):
-
-    .. math:: \bar v \pm t_{(1+c)/2,\; n-1}\, s/\sqrt{n}, \qquad s = \text{sample std (ddof=1)}.
-
-    The bounds are NaN when fewer than 2 values are finite."""
-    from scipy import stats
-
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    out = {"mean": float(v.mean()) if v.size else float("nan"),
-           "std": float(v.std()) if v.size else float("nan"), "n": int(v.size),
-           "ci_low": float("nan"), "ci_high": float("nan"), "confidence": float(confidence)}
-    if v.size >= 2:
-        sem = float(v.std(ddof=1)) / np.sqrt(v.size)
-        if sem > 0:
-            lo, hi = stats.t.interval(confidence, df=v.size - 1, loc=out["mean"], scale=sem)
-        else:
-            lo = hi = out["mean"]
-        out["ci_low"], out["ci_high"] = float(lo), float(hi)
-    return out
-
-
-def correlate(a, b, kind: str) -> float:
-    """Pearson's r (:func:`scipy.stats.pearsonr`) or Spearman's rho of two vectors over their
-    finite entries; NaN when fewer than 2 remain or either is constant."""
-    from scipy.stats import pearsonr
-
-    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
-    ok = np.isfinite(a) & np.isfinite(b)
-    a, b = a[ok], b[ok]
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    if kind == "pearson":
-        return float(pearsonr(a, b).statistic)
-    return ev.spearman(a, b)
-
-
-def map_agreement(method_map: np.ndarray, reference_map: np.ndarray, *, correlation: str = "pearson",
-                  unit: str = "row", diagonal: bool = True) -> float:
-    r"""Agreement of one layer's ``(n, n)`` attribution map with a reference map (e.g. HTA).
-
-    ``unit="row"``: :math:`\frac{1}{n}\sum_i \mathrm{corr}(M_{i,:}, R_{i,:})`, the mean over output
-    tokens i of the correlation of their rows (GlobEnc's code correlates the maps row by row, "per
-    attender"; rows whose correlation is undefined are skipped). A row correlation is unchanged by
-    scaling a row, so row normalisation of either map does not matter. ``unit="map"``: one
-    correlation of the two flattened maps. ``correlation``: ``"pearson"`` (the caption of GlobEnc's
-    Figure 4) or ``"spearman"``. ``diagonal=False`` leaves out the entries j = i (a token's own
-    residual share, which dominates both maps), so that only how the rest is spread is compared.
-    """
-    if correlation not in ("pearson", "spearman"):
-        raise ValueError(f"correlation must be 'pearson' or 'spearman', not {correlation!r}")
-    if unit not in ("row", "map"):
-        raise ValueError(f"unit must be 'row' or 'map', not {unit!r}")
-    m, r = np.asarray(method_map, dtype=float), np.asarray(reference_map, dtype=float)
-    if m.shape != r.shape or m.ndim != 2:
-        raise ValueError(f"expected two (n, n) maps of the same shape, got {m.shape} and {r.shape}")
-    keep = np.ones(m.shape, dtype=bool) if diagonal else ~np.eye(m.shape[0], dtype=bool)
-    if unit == "map":
-        return correlate(m[keep], r[keep], correlation)
-    n = m.shape[0]
-    mr, rr = m[keep].reshape(n, -1), r[keep].reshape(n, -1)      # the kept entries, row by row
-    rows = _row_correlations(mr, rr, correlation)
-    rows = rows[np.isfinite(rows)]
-    return float(np.mean(rows)) if rows.size else float("nan")
-
-
-def _row_correlations(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
-    """:func:`correlate` of every row pair ``a[i], b[i]`` at once: NaN where a row has a
-    non-finite entry, fewer than 2 entries, or is constant (rows with non-finite entries go
-    through :func:`correlate` one by one, which drops those entries)."""
-    out = (ev.spearman_rows if kind == "spearman" else ev.pearson_rows)(a, b)
-    odd = ~(np.isfinite(a).all(-1) & np.isfinite(b).all(-1))
-    for i in np.flatnonzero(odd):
-        out[i] = correlate(a[i], b[i], kind)
-    return out
 
 
 def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,

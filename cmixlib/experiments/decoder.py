@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import correlation_table, spearman_to
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.validation import InputError
 from cmixlib.experiments.runner import Context, Experiment
@@ -407,7 +408,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                 if cues:
                     align += [dict(r, exclude=mode, uid=ex["uid"]) for r in ev.alignment_rows(
                         layer, cues, example_id=i, exclude=exclude_for(mode), ties=s["ties"])]
-                rho[mode][i] = ev.spearman_to(bo[i], glob, exclude=exclude_for(mode))
+                rho[mode][i] = spearman_to(bo[i], glob, exclude=exclude_for(mode))
     timing["maps_s"] = time.perf_counter() - t0
     timing["cpu_s"] = time.process_time() - cpu0       # this process's CPU time (wall: shared)
     ctx.info["timing"] = {k: round(v, 2) for k, v in timing.items()}
@@ -421,7 +422,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     by_paradigm = ev.aggregate_alignment(align_df, by=("exclude", "uid", "method", "layer"))
     alignment_drops = (pd.DataFrame(cue_kept, columns=["uid", "reason"]).value_counts(sort=False)
                        .rename("pairs").reset_index())
-    faith = pd.concat([ev.correlation_table({m: [r[i][m] for i in sorted(r)]
+    faith = pd.concat([correlation_table({m: [r[i][m] for i in sorted(r)]
                                              for m in DECODER_GLOBAL_METHODS}, exclude=mode)
                        for mode, r in rho.items()], ignore_index=True)
     nf = pd.DataFrame(norms, columns=["example", "layer", "bos", "others"])

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import map_agreement, mean_ci, mean_std, spearman, spearman_rows
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.common import (batched, comparison_table, ids_tensor, map_agreement,
-                                        mean_ci, padded_batch)
+from cmixlib.experiments.common import batched, comparison_table, ids_tensor, padded_batch
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
 from cmixlib.experiments.runner import Context, Experiment
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
@@ -126,14 +125,14 @@ def correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
             rows[(m, "row-normalised")] = rollout(normalize_rows(maps[b][m]), add_identity=False,
                                                   normalize=True, rows=[0])[:, 0]
         L = maps[b][methods[0]].shape[0]
-        rhos = ev.spearman_rows(np.concatenate(list(rows.values())), ref)
+        rhos = spearman_rows(np.concatenate(list(rows.values())), ref)
         got = {key: rhos[k * L:(k + 1) * L] for k, key in enumerate(rows)}
         for m in methods:
             for variant in ROLLOUT_VARIANTS:
                 rho[(variant, m, "rollout")] = got[(m, variant)]
                 rho[(variant, m, "individual")] = got[(m, "individual")]
         for c, sc in control_scores(n, 0, control_seed(seed, ex.get("_row", b)), controls).items():
-            rho[("control", c, "control")] = np.array([ev.spearman(sc, ref)])
+            rho[("control", c, "control")] = np.array([spearman(sc, ref)])
         out.append(rho)
     return out
 
@@ -166,7 +165,7 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
             for key, v in rhos[i].items():
                 per.setdefault(key, []).append(v)
         rows = [{"task": _TASK_LABEL[task], "rollout": variant, "method": m, "aggregation": agg,
-                 "layer": layer + 1, **ev.mean_std(v[:, layer])}
+                 "layer": layer + 1, **mean_std(v[:, layer])}
                 for (variant, m, agg), vals in per.items() for v in [np.stack(vals)]
                 for layer in range(v.shape[1])]
         frames.append(pd.DataFrame(rows))
@@ -229,7 +228,7 @@ def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     for the first ``limit`` dev sentences (with ``max_tokens``, only those of at most that many
     tokens, [CLS]/[SEP] included; None: no cap; GlobEnc: the first 256), each layer's HTA × input map (:func:`cmixlib.methods.hta.hta`,
     c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
-    ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
+    ``methods`` (no rollout) by :func:`~cmixlib.metrics.statistics.map_agreement` with ``correlation`` (Pearson, as the caption),
     in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
     the whole un-normalised maps, all rows and columns, [CLS]/[SEP] and the diagonal included). Per
     layer: mean over sentences with a two-sided ``confidence`` t interval (the figure shows 99%

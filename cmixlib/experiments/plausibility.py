@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import plausibility as pl
+from cmixlib.metrics.statistics import mean_ci
 from cmixlib.methods.registry import ROLLOUT_PREFIX
-from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch,
+from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, padded_batch,
                                         predicted_classes_batch)
 from cmixlib.experiments.runner import Context, Experiment
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
@@ -128,7 +129,7 @@ def plausibility(ctx: Context) -> dict[str, pd.DataFrame]:
     ``[SEP]`` belong to no word), then AUPRC, token F1 and IOU F1 against the rationale (top
     :math:`k = |\text{rationale}|` words; :mod:`cmixlib.metrics.plausibility`). Frame ``result``: per
     method, the mean over all evaluated posts with a two-sided ``confidence`` t interval
-    (:func:`mean_ci`); ``subsets``: the same for :data:`SUBSETS`; ``per_post``: every score."""
+    (:func:`~cmixlib.metrics.statistics.mean_ci`); ``subsets``: the same for :data:`SUBSETS`; ``per_post``: every score."""
     s = ctx.settings
     methods = list(s["methods"])
     unknown = [m for m in methods if m not in PLAUSIBILITY_METHODS]
@@ -193,7 +194,7 @@ def describe_most_plausible(result: pd.DataFrame, metric: str = "auprc",
     intervals *overlap* when :math:`\text{low}_{top} \le \text{high}_{runner-up}`. Overlapping
     intervals do not show the two equal; separate ones show the top method ahead at that
     confidence. With ``per_post`` (frame ``per_post``), the sentence adds the mean paired
-    difference per post with its t interval (:func:`mean_ci`, the result's confidence)."""
+    difference per post with its t interval (:func:`~cmixlib.metrics.statistics.mean_ci`, the result's confidence)."""
     from cmixlib.methods.registry import method_label
 
     if metric not in METRICS:

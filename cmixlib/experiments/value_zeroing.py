@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import correlation_table, spearman, spearman_rows, spearman_to
 from cmixlib.data import paper_numbers as pn
 from cmixlib.forward.batching import length_batches
 from cmixlib.methods.value_zeroing import value_zeroing_variant_maps
@@ -121,7 +122,7 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
                 if "cosine" in maps:
                     agree += [{"example": i, "variant": v, "layer": layer, "spearman": rho}
                               for v in maps for layer, rho in
-                              enumerate(ev.spearman_rows(maps[v], maps["cosine"]))]
+                              enumerate(spearman_rows(maps[v], maps["cosine"]))]
             bar.update(len(idx))
     per_ex = pd.DataFrame(rows).sort_values("example", kind="stable").rename(columns={"method": "variant"})
     agg = ev.aggregate_alignment(per_ex, by=("variant", "layer"))
@@ -212,7 +213,7 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
         g = g.sort_values("layer")
         x = g["mean"].to_numpy()
         y = np.array([c[k + 1] for k in g["layer"]])
-        rows.append({"condition": s["condition"], "method": m, "spearman": ev.spearman(x, y),
+        rows.append({"condition": s["condition"], "method": m, "spearman": spearman(x, y),
                      "n_layers": len(x), "alignment_metric": s["alignment_metric"]})
     return {"result": pd.DataFrame(rows), "compression": comp}
 
@@ -258,8 +259,8 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
         bo = blanked[i]
         for mode in modes:
             excl = exclude_positions(ex, mode)
-            rho[mode][i] = ev.spearman_to(bo, sc, exclude=excl)
-    tables = {mode: ev.correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
+            rho[mode][i] = spearman_to(bo, sc, exclude=excl)
+    tables = {mode: correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
                                          condition=s["condition"])
               for mode, r in rho.items()}
     exclusion = pd.concat([t.assign(exclude=mode) for mode, t in tables.items()], ignore_index=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import mean_std, spearman_rows
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
@@ -93,13 +93,13 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
                 for rep, bo in zip(s["replacements"], bos):
                     for mode in s["excludes"]:
                         keep = np.setdiff1d(np.arange(n), exclude_positions(ex, mode) or [])
-                        r = ev.spearman_rows(mat[:, keep], bo[keep])
+                        r = spearman_rows(mat[:, keep], bo[keep])
                         for key, v in zip(keys, r):
                             rho.setdefault((*key, rep, mode), []).append(float(v))
                 # the rows and the first blank-out against nearness, and by offset from t
                 rows = np.concatenate([mat[:-1], bos[0][None]])       # drops the nearness row
                 keep = np.setdiff1d(np.arange(n), exclude_positions(ex, s["excludes"][0]) or [])
-                for key, v in zip(near_keys, ev.spearman_rows(rows[:, keep], mat[-1, keep])):
+                for key, v in zip(near_keys, spearman_rows(rows[:, keep], mat[-1, keep])):
                     near.setdefault(key, []).append(float(v))
                 j = t + np.arange(-K, K + 1)
                 ok = (j >= 1) & (j <= n - 2)                          # words, not [CLS]/[SEP]
@@ -115,7 +115,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
                     ent.setdefault(key, []).append(float(h))
             bar.update(len(idx))
     cols = ["method", "aggregation", "layer", "replacement", "exclude"]
-    result = pd.DataFrame([{**dict(zip(cols, k)), **ev.mean_std(v)} for k, v in rho.items()])
+    result = pd.DataFrame([{**dict(zip(cols, k)), **mean_std(v)} for k, v in rho.items()])
     result.insert(0, "condition", s["condition"])
     profile = pd.DataFrame([{"condition": s["condition"], "rows": where, "method": m,
                              "layer": layer + 1, "offset": k - K,
@@ -128,7 +128,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     entropy = pd.DataFrame([{"condition": s["condition"], "method": k[0], "aggregation": k[1],
                              "layer": k[2], "entropy": float(np.mean(v))} for k, v in ent.items()])
     kcols = ["method", "aggregation", "layer"]
-    nearness = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, k)), **ev.mean_std(v)}
+    nearness = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, k)), **mean_std(v)}
                              for k, v in near.items()])
     row_profile = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, key)),
                                  "offset": k - K, "weight": row_sum[a, k] / row_cnt[k]
