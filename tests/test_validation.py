@@ -447,7 +447,7 @@ def test_aggregation_accepts_lists_tensors_and_nan_rows():
 
 
 def test_runs_and_devices_accept_their_valid_forms():
-    exp = runner.REGISTRY["globenc-fig5-ln-outliers"]
+    exp = cmixlib.experiments.REGISTRY["globenc-fig5-ln-outliers"]
     assert runner._check_settings(exp, {"sigma": 3, "outliers": "union"}) == {"sigma": 3, "outliers": "union"}
     assert runner._check_settings(exp, {"sigma": None}) == {"sigma": None}
     assert resolve_device(" CPU ") == resolve_device(torch.device("cpu")) == torch.device("cpu")

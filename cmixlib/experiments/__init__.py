@@ -84,9 +84,10 @@ from cmixlib.experiments.common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, 
                                         comparison_table, mlm_target, padded_batch, target_rows,
                                         target_rows_batch)
 from cmixlib.experiments.globenc import FIG4_METHODS, FIG4_VARIANTS, GLOBENC_METHODS
-from cmixlib.experiments.runner import (PRESENTATION_MODULES, REGISTRY, Context, Experiment,
-                                        RunResult, cache_key, code_version, list_experiments,
-                                        presentation_files, register, results_root, run_experiment)
+from cmixlib.experiments.declaration import REGISTRY, Experiment, register
+from cmixlib.experiments.result_cache import (PRESENTATION_MODULES, cache_key, code_version,
+                                              presentation_files, results_root)
+from cmixlib.experiments.runner import Context, RunResult, list_experiments, run_experiment
 from cmixlib.experiments.sources import (Data, Inputs, Model, ModelByCondition, Sources,
                                          blimp_sample, load_condition_mlm)
 from cmixlib.experiments.spec import RunSpec

@@ -17,7 +17,8 @@ from cmixlib.experiments.common import (GRADIENT_METHODS, batched, blank_out_row
                                         comparison_table, describe, padded_batch,
                                         predicted_classes_batch, target_rows_batch)
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          ModelByCondition)
 

@@ -18,7 +18,8 @@ import pandas as pd
 
 from cmixlib.methods.aggregation import normalize_rows, rollout, row_spread
 from cmixlib.experiments.common import batched, padded_batch
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
 
 __all__ = ["FIGS8_10", "FIGS8_10_METHODS", "homogeneity", "special_mass", "figs8_10_claims",

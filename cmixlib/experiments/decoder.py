@@ -44,7 +44,8 @@ from cmixlib.metrics import evaluation as ev
 from cmixlib.metrics.statistics import correlation_table, spearman_to
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.validation import InputError
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import Sources, blimp_sample
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",

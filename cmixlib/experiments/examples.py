@@ -27,7 +27,8 @@ from cmixlib import data
 from cmixlib.data import load_spacy
 from cmixlib.data.blimp_rules import annotate_pair
 from cmixlib.experiments.globenc import correlation_rows, rollout_variant
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs,
                                           experiment_settings, find_example, predicted_classes,
                                           target_probabilities, text_example)

@@ -10,7 +10,8 @@ from cmixlib.metrics.statistics import map_agreement, mean_ci, mean_std, spearma
 from cmixlib.data import paper_numbers as pn
 from cmixlib.experiments.common import batched, comparison_table, ids_tensor, padded_batch
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          whole_split)
 

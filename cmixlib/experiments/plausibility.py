@@ -12,7 +12,8 @@ from cmixlib.metrics.statistics import mean_ci
 from cmixlib.methods.registry import ROLLOUT_PREFIX
 from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, padded_batch,
                                         predicted_classes_batch)
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
 
 __all__ = ["PLAUSIBILITY", "PLAUSIBILITY_METHODS", "METRICS", "SUBSETS", "attribution_rows",

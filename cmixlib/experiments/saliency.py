@@ -28,7 +28,8 @@ import torch
 
 from cmixlib.experiments.common import (GRADIENT_METHODS, cls_rows_batch, ids_tensor, mlm_target,
                                         target_rows_batch)
-from cmixlib.experiments.runner import REGISTRY, Context
+from cmixlib.experiments.declaration import REGISTRY
+from cmixlib.experiments.runner import Context
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.gradients import ClassTarget, MLMTarget, ScoreModule, blank_out, target_tensors
 from cmixlib.methods import dispatch as core

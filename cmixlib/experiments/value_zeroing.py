@@ -14,7 +14,8 @@ from cmixlib.forward.batching import length_batches
 from cmixlib.methods.value_zeroing import value_zeroing_variant_maps
 from cmixlib.experiments.common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
                                         comparison_table, exclude_positions, padded_batch)
-from cmixlib.experiments.runner import Context, Experiment, run_experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context, run_experiment
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
 
 __all__ = ["VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "CUE_ALIGNMENT",

@@ -11,7 +11,8 @@ from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
 from cmixlib.experiments.common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS
 from cmixlib.experiments.value_zeroing import MLM_ON_BLIMP
 
