@@ -53,7 +53,7 @@ alti-fig7-consistency          Spearman between two models' attributions    2 SS
 globenc-fig4-hta               Pearson of N-Res/N-ResLN/N-Enc with HTA ×    SST-2 classifier*     globenc
                                input per layer, GlobEnc Figure 4 (99% CI)   (closed-form
                                                                             Jacobian blocks)
-alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti
+alti-fig3-anisotropy           mean pairwise cosine per layer of token      SST-2 classifier*     alti_anisotropy
                                representations, transformed vectors and     (or the encoder)
                                attention-block outputs, ALTI Figure 3
 hatexplain-plausibility        plausibility of [CLS] attributions against   HateXplain            plausibility
@@ -77,8 +77,8 @@ first use for another checkpoint without such a head. ``--limit`` keeps the firs
 from __future__ import annotations
 
 from cmixlib.cache import CACHE_ENV_VAR  # noqa: F401  (re-exported)
-from cmixlib.experiments import (alti, alti_layers, decoder, examples, globenc, plausibility,
-                                 value_zeroing, vz_rollout)
+from cmixlib.experiments import (alti, alti_anisotropy, alti_layers, decoder, examples, globenc,
+                                 plausibility, value_zeroing, vz_rollout)
 from cmixlib.experiments.alti import FIG7_METHODS
 from cmixlib.experiments.common import (BATCH_SIZE, GRADIENT_METHODS, IG_STEPS, cls_rows_batch,
                                         comparison_table, mlm_target, padded_batch, target_rows,
@@ -106,7 +106,7 @@ __all__ = ["Experiment", "Context", "RunSpec", "RunResult", "REGISTRY", "registe
 for _experiment in (globenc.LN_OUTLIERS, alti.FIG6_SPECIAL_RANKS, value_zeroing.CUE_ALIGNMENT,
                     value_zeroing.DISTANCE_ABLATION, value_zeroing.MDL_PROBING,
                     value_zeroing.FAITHFULNESS, alti.TABLE2, globenc.CORRELATIONS,
-                    alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT, alti.FIG3_ANISOTROPY):
+                    alti.FIG7_CONSISTENCY, globenc.HTA_AGREEMENT, alti_anisotropy.FIG3_ANISOTROPY):
     register(_experiment)
 register(plausibility.PLAUSIBILITY)        # beyond the papers
 register(decoder.DECODER_BLIMP)            # beyond the papers: a decoder LM (chapter 16)

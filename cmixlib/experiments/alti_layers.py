@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.methods.aggregation import normalize_rows, rollout, row_spread
-from cmixlib.experiments.common import batched, padded_batch
+from cmixlib.experiments.common import batched, pad_id, padded_batch
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
@@ -61,7 +61,7 @@ def relevance_maps(bundle, batch: list[dict]) -> list[dict[str, np.ndarray]]:
     forward; norm rollout = row-normalised rollout of N-ResLN without identity, as Table 2)."""
     from cmixlib.methods import dispatch as core
 
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     maps = core.context_mixing(bundle.model, bundle.tokenizer,
                                {"input_ids": ids, "attention_mask": mask},
                                methods=["attention_rollout", "attn_norm_res_ln", "alti"])

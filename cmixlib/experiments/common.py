@@ -3,19 +3,21 @@ target (or [CLS]) row of every method for a padded batch, excluded positions, an
 beside the papers'. (Means with t intervals and correlations: :mod:`cmixlib.metrics.statistics`.)"""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.models.arch import num_layers
+from cmixlib.models.loading import model_device
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.experiments.spec import RunView
 
-__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
+__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "pad_id", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
            "exclude_positions", "comparison_table",
-           "describe", "ids_tensor", "predicted_classes_batch", "blank_out_rows", "batched"]
+           "describe", "ids_tensor", "predicted_classes", "blank_out_rows", "batched"]
 
 #: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
 #: one pass through the layers above l for every step and layer, the largest share of
@@ -39,6 +41,13 @@ BLANK_OUT_TOKENS = 2048
 BATCH_SIZE = 32
 
 
+def pad_id(tokenizer) -> int:
+    """The id the experiments pad batches with: the tokenizer's ``pad_token_id``, 0 when it has
+    none (or no tokenizer is given); padded positions are masked, so the value does not change
+    a result."""
+    return int(getattr(tokenizer, "pad_token_id", None) or 0)
+
+
 def describe(bundle, info: dict | None = None) -> str:
     """The bundle's description (its ``describe()``, else its name), with the accuracy in ``info``."""
     text = bundle.describe() if hasattr(bundle, "describe") else str(getattr(bundle, "name", bundle))
@@ -47,10 +56,8 @@ def describe(bundle, info: dict | None = None) -> str:
     return text
 
 
-def ids_tensor(ex) -> "Any":
+def ids_tensor(ex) -> torch.Tensor:
     """``(1, n)`` long tensor of one example's ``input_ids``."""
-    import torch
-
     return torch.as_tensor([list(ex["input_ids"])], dtype=torch.long)
 
 
@@ -64,7 +71,7 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     from cmixlib.gradients import MLMTarget
     from cmixlib.gradients.erasure import blank_out_batch
 
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
                for ex in batch]
     bo = blank_out_batch(bundle.model, ids, targets, attention_mask=mask, replacement=replacement,
@@ -73,19 +80,20 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     return [row[:len(ex["input_ids"])] for row, ex in zip(bo, batch)]
 
 
-def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
-    r"""The class a sequence classifier predicts for each example of a padded batch,
-    :math:`\arg\max_c z_c` (one forward; padding is masked, so it equals the prediction for each
-    example alone up to float rounding)."""
-    import torch
-
-    from cmixlib.models.loading import model_device
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+@torch.no_grad()
+def predicted_classes(bundle, examples: Sequence[dict]) -> np.ndarray:
+    r"""The class a sequence classifier predicts for each example, :math:`\arg\max_c z_c`, in
+    the examples' order: one right-padded forward per length batch of :data:`BATCH_SIZE`
+    (:func:`cmixlib.forward.batching.length_batches`; a batch the experiments hand over is
+    already one such batch, run as it is). Padding is masked, so each prediction equals that
+    of the example alone up to float rounding."""
     dev = model_device(bundle.model)
-    with torch.no_grad():
-        logits = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-    return logits.argmax(-1).tolist()
+    out = np.zeros(len(examples), dtype=np.int64)
+    for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
+        ids, mask = padded_batch([examples[i] for i in idx], pad_id(bundle.tokenizer))
+        res = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev))
+        out[idx] = (res.logits if hasattr(res, "logits") else res[0]).argmax(-1).cpu().numpy()
+    return out
 
 
 def mlm_target(ex, settings: Mapping):
@@ -122,7 +130,7 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
 
     model, tok = bundle.model, bundle.tokenizer
     lengths = [len(ex["input_ids"]) for ex in exs]
-    ids, mask = padded_batch(exs, getattr(tok, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(exs, pad_id(tok))
     pos = [int(ex["target_index"]) for ex in exs]
     out: list[dict[str, np.ndarray]] = [{} for _ in exs]
     cm_methods = [m for m in methods if m in core.METHODS]
@@ -210,7 +218,7 @@ def cls_rows_batch(bundle, batch: list[dict], methods: list[str],
            if mix else [{} for _ in batch])
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:
-        ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+        ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
         kw = {k: settings[s] for s, k in (("ig_steps", "n_steps"), ("grad_aggregate", "aggregate"))
               if s in settings}
         res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),

@@ -29,8 +29,9 @@ from cmixlib.data.blimp_rules import annotate_pair
 from cmixlib.experiments.globenc import correlation_rows, rollout_variant
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
+from cmixlib.experiments.common import predicted_classes
 from cmixlib.experiments.saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs,
-                                          experiment_settings, find_example, predicted_classes,
+                                          experiment_settings, find_example,
                                           target_probabilities, text_example)
 from cmixlib.methods.registry import method_label
 from cmixlib.training.classifiers import LABELS

@@ -8,7 +8,8 @@ import pandas as pd
 
 from cmixlib.metrics.statistics import map_agreement, mean_ci, mean_std, spearman, spearman_rows
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.common import batched, comparison_table, ids_tensor, padded_batch
+from cmixlib.experiments.common import (batched, comparison_table, ids_tensor, pad_id,
+                                        padded_batch)
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
@@ -103,7 +104,7 @@ def correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
     from cmixlib.methods.aggregation import normalize_rows, rollout
     from cmixlib.gradients import ClassTarget, batch_attribute
 
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     extras = _padded_segments(batch, ids)
     targets = [ClassTarget(int(ex["label"])) for ex in batch]
     sal = batch_attribute(bundle.model, ids, targets, "grad_x_input_l2", level,

@@ -10,8 +10,8 @@ import pandas as pd
 from cmixlib.metrics import plausibility as pl
 from cmixlib.metrics.statistics import mean_ci
 from cmixlib.methods.registry import ROLLOUT_PREFIX
-from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, padded_batch,
-                                        predicted_classes_batch)
+from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, pad_id, padded_batch,
+                                        predicted_classes)
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
@@ -58,9 +58,9 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
     from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
 
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     lengths = [len(ex["input_ids"]) for ex in batch]
-    predicted = predicted_classes_batch(bundle, batch)
+    predicted = predicted_classes(bundle, batch).tolist()
     out: list[dict[str, np.ndarray]] = [{} for _ in batch]
     rolled = [m for m in methods if m.startswith(ROLLOUT_PREFIX)]
     full = sorted({m for m in methods if m in core.METHODS and m != "attention_flow"}

@@ -10,7 +10,8 @@ what those figures need beyond the methods themselves:
   run loads them, so that a figure of one sentence uses the run's cached model;
 * :func:`text_example`, :func:`find_example`, :func:`select_examples`, :data:`PAPER_SENTENCES`:
   examples typed from a paper, found in our data, or chosen by a stated rule;
-* :func:`predicted_classes`, :func:`target_probabilities`: what the model predicts for them;
+* :func:`target_probabilities` (and :func:`cmixlib.experiments.common.predicted_classes`): what
+  the model predicts for them;
 * :func:`example_rows`: the target row of several methods for one example, :math:`s^m_j` for
   every method :math:`m` and token :math:`j` (the ``[CLS]`` row of a classifier, the ``[MASK]``
   row of an MLM), computed by :func:`cmixlib.experiments.common.cls_rows_batch`,
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from cmixlib.experiments.common import (GRADIENT_METHODS, cls_rows_batch, ids_tensor, mlm_target,
-                                        target_rows_batch)
+                                        pad_id, target_rows_batch)
 from cmixlib.experiments.declaration import REGISTRY
 from cmixlib.experiments.runner import Context
 from cmixlib.forward.batching import length_batches, pad_sequences
@@ -38,7 +39,7 @@ from cmixlib.methods.dispatch import METHODS
 from cmixlib.models.loading import default_model_name, model_device
 
 __all__ = ["PAPER_SENTENCES", "ALTI_GRADIENTS", "experiment_settings", "experiment_inputs",
-           "text_example", "find_example", "select_examples", "predicted_classes",
+           "text_example", "find_example", "select_examples",
            "target_probabilities", "example_rows", "rollout_maps"]
 
 #: Example sentences typed from the papers' tables where our data does not hold them. ALTI's SST-2
@@ -170,7 +171,7 @@ def select_examples(examples: Sequence[dict], k: int, *, min_tokens: int = 0,
 def _per_batch(bundle, examples: Sequence[dict], score, size: int = 32) -> np.ndarray:
     """``score(chunk, ids, mask) -> (B,)`` over length-sorted padded batches of ``examples``
     (:func:`cmixlib.forward.batching.length_batches`), returned in the examples' order."""
-    pad = int(getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    pad = pad_id(bundle.tokenizer)
     device = model_device(bundle.model)
     out = np.zeros(len(examples))
     for idx in length_batches([len(ex["input_ids"]) for ex in examples], size):
@@ -178,16 +179,6 @@ def _per_batch(bundle, examples: Sequence[dict], score, size: int = 32) -> np.nd
         ids, mask = pad_sequences([ex["input_ids"] for ex in chunk], pad, device)
         out[idx] = score(chunk, ids, mask).detach().to("cpu", torch.float64).numpy()
     return out
-
-
-@torch.no_grad()
-def predicted_classes(bundle, examples: Sequence[dict]) -> np.ndarray:
-    r"""The class a sequence classifier predicts for each example, :math:`\arg\max_c z_c`."""
-    def argmax(chunk, ids, mask):
-        out = bundle.model(input_ids=ids, attention_mask=mask)
-        return (out.logits if hasattr(out, "logits") else out[0]).argmax(-1)
-
-    return _per_batch(bundle, examples, argmax).astype(np.int64)
 
 
 @torch.no_grad()

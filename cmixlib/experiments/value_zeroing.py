@@ -13,7 +13,8 @@ from cmixlib.data import paper_numbers as pn
 from cmixlib.forward.batching import length_batches
 from cmixlib.methods.value_zeroing import value_zeroing_variant_maps
 from cmixlib.experiments.common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
-                                        comparison_table, exclude_positions, padded_batch)
+                                        comparison_table, exclude_positions, pad_id,
+                                        padded_batch)
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context, run_experiment
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
@@ -112,7 +113,7 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
     with ctx.tqdm(None, total=len(examples), desc=f"VZ distances ({s['condition']})") as bar:
         for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
             batch = [examples[i] for i in idx]
-            ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+            ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
             targets = [int(ex["target_index"]) for ex in batch]
             per_example = value_zeroing_variant_maps(bundle.model, ids, mask, [[t] for t in targets],
                                                      variants=variants)
@@ -159,7 +160,7 @@ def _mask_states(bundle, examples, ctx) -> np.ndarray:
     batch (the real positions of a padded row equal the unpadded forward's up to rounding)."""
     import torch
 
-    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
+    pad = pad_id(bundle.tokenizer)
     device = next(bundle.model.parameters()).device  # the ids go where the model is (CUDA too)
     feats: list[np.ndarray] = [None] * len(examples)  # type: ignore[list-item]
     with torch.no_grad(), ctx.tqdm(None, total=len(examples), desc="hidden states") as bar:

@@ -10,7 +10,8 @@ from cmixlib.metrics.statistics import mean_std, spearman_rows
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
-from cmixlib.experiments.common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
+from cmixlib.experiments.common import (BATCH_SIZE, blank_out_rows, exclude_positions, pad_id,
+                                        padded_batch)
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS
@@ -82,7 +83,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     with ctx.tqdm(None, total=len(examples), desc=f"rollout depth ({s['condition']})") as bar:
         for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
             batch = [examples[i] for i in idx]
-            ids, mask = padded_batch(batch, getattr(tok, "pad_token_id", None) or 0)
+            ids, mask = padded_batch(batch, pad_id(tok))
             maps = core.context_mixing(bundle.model, tok, {"input_ids": ids, "attention_mask": mask},
                                        methods=bases, normalize=False)
             blanked = [blank_out_rows(bundle, batch, rep) for rep in s["replacements"]]

@@ -118,7 +118,8 @@ def baseline_rows(sentence: dict[str, Any], ids: list[int], mlm, clf,
     for a sentence with ``target_word``/``foil_word`` (:math:`\\sigma(z_t - z_f)`), with the
     classifier ``clf`` at ``[CLS]`` for the class it predicts for an ``sst2`` sentence. Only when
     that model tokenizes the sentence into ``ids`` (the map's tokens)."""
-    from cmixlib.experiments.saliency import example_rows, predicted_classes, text_example
+    from cmixlib.experiments.common import predicted_classes
+    from cmixlib.experiments.saliency import example_rows, text_example
 
     text = sentence["text"]
     if sentence.get("target_word") and mlm is not None:

@@ -1,6 +1,6 @@
 """The tests of ALTI's claims (``alti.json``), each on the book's runs; the docstrings state
 the rules. ALTI Figure 3's and Figures 8-10's claim rules stay where the runs' code is
-(:func:`cmixlib.experiments.alti.fig3_claims`,
+(:func:`cmixlib.experiments.alti_anisotropy.fig3_claims`,
 :func:`cmixlib.experiments.alti_layers.figs8_10_claims`): moving them would change those runs'
 code version (:func:`cmixlib.experiments.code_version`) and recompute them; the tests here call
 them.
@@ -159,7 +159,7 @@ def alti_fig3_close_to_one() -> Outcome:
     :data:`CLOSE_TO_ONE` in every layer. The authors' repository's BERT values are printed
     beside (they are the same quantity)."""
     from cmixlib.data import paper_numbers as pn
-    from cmixlib.experiments.alti import fig3_repo_frame
+    from cmixlib.experiments.alti_anisotropy import fig3_repo_frame
 
     res = _run("alti-fig3")
     r = res.result
@@ -186,8 +186,8 @@ def alti_fig3_close_to_one() -> Outcome:
 
 def alti_fig3_rules() -> Outcome:
     """The other claims of §3 about Figure 3, by
-    :func:`cmixlib.experiments.alti.fig3_claims` (every one must hold)."""
-    from cmixlib.experiments.alti import fig3_claims
+    :func:`cmixlib.experiments.alti_anisotropy.fig3_claims` (every one must hold)."""
+    from cmixlib.experiments.alti_anisotropy import fig3_claims
 
     c = fig3_claims(_run("alti-fig3").result)
     return Outcome("holds" if c.all() else "fails",
