@@ -21,6 +21,8 @@ from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          ModelByCondition)
+from cmixlib.gradients import ClassTarget, GRADIENT_METHODS as ATTRIBUTION_METHODS, batch_attribute
+from cmixlib.methods import dispatch as core
 
 __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "FIG7_METHODS",
            "describe_ig_check"]
@@ -152,10 +154,6 @@ def _fig7_vectors(bundle, batch: list[dict], classes: list[int], methods: list[s
     """For each sentence of a padded batch, final-layer [CLS] rows of context-mixing methods and
     input-level gradient attributions of the probability of its class in ``classes`` (ALTI's
     convention: the predicted class)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.gradients import (GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget,
-                                   batch_attribute)
-
     ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     lengths = [len(ex["input_ids"]) for ex in batch]
     out: list[dict[str, np.ndarray]] = [{} for _ in batch]
@@ -233,9 +231,6 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     With ``ig_check`` > 0, the first ``ig_check`` compared sentences also get IG with
     ``ig_check_steps`` steps (the authors' code: 100): frame ``ig_check`` gives the Spearman of
     each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
-
     s = ctx.settings
     methods = list(s["methods"])
     bad = [m for m in methods if m not in core.METHODS and m not in ATTRIBUTION_METHODS]

@@ -13,6 +13,10 @@ from cmixlib.models.arch import num_layers
 from cmixlib.models.loading import model_device
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.experiments.spec import RunView
+from cmixlib.gradients import ClassTarget, MLMTarget, batch_attribute, random_scores
+from cmixlib.gradients.erasure import blank_out_batch
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import rollout
 
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "pad_id", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
@@ -68,9 +72,6 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     equal to :func:`cmixlib.gradients.blank_out` of each example alone up to float rounding. The
     sequences (each example and its erased copies) run about :data:`BLANK_OUT_TOKENS` tokens per
     forward."""
-    from cmixlib.gradients import MLMTarget
-    from cmixlib.gradients.erasure import blank_out_batch
-
     ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
                for ex in batch]
@@ -98,8 +99,6 @@ def predicted_classes(bundle, examples: Sequence[dict]) -> np.ndarray:
 
 def mlm_target(ex, settings: Mapping):
     """The :class:`cmixlib.gradients.MLMTarget` of a BLiMP/SVA example (``grad_score`` setting)."""
-    from cmixlib.gradients import MLMTarget
-
     return MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
                      None if ex.get("foil_id") is None else int(ex["foil_id"]),
                      score=settings.get("grad_score", "prob"))
@@ -124,10 +123,6 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS`,
     ``"random"`` (uniform, seeded per example with ``seeds``) and ``"nearness"``
     (``-|j - t|``, t the target position; the same in every layer)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.gradients import batch_attribute
-
     model, tok = bundle.model, bundle.tokenizer
     lengths = [len(ex["input_ids"]) for ex in exs]
     ids, mask = padded_batch(exs, pad_id(tok))
@@ -159,8 +154,6 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
             for m in grad:
                 out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
     if "random" in methods:
-        from cmixlib.gradients import random_scores
-
         L = num_layers(model)
         for b in range(len(exs)):
             out[b]["random"] = random_scores(int(lengths[b]), seed=seeds[b],
@@ -210,8 +203,6 @@ def cls_rows_batch(bundle, batch: list[dict], methods: list[str],
     gradient method of the predicted class's probability w.r.t. the word embeddings
     (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time. ``settings`` may set
     ``ig_steps`` and ``grad_aggregate`` (IG / DeepLift; default: batch_attribute's 50 and "sum")."""
-    from cmixlib.gradients import ClassTarget, batch_attribute
-
     settings = settings or {}
     mix = [m for m in methods if m not in GRADIENT_METHODS]
     out = (target_rows_batch(bundle, batch, mix, settings, level="input", seeds=[0] * len(batch))

@@ -36,10 +36,12 @@ batched passes (log-probabilities, blank-out): :mod:`cmixlib.experiments.decoder
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.metrics import evaluation as ev
 from cmixlib.metrics.statistics import correlation_table, spearman_to
@@ -50,6 +52,13 @@ from cmixlib.experiments.decoder_scores import (BLANK_MODES, blank_out_scores, c
                                                 sentence_logprobs)
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import Sources, blimp_sample
+from cmixlib.data import annotate_blimp
+from cmixlib.gradients import random_scores
+from cmixlib.methods.aggregation import rollout
+from cmixlib.methods.alti_logit import explain_logit
+from cmixlib.methods.dispatch import context_mixing
+from cmixlib.models.loading import load_model
+from cmixlib.models.offline import decoder_bos_id
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",
            "DecoderSources", "causal_example", "causal_examples", "sample_per_paradigm",
@@ -83,16 +92,11 @@ class DecoderSources(Sources):
     for the spaces between words). Tests override both with a random decoder and toy pairs."""
 
     def decoder(self) -> tuple[Any, dict | None]:
-        from cmixlib.models.loading import load_model
-
         return load_model(self._settings["decoder"]), None
 
     def blimp_pairs(self) -> list[dict]:
         """Annotated BLiMP agreement pairs (word level, with ``spaces``) of the test half that
         the chapter 9 runs use, in split order."""
-        from cmixlib.data import annotate_blimp
-        from cmixlib.models.loading import load_model
-
         encoder = load_model(self._model)
         spaces = {(r["uid"], r["pair_id"]): r["spaces"]
                   for r in annotate_blimp(progress=False) if r["drop_reason"] is None}
@@ -204,9 +208,6 @@ def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int,
             explanation: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists;
     ``explanation``: ALTI-Logit's explanation row at p (with the embedding term)."""
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.gradients import random_scores
-
     p, n = int(ex["target_index"]), len(ex["input_ids"])
     near = -np.abs(np.arange(n) - p).astype(float)
     layer = {m: maps[m][:, p, :] for m in DECODER_LAYER_METHODS if m in maps}
@@ -236,13 +237,6 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ratio); ``sink_share`` (per method of :data:`SINK_METHODS` and layer: the mean share of a
     row i >= 1 on the BOS column); ``drops`` (pairs kept and dropped per paradigm and
     reason)."""
-    import time
-
-    import torch
-
-    from cmixlib.methods.dispatch import context_mixing
-    from cmixlib.methods.alti_logit import explain_logit
-
     s = ctx.settings
     if s["blank"] not in BLANK_MODES:
         raise InputError(f"blank must be one of {BLANK_MODES}, not {s['blank']!r}.")
@@ -258,8 +252,6 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx._devices.add(str(next(model.parameters()).device))
     bos = getattr(bundle, "bos_token_id", None)
     if bos is None:
-        from cmixlib.models.offline import decoder_bos_id
-
         bos = decoder_bos_id(tok)
     if bos is None:
         raise InputError("The decoder's tokenizer has no <|endoftext|> or BOS token to start "

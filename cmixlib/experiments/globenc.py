@@ -3,8 +3,11 @@ gradient×input saliency (Table 1, Figure 3, Table 2), single-layer agreement wi
 (Figure 4) and the LayerNorm outlier weights (Figure 5)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.metrics.statistics import map_agreement, mean_ci, mean_std, spearman, spearman_rows
 from cmixlib.data import paper_numbers as pn
@@ -15,6 +18,11 @@ from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          whole_split)
+from cmixlib.gradients import ClassTarget, batch_attribute
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import normalize_rows, rollout
+from cmixlib.methods.hta import hta
+from cmixlib.models.arch import layer_parts
 
 __all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "ROLLOUT_VARIANTS",
            "variant_comparison", "rollout_variant", "correlation_rows", "FIG4_METHODS",
@@ -28,8 +36,6 @@ def ln_outliers(ctx: Context) -> dict[str, pd.DataFrame]:
     dimensions (>= ``sigma`` std from the mean gain; ``outliers`` = "ln1", "ln2" or "union" of both
     layers' outlier sets). Needs only the model weights. The paper prints no numbers (figure only)."""
     from scipy.stats import pearsonr
-
-    from cmixlib.models.arch import layer_parts
 
     bundle, _, _ = ctx.load_inputs()
     layers = layer_parts(bundle.model)
@@ -80,8 +86,6 @@ def _padded_segments(batch: list[dict], ids) -> dict:
     """``{"token_type_ids": (B, n)}`` of a padded batch whose examples hold segment ids (sentence
     pairs: MNLI), 0 at padding; ``{}`` when none does. The classifier and every attribution then
     see the pair as the classifier was trained on it."""
-    import torch
-
     if not any("token_type_ids" in ex for ex in batch):
         return {}
     tt = torch.zeros_like(ids)
@@ -100,10 +104,6 @@ def correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
     ``{("control", c, "control"): rho}`` for each of ``controls``
     (:func:`cmixlib.experiments.controls.control_scores`, target 0, the random one seeded with
     the example's ``_row`` index)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.gradients import ClassTarget, batch_attribute
-
     ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     extras = _padded_segments(batch, ids)
     targets = [ClassTarget(int(ex["label"])) for ex in batch]
@@ -236,11 +236,6 @@ def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     layer: mean over sentences with a two-sided ``confidence`` t interval (the figure shows 99%
     intervals). The paper prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res
     and N-Enc."""
-    import time
-
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.hta import hta
-
     s = ctx.settings
     map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting
     methods = list(s["methods"])

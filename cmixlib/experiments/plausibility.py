@@ -15,14 +15,16 @@ from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, pad
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
+from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+from cmixlib.methods.registry import method_label
 
 __all__ = ["PLAUSIBILITY", "PLAUSIBILITY_METHODS", "METRICS", "SUBSETS", "attribution_rows",
            "describe_most_plausible"]
 
 
 def _mixing_methods() -> list[str]:
-    from cmixlib.methods import dispatch as core
-
     layer = [m for m, spec in core.METHODS.items() if spec.kind == "layer"]
     rolled = {spec.base for spec in core.METHODS.values() if spec.base is not None}
     return list(core.METHODS) + [f"{ROLLOUT_PREFIX}{m}" for m in layer if m not in rolled]
@@ -54,10 +56,6 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     embeddings (one :func:`cmixlib.gradients.batch_attribute` call; IG with ``ig_steps``
     Gauss-Legendre steps, IG and DeepLift aggregated by ``grad_aggregate``), and uniform random
     scores seeded per post."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
-    from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
-
     ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     lengths = [len(ex["input_ids"]) for ex in batch]
     predicted = predicted_classes(bundle, batch).tolist()
@@ -105,8 +103,6 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
 
 
 def _summary_rows(per: pd.DataFrame, methods: list[str], confidence: float) -> list[dict]:
-    from cmixlib.methods.registry import method_label
-
     rows = []
     for m in methods:
         g = per[per["method"] == m]
@@ -196,8 +192,6 @@ def describe_most_plausible(result: pd.DataFrame, metric: str = "auprc",
     intervals do not show the two equal; separate ones show the top method ahead at that
     confidence. With ``per_post`` (frame ``per_post``), the sentence adds the mean paired
     difference per post with its t interval (:func:`~cmixlib.metrics.statistics.mean_ci`, the result's confidence)."""
-    from cmixlib.methods.registry import method_label
-
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
     r = result.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)

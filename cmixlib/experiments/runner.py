@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from cmixlib.models.loading import (default_device, default_model_name, model_device,
                                     resolve_device, use_device)
@@ -72,8 +73,6 @@ class Context:
         self.notes.append(text)
 
     def tqdm(self, iterable, **kw):
-        from tqdm.auto import tqdm
-
         return tqdm(iterable, disable=not self.progress, leave=False, **kw)
 
     def load_inputs(self, task: str | None = None) -> tuple[Any, dict | None, list[dict] | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.metrics import evaluation as ev
 from cmixlib.metrics.statistics import correlation_table, spearman, spearman_rows, spearman_to
@@ -18,6 +19,7 @@ from cmixlib.experiments.common import (BATCH_SIZE, IG_STEPS, batched, batched_r
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context, run_experiment
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
+from cmixlib.metrics.probing import mdl_by_layer
 
 __all__ = ["VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "CUE_ALIGNMENT",
            "DISTANCE_ABLATION", "MDL_PROBING", "FAITHFULNESS", "align_key_note"]
@@ -158,8 +160,6 @@ DISTANCE_ABLATION = Experiment(
 def _mask_states(bundle, examples, ctx) -> np.ndarray:
     """(L+1, N, d) hidden states at the target position: one right-padded forward per length
     batch (the real positions of a padded row equal the unpadded forward's up to rounding)."""
-    import torch
-
     pad = pad_id(bundle.tokenizer)
     device = next(bundle.model.parameters()).device  # the ids go where the model is (CUDA too)
     feats: list[np.ndarray] = [None] * len(examples)  # type: ignore[list-item]
@@ -195,8 +195,6 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
     of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
     run with the same model, limit and settings (cached). ``probe_limit`` lets the probe use more
     examples than the alignment (None: the same ``limit``; 0: the whole test split)."""
-    from cmixlib.metrics.probing import mdl_by_layer
-
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     ctx.info["data_size"] = {"probing": len(examples), "alignment": f"limit={ctx.limit}"}

@@ -16,6 +16,8 @@ from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS
 from cmixlib.experiments.value_zeroing import MLM_ON_BLIMP
+from cmixlib.gradients import random_scores
+from cmixlib.methods import dispatch as core
 
 __all__ = ["DEPTH_BASES", "DEPTH_REPLACEMENTS", "DEPTH_EXCLUDES", "ROLLOUT_DEPTH"]
 
@@ -33,8 +35,6 @@ def _score_matrix(ex: dict, raw: dict[str, np.ndarray], bases: list[str], seed: 
     """Keys ``(method, aggregation, layer)`` and the ``(K, n)`` matrix of their [MASK]-row
     scores; the controls "random" (seeded as vz-faithfulness's) and "nearness" get aggregation
     "control" and layer 0."""
-    from cmixlib.gradients import random_scores
-
     t, n = int(ex["target_index"]), len(ex["input_ids"])
     keys, rows = [], []
     for m in bases:
@@ -64,8 +64,6 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     replacement: method "blank-out") with the nearness control, over the positions of the first
     ``excludes`` mode. Frame "row_profile": the mean score of each of those rows at offset
     k = j - t from the [MASK] (|k| <= ``max_offset``; [CLS] and [SEP] left out)."""
-    from cmixlib.methods import dispatch as core
-
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     bases, K = list(s["bases"]), int(s["max_offset"])

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cmixlib.data.paper_numbers import VZ_MLM_ACCURACY
 from cmixlib.metrics.statistics import keep_mask
 from cmixlib.validation import check_choice, check_int, check_positions, check_same_length
 
@@ -275,8 +276,6 @@ def mlm_accuracy_table(metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame
     """One column per condition (``{condition: cmixlib.training.mlm_metrics(...)}``): BLiMP
     agreement accuracy overall and per subset, masked-word accuracy on each held-out text, and
     the paper's BERT accuracy (:data:`cmixlib.data.paper_numbers.VZ_MLM_ACCURACY`)."""
-    from cmixlib.data.paper_numbers import VZ_MLM_ACCURACY
-
     cols = {}
     for cond, m in metrics.items():
         key = "finetuned" if "fine" in cond else "pretrained"
