@@ -104,10 +104,10 @@ from cmixlib.experiments.value_zeroing import (VZ_DISTANCE_VARIANTS, VZ_GLOBAL_M
 
 __all__ = ["Experiment", "Context", "RunSpec", "RunResult", "REGISTRY", "register", "run_experiment",
            "list_experiments", "code_version", "PRESENTATION_MODULES", "presentation_files",
-           "results_root", "cache_key", "comparison_table", "Sources", "Model", "ModelByCondition", "Data", "Inputs",
-           "load_condition_mlm", "blimp_sample", "padded_batch",
-           "target_rows_batch", "target_rows", "cls_rows_batch", "mlm_target", "align_key_note", "IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE",
-           "VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "GLOBENC_METHODS",
+           "results_root", "cache_key", "comparison_table", "Sources", "Model", "ModelByCondition",
+           "Data", "Inputs", "load_condition_mlm", "blimp_sample", "padded_batch",
+           "target_rows_batch", "target_rows", "cls_rows_batch", "mlm_target", "align_key_note",
+           "IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "GLOBENC_METHODS",
            "FIG4_METHODS", "FIG4_VARIANTS", "FIG7_METHODS"]
 
 # Registered in the order of the table above (``cmix list`` shows them in this order).
