@@ -18,7 +18,7 @@ all of them alike), each from the same padded batches:
 
 The maps of the three agree to float32 rounding (the script prints the largest relative
 difference of each method against ``old``). With ``--globenc``, the run also times the whole
-per-batch work of GlobEnc's Table 1 (``_correlation_rows``: batched gradient x input saliency,
+per-batch work of GlobEnc's Table 1 (``correlation_rows``: batched gradient x input saliency,
 the maps, rollouts and Spearman correlations) with ``new`` and with ``old`` in place of
 ``context_mixing``.
 
@@ -54,7 +54,7 @@ from cmixlib.forward.prepare import eval_encoder_layers
 from cmixlib.forward.encoder import (LayerState, iter_sentences, layer_norm_linear,
                                      layer_norm_scale, run_and_capture)
 from cmixlib.experiments.common import _example_batches, padded_batch
-from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlation_rows
+from cmixlib.experiments.globenc import GLOBENC_METHODS, correlation_rows
 from cmixlib.experiments.sources import Sources
 
 
@@ -158,7 +158,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n", type=int, default=100, help="MNLI dev pairs")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--globenc", action="store_true", help="also time GlobEnc's _correlation_rows")
+    ap.add_argument("--globenc", action="store_true", help="also time GlobEnc's correlation_rows")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -206,14 +206,14 @@ def main() -> None:
             core.context_mixing = IMPLEMENTATIONS[impl]
             try:
                 for g in groups:
-                    _correlation_rows(bundle, g, GLOBENC_METHODS, level)
+                    correlation_rows(bundle, g, GLOBENC_METHODS, level)
             finally:
                 core.context_mixing = real
         table1("new")
         gt = interleaved_times({impl: (lambda impl=impl: table1(impl)) for impl in ("new", "old")},
                                args.repeats)
         globenc = {impl: min(v) for impl, v in gt.items()}
-        print(f"GlobEnc Table 1 work (_correlation_rows, saliency included) on the {args.n} pairs: "
+        print(f"GlobEnc Table 1 work (correlation_rows, saliency included) on the {args.n} pairs: "
               f"old {globenc['old']:.2f} s ({globenc['old'] / args.n:.3f} s/example), new "
               f"{globenc['new']:.2f} s ({globenc['new'] / args.n:.3f} s/example), "
               f"{globenc['old'] / globenc['new']:.2f}x")

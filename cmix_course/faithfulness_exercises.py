@@ -5,7 +5,7 @@ chapter 14, :func:`cmix_course.check_blank_out`.)
 
 The references are written out the obvious way (loops over tokens and pairs, average ranks
 counted by hand) and tested against the library functions the experiments call:
-:func:`cmixlib.metrics.evaluation.per_example_spearman`,
+:func:`cmixlib.metrics.statistics.per_example_spearman`,
 :func:`cmixlib.metrics.evaluation.special_token_rank` and :func:`cmixlib.metrics.anisotropy.mean_pairwise_cosine`.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def reference_faithfulness(s_method, s_bo, t: int, *, drop: Sequence[str] = ("cl
     ``[CLS]`` (0), ``[SEP]`` (n-1) and the ``[MASK]`` ``t``: Pearson's r of the average ranks
     (tied scores share the mean of their ranks). NaN when a vector is constant over
     :math:`J_w`, has fewer than 2 entries or a non-finite value (as
-    :func:`cmixlib.metrics.evaluation.spearman`). ``drop``, ``ranks`` (``"raw"``: no ranks) and
+    :func:`cmixlib.metrics.statistics.spearman`). ``drop``, ``ranks`` (``"raw"``: no ranks) and
     ``shortcut`` (:math:`1 - 6\sum d^2/(m(m^2-1))`) give the usual mistakes.
     """
     x, y = _to_numpy(s_method).ravel(), _to_numpy(s_bo).ravel()

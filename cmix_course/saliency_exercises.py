@@ -3,7 +3,7 @@ correlation of a rolled-out ``[CLS]`` row with a saliency vector (chapter 13), a
 (erasure) row of a masked-LM prediction (chapter 14).
 
 Each ``reference_*`` is an obvious, loop-based implementation; the tests compare it with the
-library (:func:`cmixlib.methods.aggregation.rollout` with :func:`cmixlib.metrics.evaluation.spearman_rows`, as
+library (:func:`cmixlib.methods.aggregation.rollout` with :func:`cmixlib.metrics.statistics.spearman_rows`, as
 ``globenc-correlations`` uses them, and :func:`cmixlib.gradients.blank_out`).
 """
 from __future__ import annotations

@@ -218,7 +218,7 @@ def result_closure(roots: set[str] | list[str], package_dir: Path = PACKAGE_DIR)
     re-export file: imports, ``__all__``, ``__version__``, a docstring) counts only as far as it
     is used: ``from ..pkg import f`` leads to the module that defines ``f``; ``from .. import
     pkg`` (the package bound to a name, its attributes unknown) to everything it imports. So an
-    experiment's cache version (:func:`cmixlib.experiments.runner.code_version`) covers the
+    experiment's cache version (:func:`cmixlib.experiments.result_cache.code_version`) covers the
     modules it imports, not everything a package re-exports. An ``__init__.py`` with code of its
     own counts as a module. Sorted paths."""
     seen: set[Path] = set()

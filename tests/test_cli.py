@@ -442,14 +442,14 @@ def test_globenc_batched_rows_equal_one_example_at_a_time(family):
     from scipy.stats import spearmanr
 
     from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.experiments.globenc import GLOBENC_METHODS, _correlation_rows
+    from cmixlib.experiments.globenc import GLOBENC_METHODS, correlation_rows
 
     model = cmixlib.random_model(family, task="sequence-classification", layers=2, seed=3,
                                  dtype=torch.float64, num_labels=3)
     bundle = FakeBundle(model)
     exs = [dict(e, label=k % 3) for k, e in enumerate(_examples(1, 7, 1) + _examples(1, 10, 2)
                                                       + _examples(1, 5, 3))]
-    got = _correlation_rows(bundle, exs, GLOBENC_METHODS, "layers")
+    got = correlation_rows(bundle, exs, GLOBENC_METHODS, "layers")
     for ex, rho in zip(exs, got):
         ids = torch.tensor([ex["input_ids"]])
         emb = {}

@@ -19,8 +19,10 @@ import torch
 from cmixlib import InputError, context_mixing
 from cmixlib.methods import decoder as dm
 from cmixlib.forward.decoder import random_decoder, run_decoder
-from cmixlib.metrics.evaluation import alignment_rows, spearman
+from cmixlib.metrics.evaluation import alignment_rows
+from cmixlib.metrics.statistics import spearman
 from cmixlib.experiments import decoder as D
+from cmixlib.experiments import decoder_scores as DS
 from cmixlib.experiments import run_experiment
 from tolerances import assert_no_worse_than_baseline
 
@@ -157,7 +159,7 @@ def test_blank_out_against_one_sequence_at_a_time(blank):
             out.append(clean - _delta(model, v, 7, 9))
         return np.array(out)
 
-    got = D.blank_out_scores(m32, exs, blank, unk_id=UNK, batch=5)    # batches cut examples
+    got = DS.blank_out_scores(m32, exs, blank, unk_id=UNK, batch=5)    # batches cut examples
     for g32, ex in zip(got, exs):
         assert_no_worse_than_baseline(g32, slow(m64, ex), slow(m32, ex), err_msg=blank)
     with pytest.raises(AssertionError):       # the check can fail: a wrong variant is caught
@@ -177,7 +179,7 @@ def test_sentence_logprobs_against_one_sequence_at_a_time():
             out.append(float(sum(lp[k - 1, s[k]] for k in range(1, len(s)))))
         return np.array(out)
 
-    assert_no_worse_than_baseline(D.sentence_logprobs(m32, seqs, pad_id=2, batch=3),
+    assert_no_worse_than_baseline(DS.sentence_logprobs(m32, seqs, pad_id=2, batch=3),
                                   slow(m64), slow(m32))
 
 
@@ -185,9 +187,9 @@ def test_bad_blank_and_exclude_are_clear_errors():
     model = random_decoder("llama")
     ex = {"input_ids": [0, 5, 6], "target_id": 7, "foil_id": 8}
     with pytest.raises(InputError, match="blank must be one of"):
-        D.blank_out_scores(model, [ex], "mask")
+        DS.blank_out_scores(model, [ex], "mask")
     with pytest.raises(InputError, match="use blank='delete'"):
-        D.blank_out_scores(model, [ex], "unk", unk_id=None)
+        DS.blank_out_scores(model, [ex], "unk", unk_id=None)
     with pytest.raises(InputError, match="exclude must be one of"):
         D.exclude_for("special")
 

@@ -1,4 +1,4 @@
-"""Hand-computed cases for cmixlib.metrics.evaluation."""
+"""Hand-computed cases for cmixlib.metrics.evaluation and cmixlib.metrics.statistics."""
 import math
 
 import numpy as np
@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics import statistics as st
 
 
 def test_normalize_scores_clips_and_handles_zero_rows():
@@ -74,12 +75,12 @@ def test_alignment_rows_and_aggregate():
 
 
 def test_spearman_constant_vector_is_nan_and_mean_std_skips_it():
-    assert math.isnan(ev.spearman([1, 1, 1], [1, 2, 3]))
-    assert math.isnan(ev.spearman([1], [1]))
-    assert ev.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
-    assert ev.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    rhos = ev.per_example_spearman([[1, 2, 3], [1, 1, 1], [1, 2, 3]], [[1, 2, 3], [1, 2, 3], [3, 2, 1]])
-    stats = ev.mean_std(rhos)
+    assert math.isnan(st.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(st.spearman([1], [1]))
+    assert st.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert st.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    rhos = st.per_example_spearman([[1, 2, 3], [1, 1, 1], [1, 2, 3]], [[1, 2, 3], [1, 2, 3], [3, 2, 1]])
+    stats = st.mean_std(rhos)
     assert stats == {"mean": 0.0, "std": 1.0, "n": 2, "n_nan": 1}
 
 
@@ -87,12 +88,12 @@ def test_per_example_spearman_exclude_special():
     # with [CLS]/[SEP] the ranks disagree, without them they agree perfectly
     x = [9.0, 1.0, 2.0, 3.0, 0.0]
     y = [0.0, 1.0, 2.0, 3.0, 9.0]
-    assert ev.per_example_spearman([x], [y])[0] < 0
-    assert ev.per_example_spearman([x], [y], exclude=[0, -1])[0] == pytest.approx(1.0)
+    assert st.per_example_spearman([x], [y])[0] < 0
+    assert st.per_example_spearman([x], [y], exclude=[0, -1])[0] == pytest.approx(1.0)
 
 
 def test_correlation_table():
-    t = ev.correlation_table({"a": [0.5, 0.5], "b": [np.nan, 1.0]}, task="x")
+    t = st.correlation_table({"a": [0.5, 0.5], "b": [np.nan, 1.0]}, task="x")
     assert isinstance(t, pd.DataFrame)
     assert t.set_index("method").loc["b", "n_nan"] == 1
     assert (t.task == "x").all()
@@ -147,30 +148,30 @@ def test_spearman_rows_equals_scipy_one_pair_at_a_time():
         y = rng.integers(0, 3, n).astype(float)                                 # heavy ties
         if np.ptp(y) == 0:
             y[0] += 1
-        got = ev.spearman_rows(x, y)
+        got = st.spearman_rows(x, y)
         want = [spearmanr(r, y).statistic if np.ptp(r) > 0 else np.nan for r in x]
         np.testing.assert_allclose(got, want, atol=1e-12)
-    # NaN rules of ev.spearman: constant, non-finite, too short
-    assert np.isnan(ev.spearman_rows([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
-    assert np.isnan(ev.spearman_rows([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]))
-    assert np.isnan(ev.spearman_rows([1.0], [2.0]))
+    # NaN rules of st.spearman: constant, non-finite, too short
+    assert np.isnan(st.spearman_rows([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert np.isnan(st.spearman_rows([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]))
+    assert np.isnan(st.spearman_rows([1.0], [2.0]))
     # spearman_to: named rows, positions excluded from both sides
     ref = np.array([0.0, 3.0, 1.0, 2.0, 9.0])
     scores = {"a": np.array([5.0, 1.0, 2.0, 3.0, 0.0]), "b": -ref}
-    got = ev.spearman_to(ref, scores, exclude=[0, -1])
+    got = st.spearman_to(ref, scores, exclude=[0, -1])
     assert got["b"] == pytest.approx(-1.0)
     assert got["a"] == pytest.approx(spearmanr([1.0, 2.0, 3.0], [3.0, 1.0, 2.0]).statistic)
     with pytest.raises(ValueError, match="length mismatch"):
-        ev.spearman_to(ref, {"a": np.ones(3)})
+        st.spearman_to(ref, {"a": np.ones(3)})
 
 
 def test_pearson_rows_equals_one_pair_at_a_time():
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(4, 7)), rng.normal(size=7)
     want = [np.corrcoef(row, y)[0, 1] for row in x]
-    np.testing.assert_allclose(ev.pearson_rows(x, y), want, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(st.pearson_rows(x, y), want, rtol=0, atol=1e-12)
     x[1] = 2.0                       # constant row
     x[2, 3] = np.nan                 # non-finite entry
-    got = ev.pearson_rows(x, y)
+    got = st.pearson_rows(x, y)
     assert np.isnan(got[1]) and np.isnan(got[2]) and np.isfinite(got[[0, 3]]).all()
-    assert np.isnan(ev.pearson_rows([[1.0]], [2.0])).all()
+    assert np.isnan(st.pearson_rows([[1.0]], [2.0])).all()

@@ -77,7 +77,7 @@ def test_cls_spearman_cases_separate_the_mistakes():
 @pytest.mark.parametrize("normalize", [False, True])
 def test_reference_cls_spearman_matches_library(normalize):
     from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.metrics.evaluation import spearman_rows
+    from cmixlib.metrics.statistics import spearman_rows
 
     maps = random_raw_maps(5, 7, 3)
     sal = np.random.default_rng(4).random(7)
@@ -93,7 +93,7 @@ def test_reference_cls_spearman_matches_the_experiment():
     import cmixlib
     from cmixlib.methods import dispatch as core
     from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.experiments.globenc import _correlation_rows
+    from cmixlib.experiments.globenc import correlation_rows
     from cmixlib.gradients import ClassTarget, batch_attribute
     from fakes import FakeBundle
 
@@ -103,7 +103,7 @@ def test_reference_cls_spearman_matches_the_experiment():
     model = cmixlib.random_model("bert", task="sequence-classification", layers=3, num_labels=2,
                                  seed=5, dtype=torch.float64)
     example = {"input_ids": [1, 17, 33, 9, 41, 2], "label": 1}
-    rho = _correlation_rows(FakeBundle(model), [example], ["globenc_layer"], "layers")[0]
+    rho = correlation_rows(FakeBundle(model), [example], ["globenc_layer"], "layers")[0]
     ids = torch.tensor([example["input_ids"]])
     maps = core.context_mixing(model, None, {"input_ids": ids}, methods=["globenc_layer"],
                                normalize=False)["globenc_layer"]

@@ -12,6 +12,7 @@ from fakes import FakeBundle
 from tolerances import assert_no_worse_than_baseline
 from cmixlib import cli
 from cmixlib import experiments as X
+from cmixlib.metrics import statistics as st
 from cmixlib import training
 from cmixlib.forward.encoder import encoder_layers
 from cmixlib.methods.hta import HTAError, hta
@@ -302,32 +303,32 @@ def test_model_b_choice():
 def test_map_agreement_definition():
     rng = np.random.default_rng(0)
     m = rng.uniform(size=(5, 5))
-    assert X.map_agreement(m, m) == pytest.approx(1.0)
+    assert st.map_agreement(m, m) == pytest.approx(1.0)
     # a row correlation ignores row scaling (row normalisation does not matter), a map one does not
     scaled = m * np.arange(1, 6)[:, None]
-    assert X.map_agreement(scaled, m) == pytest.approx(1.0)
-    assert X.map_agreement(scaled, m, unit="map") < 0.99
+    assert st.map_agreement(scaled, m) == pytest.approx(1.0)
+    assert st.map_agreement(scaled, m, unit="map") < 0.99
     expected = np.mean([np.corrcoef(m[i], m[i] ** 2)[0, 1] for i in range(5)])
-    assert X.map_agreement(m, m ** 2) == pytest.approx(expected)
+    assert st.map_agreement(m, m ** 2) == pytest.approx(expected)
     with pytest.raises(ValueError, match="correlation"):
-        X.map_agreement(m, m, correlation="kendall")
+        st.map_agreement(m, m, correlation="kendall")
     # without the diagonal: only the off-diagonal entries of each row are correlated
     r = rng.uniform(size=(5, 5))
     off = np.mean([np.corrcoef(np.delete(m[i], i), np.delete(r[i], i))[0, 1] for i in range(5)])
-    assert X.map_agreement(m, r, diagonal=False) == pytest.approx(off)
+    assert st.map_agreement(m, r, diagonal=False) == pytest.approx(off)
     mask = ~np.eye(5, dtype=bool)
-    assert X.map_agreement(m, r, unit="map", diagonal=False) == pytest.approx(np.corrcoef(m[mask], r[mask])[0, 1])
+    assert st.map_agreement(m, r, unit="map", diagonal=False) == pytest.approx(np.corrcoef(m[mask], r[mask])[0, 1])
     # the rows at once equal the one-row correlation: Spearman too, a constant row is skipped, a
     # row with a NaN drops that entry (as the one-row function)
     from scipy.stats import spearmanr
     rho = np.mean([spearmanr(m[i], r[i]).statistic for i in range(5)])
-    assert X.map_agreement(m, r, correlation="spearman") == pytest.approx(rho, abs=1e-12)
+    assert st.map_agreement(m, r, correlation="spearman") == pytest.approx(rho, abs=1e-12)
     c, d = m.copy(), r.copy()
     c[2] = 0.5
     d[3, 1] = np.nan
     rows = [np.corrcoef(m[i], r[i])[0, 1] for i in (0, 1, 4)]
     rows.append(np.corrcoef(np.delete(m[3], 1), np.delete(r[3], 1))[0, 1])
-    assert X.map_agreement(c, d) == pytest.approx(np.mean(rows), abs=1e-12)
+    assert st.map_agreement(c, d) == pytest.approx(np.mean(rows), abs=1e-12)
 
 
 def test_globenc_fig4_on_fakes(fakes, capsys):
@@ -374,10 +375,10 @@ def test_mean_ci_is_a_t_interval():
     from scipy import stats
 
     v = [0.1, 0.4, 0.35, 0.2]
-    out = X.mean_ci(v + [float("nan")], 0.99)
+    out = st.mean_ci(v + [float("nan")], 0.99)
     lo, hi = stats.t.interval(0.99, 3, loc=np.mean(v), scale=stats.sem(v))
     assert out["n"] == 4 and out["ci_low"] == pytest.approx(lo) and out["ci_high"] == pytest.approx(hi)
-    assert np.isnan(X.mean_ci([0.3], 0.99)["ci_low"])
+    assert np.isnan(st.mean_ci([0.3], 0.99)["ci_low"])
 
 
 def test_new_plotting_helpers():

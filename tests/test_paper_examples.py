@@ -9,6 +9,7 @@ import torch
 
 import cmixlib
 from cmixlib.experiments import saliency as S
+from cmixlib.experiments.common import predicted_classes
 from cmixlib.methods.aggregation import rollout
 from cmixlib.gradients import ClassTarget, MLMTarget, attribute, blank_out
 
@@ -169,7 +170,7 @@ def test_find_and_select_examples():
 def test_predicted_classes_match_the_logits():
     bundle = _classifier("bert")
     exs = [{"input_ids": _ids(n, seed=n)} for n in (5, 9, 4)]
-    got = S.predicted_classes(bundle, exs)
+    got = predicted_classes(bundle, exs)
     for ex, c in zip(exs, got):
         with torch.no_grad():
             assert int(bundle.model(input_ids=torch.tensor([ex["input_ids"]])).logits.argmax()) == c

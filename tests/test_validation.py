@@ -12,6 +12,7 @@ import torch
 import cmixlib
 from cmixlib import InputError, UnsupportedModelError, cli
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics import statistics as st
 from cmixlib import gradients as G
 from cmixlib.experiments import runner
 from cmixlib.models.devices import default_device, resolve_device
@@ -278,11 +279,11 @@ CASES = [
          device="gpu0"),
     case("resolve_device an int", resolve_device, TypeError, r"device must be a string", device=1),
     # --- evaluation -------------------------------------------------------------------------------
-    case("spearman lengths", ev.spearman, InputError, r"length mismatch: a has 3 entries but b has 2",
+    case("spearman lengths", st.spearman, InputError, r"length mismatch: a has 3 entries but b has 2",
          a=[1, 2, 3], b=[1, 2]),
-    case("per_example_spearman counts", ev.per_example_spearman, InputError,
+    case("per_example_spearman counts", st.per_example_spearman, InputError,
          r"length mismatch: xs has 2 entries but ys has 1.*one per example", xs=[[1, 2], [2, 1]], ys=[[1, 2]]),
-    case("spearman_to lengths", ev.spearman_to, InputError, r"each scores vector has 2 entries but reference has 3",
+    case("spearman_to lengths", st.spearman_to, InputError, r"each scores vector has 2 entries but reference has 3",
          reference=[1, 2, 3], scores={"m": [1, 2]}),
     case("dot_product lengths", ev.dot_product, InputError, r"scores has 3 entries but cue has 2",
          scores=[1, 2, 3], cue=[0, 1]),
@@ -446,7 +447,7 @@ def test_aggregation_accepts_lists_tensors_and_nan_rows():
 
 
 def test_runs_and_devices_accept_their_valid_forms():
-    exp = runner.REGISTRY["globenc-fig5-ln-outliers"]
+    exp = cmixlib.experiments.REGISTRY["globenc-fig5-ln-outliers"]
     assert runner._check_settings(exp, {"sigma": 3, "outliers": "union"}) == {"sigma": 3, "outliers": "union"}
     assert runner._check_settings(exp, {"sigma": None}) == {"sigma": None}
     assert resolve_device(" CPU ") == resolve_device(torch.device("cpu")) == torch.device("cpu")

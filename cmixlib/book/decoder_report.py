@@ -10,7 +10,7 @@ import pandas as pd
 from cmixlib.book.identity import model_identity, parse_model_text
 from cmixlib.book.verdicts import below_sanity_baselines
 from cmixlib.methods.registry import method_label
-from cmixlib.metrics.evaluation import spearman
+from cmixlib.metrics.statistics import spearman
 
 __all__ = ["SINK_RATIO", "sink_layers", "describe_sink", "describe_decoder_accuracy",
            "mean_over_layers", "describe_alignment_comparison", "describe_decoder_faithfulness",

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.methods.registry import method_label
-from cmixlib.metrics.evaluation import spearman
+from cmixlib.metrics.statistics import spearman
 
 __all__ = ["DEFAULT_VARIANT", "pinned_variant", "SE_FACTOR", "TABLE3_AGGREGATION",
            "clear_difference", "depth_curves", "neighbour_layers", "describe_depth_faithfulness",

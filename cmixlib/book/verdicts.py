@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.data.paper_numbers import PAPER_MODEL_SHAPES
-from cmixlib.metrics.evaluation import spearman
+from cmixlib.metrics.statistics import spearman
 from cmixlib.models.loading import DEFAULT_MODEL
 
 __all__ = ["describe_claims", "describe_model_difference", "describe_depth_trend",

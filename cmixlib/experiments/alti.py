@@ -1,26 +1,30 @@
 """The ALTI paper's experiments (Ferrando et al. 2022): the normalised rank of special tokens
 (Figure 6), agreement with gradient and blank-out references on SST-2 and SVA (Table 2), the
-consistency of attributions across two models (Figure 7) and the anisotropy of token
-representations and of transformed vectors (Figure 3)."""
+consistency of attributions across two models (Figure 7). Figure 3 (anisotropy):
+:mod:`cmixlib.experiments.alti_anisotropy`; Figures 8-10: :mod:`cmixlib.experiments.alti_layers`."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import (correlation_table, mean_ci, per_example_spearman,
+                                        spearman_to)
 from cmixlib.data import paper_numbers as pn
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.common import (GRADIENT_METHODS, batched, blank_out_rows, cls_rows_batch,
-                                        comparison_table, describe, mean_ci, padded_batch,
-                                        predicted_classes_batch, target_rows_batch)
+                                        comparison_table, describe, pad_id, padded_batch,
+                                        predicted_classes, target_rows_batch)
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          ModelByCondition)
+from cmixlib.gradients import ClassTarget, GRADIENT_METHODS as ATTRIBUTION_METHODS, batch_attribute
+from cmixlib.methods import dispatch as core
 
 __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "FIG7_METHODS",
-           "FIG3_ANISOTROPY", "FIG3_ISOTROPY_THRESHOLD", "fig3_claims", "fig3_repo_frame",
            "describe_ig_check"]
 
 # ============================================================================================
@@ -42,7 +46,7 @@ def fig6_special_ranks(ctx: Context) -> dict[str, pd.DataFrame]:
     for i, ex in enumerate(examples):
         for m in methods:
             per[m].append(ev.special_token_rank(vectors[i][m], ex["tokens"], scheme=s["rank_scheme"]))
-    return {"result": ev.correlation_table(per)}
+    return {"result": correlation_table(per)}
 
 
 FIG6_SPECIAL_RANKS = Experiment(
@@ -109,9 +113,9 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
             t = int(examples[i].get("target_index", 0))           # SST-2: [CLS]
             sc = {**sc, **control_scores(len(ref), t, control_seed(s["seed"], i), s["controls"])}
             for keep in (True, False):
-                for m, rho in ev.spearman_to(ref, sc, exclude=None if keep else [0, -1]).items():
+                for m, rho in spearman_to(ref, sc, exclude=None if keep else [0, -1]).items():
                     per[keep][m].append(rho)
-        tables += [ev.correlation_table(per[keep], task=spec["label"], special="kept" if keep else "dropped")
+        tables += [correlation_table(per[keep], task=spec["label"], special="kept" if keep else "dropped")
                    for keep in (True, False)]
     both = pd.concat(tables, ignore_index=True)
     chosen = both[both["special"] == ("kept" if s["include_special"] else "dropped")]
@@ -150,11 +154,7 @@ def _fig7_vectors(bundle, batch: list[dict], classes: list[int], methods: list[s
     """For each sentence of a padded batch, final-layer [CLS] rows of context-mixing methods and
     input-level gradient attributions of the probability of its class in ``classes`` (ALTI's
     convention: the predicted class)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.gradients import (GRADIENT_METHODS as ATTRIBUTION_METHODS, ClassTarget,
-                                   batch_attribute)
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     lengths = [len(ex["input_ids"]) for ex in batch]
     out: list[dict[str, np.ndarray]] = [{} for _ in batch]
     cm = [m for m in methods if m in core.METHODS]
@@ -185,7 +185,7 @@ def _ig_step_check(bundle_a, bundle_b, ex: dict, cls: int, xa: dict, xb: dict, s
     ra, rb = (_fig7_vectors(b, [ex], [cls], ["integrated_gradients"], ref)[0]["integrated_gradients"]
               for b in (bundle_a, bundle_b))
     ig = "integrated_gradients"
-    rho = lambda u, v: ev.per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
+    rho = lambda u, v: per_example_spearman([u], [v], exclude=excl)[0]  # noqa: E731
     return {"A": rho(xa[ig], ra), "B": rho(xb[ig], rb),
             "consistency": rho(xa[ig], xb[ig]), "consistency_ref": rho(ra, rb)}
 
@@ -231,9 +231,6 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     With ``ig_check`` > 0, the first ``ig_check`` compared sentences also get IG with
     ``ig_check_steps`` steps (the authors' code: 100): frame ``ig_check`` gives the Spearman of
     each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.gradients import GRADIENT_METHODS as ATTRIBUTION_METHODS
-
     s = ctx.settings
     methods = list(s["methods"])
     bad = [m for m in methods if m not in core.METHODS and m not in ATTRIBUTION_METHODS]
@@ -250,7 +247,7 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     per: dict[str, list[float]] = {m: [] for m in methods}
     per_rows, check_rows = [], []
     excl = None if s["include_special"] else [0, -1]
-    pred = {role: batched(ctx, examples, lambda batch, b=b: predicted_classes_batch(b, batch),
+    pred = {role: batched(ctx, examples, lambda batch, b=b: predicted_classes(b, batch).tolist(),
                           desc=f"predictions of model {role}")
             for role, b in (("A", bundle_a), ("B", bundle_b))}
     correct = {role: sum(int(p[k] == int(ex["label"])) for k, ex in enumerate(examples)
@@ -273,7 +270,7 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
         if j < int(s["ig_check"]) and "integrated_gradients" in methods:
             check_rows.append(_ig_step_check(bundle_a, bundle_b, ex, ca, xa, xb, s, excl))
         for m in methods:
-            rho = ev.per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
+            rho = per_example_spearman([xa[m]], [xb[m]], exclude=excl)[0]
             per[m].append(rho)
             per_rows.append({"example": k, "n_tokens": len(ex["input_ids"]), "predicted": ca, "method": m,
                              "spearman": rho})
@@ -320,137 +317,3 @@ FIG7_CONSISTENCY = Experiment(
               "include_special": True, "confidence": 0.95, **CLASSIFIER_SETTINGS,
               "b_cls_epochs": None, "b_cls_max_train_examples": 6000},
     summary=_fig7_summary)
-
-
-# ============================================================================================
-# Figure 3: anisotropy of token representations and of transformed vectors
-# ============================================================================================
-#: Claim 2 of :func:`fig3_claims`: "nearly isotropic" = a mean cosine below this.
-FIG3_ISOTROPY_THRESHOLD = 0.1
-
-
-def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
-    """ALTI Figure 3 (the quantity of the repository's ``get_cos_mean``), with exact expectations
-    (:mod:`cmixlib.metrics.anisotropy`) in place of one random pair of positions per sentence. For each
-    SST-2 test sentence (the first ``limit``, as the code: the first 500 of the GLUE test split)
-    and layer, the mean pairwise cosine (c = (||sum_k u_k||^2 - N) / (N(N-1)), u_k unit vectors)
-    of: ``hidden``, the token representations of layers 0..L (embedding output, layer outputs;
-    the code's solid line); ``transformed``, for each query i of layer l = 1..L the transformed
-    vectors T_i(x_j), j = 1..n (the dashed line); ``attn_output``, the attention-block outputs
-    y_i (LN1 outputs) of layer l, what the caption names (the code measures the hidden states).
-    ``pool="queries"`` averages the transformed vectors' values over all (sentence, query) pairs,
-    as the code (it concatenates the per-query cosines of all sentences); ``"sentences"`` first
-    averages over the queries of each sentence. Hidden states and attention-block outputs: one
-    value per sentence, averaged over sentences. Result: layer, kind, mean, std (population,
-    over the pooled units), n (units). ``include_special=False`` drops the first and last
-    positions as vectors and as queries (the code keeps them); sentences left with fewer than two
-    tokens are skipped with a note. ``condition``: "finetuned" (the SST-2 classifier of Table 2)
-    or "pretrained" (the bare encoder)."""
-    from cmixlib.metrics.anisotropy import capture_anisotropy
-    from cmixlib.forward.encoder import encoder_layers, iter_sentences, run_and_capture
-
-    s = ctx.settings
-    if s["pool"] not in ("queries", "sentences"):
-        raise ValueError(f"pool must be 'queries' (the code's) or 'sentences', not {s['pool']!r}")
-    keep_special = bool(s["include_special"])
-    bundle, _, examples = ctx.load_inputs()
-    mods = encoder_layers(bundle.model)
-    min_len = 2 if keep_special else 4
-    idx = [k for k, ex in enumerate(examples) if len(ex["input_ids"]) >= min_len]
-    if len(idx) < len(examples):
-        ctx.note(f"{len(examples) - len(idx)} sentence(s) with fewer than two kept tokens skipped")
-    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
-
-    def rows(batch):
-        cap = run_and_capture(bundle.model, *padded_batch(batch, pad))
-        return [{k: v.cpu().numpy() for k, v in capture_anisotropy(cap, mods, b, keep, keep_special).items()}
-                for b, keep in enumerate(iter_sentences(cap))]
-
-    per = batched(ctx, [examples[k] for k in idx], rows, desc="ALTI Figure 3")
-    units: dict[tuple[str, int], list[float]] = {}
-    per_rows = []
-    for pos, k in enumerate(idx):
-        a = per[pos]
-        values = [("hidden", layer, v, v) for layer, v in enumerate(a["hidden"])]
-        values += [("attn_output", layer, v, v) for layer, v in enumerate(a["attn_output"], start=1)]
-        values += [("transformed", layer, q.mean(), q if s["pool"] == "queries" else q.mean())
-                   for layer, q in enumerate(a["transformed"], start=1)]
-        for kind, layer, v, unit in values:
-            units.setdefault((kind, layer), []).extend(np.atleast_1d(unit).tolist())
-            per_rows.append({"example": k, "n_tokens": len(examples[k]["input_ids"]), "kind": kind,
-                             "layer": layer, "value": float(v)})
-    result = pd.DataFrame([{"layer": layer, "kind": kind, "mean": float(np.mean(v)), "std": float(np.std(v)),
-                            "n": len(v)} for (kind, layer), v in units.items()],
-                          columns=["layer", "kind", "mean", "std", "n"])
-    ctx.info["layers"] = len(mods)
-    return {"result": result, "per_sentence": pd.DataFrame(per_rows)}
-
-
-def fig3_repo_frame(paper: pd.DataFrame) -> pd.DataFrame:
-    """The repository's Figure 3 numbers (:func:`cmixlib.data.paper_numbers.alti_repo_anisotropy`) as
-    a result frame: layer, kind ("hidden"/"transformed"), mean, paper_model."""
-    kinds = {"mean_cosine_hidden": "hidden", "mean_cosine_transformed": "transformed"}
-    p = paper[paper["metric"].isin(kinds)]
-    return pd.DataFrame({"layer": p["condition"].str[1:].astype(int), "kind": p["metric"].map(kinds),
-                         "mean": p["value"].astype(float), "paper_model": p["model"]}).reset_index(drop=True)
-
-
-def _fig3_compare(frames, paper: pd.DataFrame) -> pd.DataFrame:
-    """Ours beside the repository's per (kind, layer) when both models have the same number of
-    layers; otherwise the two sets of rows one under the other (no row pairs layers of different
-    depths). ``depth`` = layer / L of the row's own model."""
-    ours = frames["result"].rename(columns={"mean": "ours", "std": "ours_std"})
-    repo = fig3_repo_frame(paper).rename(columns={"mean": "paper"})
-    n_ours, n_repo = (int(d.loc[d["kind"] == "hidden", "layer"].max()) for d in (ours, repo))
-    ours = ours.assign(depth=ours["layer"] / n_ours)
-    repo = repo.assign(depth=repo["layer"] / n_repo)
-    if n_ours == n_repo:
-        return ours.merge(repo.drop(columns="depth"), on=["kind", "layer"], how="outer")
-    return pd.concat([ours, repo], ignore_index=True)
-
-
-def fig3_claims(result: pd.DataFrame, threshold: float = FIG3_ISOTROPY_THRESHOLD) -> pd.Series:
-    """ALTI §3's claims about Figure 3 as booleans (for :func:`cmixlib.book.verdicts.claims_verdict`),
-    from a frame with layer, kind, mean (ours, or :func:`fig3_repo_frame` of the repository's).
-
-    1. "transformed representations exhibit low anisotropy" against token representations whose
-       cosines "tend to be close to 1": the transformed vectors' mean cosine is below that of the
-       token representations in every layer l = 1..L. Layer l's transformed vectors are paired
-       with layer l's output (the caption compares them with the same layer's attention-block
-       output; the repository's plot draws them one position to the left, above layer l-1: by that
-       pairing its DistilBERT fails in layer 1, 0.105 against 0.065).
-    2. "especially for the first layers, where there is almost isotropy": the mean cosine is below
-       ``threshold`` (0.1: pairs at about 84 degrees on average) in every layer of the first third,
-       l = 1..ceil(L/3). The repository's BERT stays below it there (at most 0.061); its
-       DistilBERT's first layer sits at 0.105.
-    3. (with ``attn_output`` rows) the caption's reading of claim 1: below the attention-block
-       outputs y_i of the same layer, in every layer."""
-    m = result.pivot_table(index="layer", columns="kind", values="mean")
-    L = int(m.index.max())
-    layers, first = list(range(1, L + 1)), list(range(1, -(-L // 3) + 1))
-    t = m.loc[layers, "transformed"]
-    claims = {
-        "transformed vectors are less anisotropic than token representations in every layer":
-            bool((t < m.loc[layers, "hidden"]).all()),
-        f"transformed vectors are nearly isotropic in the first third of layers (mean cosine below "
-        f"{threshold:g})": bool((m.loc[first, "transformed"] < threshold).all()),
-    }
-    if "attn_output" in m.columns:
-        claims["transformed vectors are less anisotropic than the attention-block outputs in every "
-               "layer"] = bool((t < m.loc[layers, "attn_output"]).all())
-    return pd.Series(claims)
-
-
-def _fig3_summary(frames) -> str:
-    table = frames["result"].pivot_table(index="layer", columns="kind", values="mean")
-    return "mean pairwise cosine per layer:\n" + table.to_string(float_format=lambda v: f"{v:.3f}")
-
-
-FIG3_ANISOTROPY = Experiment(
-    name="alti-fig3-anisotropy",
-    title="Mean cosine of token representations and of transformed vectors per layer (SST-2)",
-    paper="ALTI (Figure 3)", compute=fig3_anisotropy,
-    inputs=Inputs(ModelByCondition({"finetuned": SST2_CLASSIFIER, "pretrained": Model("base")}),
-                  Data("sst2_test")),
-    defaults={"condition": "finetuned", "include_special": True, "pool": "queries", **CLASSIFIER_SETTINGS},
-    paper_numbers=pn.alti_repo_anisotropy, compare=_fig3_compare, summary=_fig3_summary)

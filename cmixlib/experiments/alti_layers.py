@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.methods.aggregation import normalize_rows, rollout, row_spread
-from cmixlib.experiments.common import batched, padded_batch
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.common import batched, pad_id, padded_batch
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
+from cmixlib.methods import dispatch as core
 
 __all__ = ["FIGS8_10", "FIGS8_10_METHODS", "homogeneity", "special_mass", "figs8_10_claims",
            "FIGS8_10_HEADLINE", "relevance_maps"]
@@ -58,9 +60,7 @@ def special_mass(maps: np.ndarray) -> np.ndarray:
 def relevance_maps(bundle, batch: list[dict]) -> list[dict[str, np.ndarray]]:
     """``{method: (L, n, n)}`` of :data:`FIGS8_10_METHODS` for each sentence of a batch (one padded
     forward; norm rollout = row-normalised rollout of N-ResLN without identity, as Table 2)."""
-    from cmixlib.methods import dispatch as core
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     maps = core.context_mixing(bundle.model, bundle.tokenizer,
                                {"input_ids": ids, "attention_mask": mask},
                                methods=["attention_rollout", "attn_norm_res_ln", "alti"])

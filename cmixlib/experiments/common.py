@@ -1,22 +1,27 @@
 """Plumbing shared by the experiments of all three papers: batching examples by length, the
-target (or [CLS]) row of every method for a padded batch, excluded positions, means with
-t intervals, correlations of maps, and our numbers beside the papers'."""
+target (or [CLS]) row of every method for a padded batch, excluded positions, and our numbers
+beside the papers'. (Means with t intervals and correlations: :mod:`cmixlib.metrics.statistics`.)"""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
-from cmixlib.metrics import evaluation as ev
 from cmixlib.models.arch import num_layers
+from cmixlib.models.devices import model_device
 from cmixlib.forward.batching import length_batches, pad_sequences
 from cmixlib.experiments.spec import RunView
+from cmixlib.gradients import ClassTarget, MLMTarget, batch_attribute, random_scores
+from cmixlib.gradients.erasure import blank_out_batch
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import rollout
 
-__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "padded_batch",
+__all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "pad_id", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
-           "exclude_positions", "mean_ci", "correlate", "map_agreement", "comparison_table",
-           "describe", "ids_tensor", "predicted_classes_batch", "blank_out_rows", "batched"]
+           "exclude_positions", "comparison_table",
+           "describe", "ids_tensor", "predicted_classes", "blank_out_rows", "batched"]
 
 #: Gauss-Legendre steps of integrated gradients in the Value Zeroing experiments. Layer-wise IG costs
 #: one pass through the layers above l for every step and layer, the largest share of
@@ -40,6 +45,13 @@ BLANK_OUT_TOKENS = 2048
 BATCH_SIZE = 32
 
 
+def pad_id(tokenizer) -> int:
+    """The id the experiments pad batches with: the tokenizer's ``pad_token_id``, 0 when it has
+    none (or no tokenizer is given); padded positions are masked, so the value does not change
+    a result."""
+    return int(getattr(tokenizer, "pad_token_id", None) or 0)
+
+
 def describe(bundle, info: dict | None = None) -> str:
     """The bundle's description (its ``describe()``, else its name), with the accuracy in ``info``."""
     text = bundle.describe() if hasattr(bundle, "describe") else str(getattr(bundle, "name", bundle))
@@ -48,10 +60,8 @@ def describe(bundle, info: dict | None = None) -> str:
     return text
 
 
-def ids_tensor(ex) -> "Any":
+def ids_tensor(ex) -> torch.Tensor:
     """``(1, n)`` long tensor of one example's ``input_ids``."""
-    import torch
-
     return torch.as_tensor([list(ex["input_ids"])], dtype=torch.long)
 
 
@@ -62,10 +72,7 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     equal to :func:`cmixlib.gradients.blank_out` of each example alone up to float rounding. The
     sequences (each example and its erased copies) run about :data:`BLANK_OUT_TOKENS` tokens per
     forward."""
-    from cmixlib.gradients import MLMTarget
-    from cmixlib.gradients.erasure import blank_out_batch
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     targets = [MLMTarget(int(ex["target_index"]), int(ex["target_id"]), int(ex["foil_id"]))
                for ex in batch]
     bo = blank_out_batch(bundle.model, ids, targets, attention_mask=mask, replacement=replacement,
@@ -74,25 +81,24 @@ def blank_out_rows(bundle, batch: list[dict], replacement: str) -> list[np.ndarr
     return [row[:len(ex["input_ids"])] for row, ex in zip(bo, batch)]
 
 
-def predicted_classes_batch(bundle, batch: list[dict]) -> list[int]:
-    r"""The class a sequence classifier predicts for each example of a padded batch,
-    :math:`\arg\max_c z_c` (one forward; padding is masked, so it equals the prediction for each
-    example alone up to float rounding)."""
-    import torch
-
-    from cmixlib.models.devices import model_device
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+@torch.no_grad()
+def predicted_classes(bundle, examples: Sequence[dict]) -> np.ndarray:
+    r"""The class a sequence classifier predicts for each example, :math:`\arg\max_c z_c`, in
+    the examples' order: one right-padded forward per length batch of :data:`BATCH_SIZE`
+    (:func:`cmixlib.forward.batching.length_batches`; a batch the experiments hand over is
+    already one such batch, run as it is). Padding is masked, so each prediction equals that
+    of the example alone up to float rounding."""
     dev = model_device(bundle.model)
-    with torch.no_grad():
-        logits = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-    return logits.argmax(-1).tolist()
+    out = np.zeros(len(examples), dtype=np.int64)
+    for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
+        ids, mask = padded_batch([examples[i] for i in idx], pad_id(bundle.tokenizer))
+        res = bundle.model(input_ids=ids.to(dev), attention_mask=mask.to(dev))
+        out[idx] = (res.logits if hasattr(res, "logits") else res[0]).argmax(-1).cpu().numpy()
+    return out
 
 
 def mlm_target(ex, settings: Mapping):
     """The :class:`cmixlib.gradients.MLMTarget` of a BLiMP/SVA example (``grad_score`` setting)."""
-    from cmixlib.gradients import MLMTarget
-
     return MLMTarget(int(ex["target_index"]), int(ex["target_id"]),
                      None if ex.get("foil_id") is None else int(ex["foil_id"]),
                      score=settings.get("grad_score", "prob"))
@@ -117,13 +123,9 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     Methods: those of :data:`cmixlib.METHODS`, ``"rollout:X"``, :data:`GRADIENT_METHODS`,
     ``"random"`` (uniform, seeded per example with ``seeds``) and ``"nearness"``
     (``-|j - t|``, t the target position; the same in every layer)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.gradients import batch_attribute
-
     model, tok = bundle.model, bundle.tokenizer
     lengths = [len(ex["input_ids"]) for ex in exs]
-    ids, mask = padded_batch(exs, getattr(tok, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(exs, pad_id(tok))
     pos = [int(ex["target_index"]) for ex in exs]
     out: list[dict[str, np.ndarray]] = [{} for _ in exs]
     cm_methods = [m for m in methods if m in core.METHODS]
@@ -152,8 +154,6 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
             for m in grad:
                 out[b][m] = res[GRADIENT_METHODS[m]][b][..., :lengths[b]]
     if "random" in methods:
-        from cmixlib.gradients import random_scores
-
         L = num_layers(model)
         for b in range(len(exs)):
             out[b]["random"] = random_scores(int(lengths[b]), seed=seeds[b],
@@ -203,15 +203,13 @@ def cls_rows_batch(bundle, batch: list[dict], methods: list[str],
     gradient method of the predicted class's probability w.r.t. the word embeddings
     (:func:`cmixlib.gradients.batch_attribute`), one padded batch at a time. ``settings`` may set
     ``ig_steps`` and ``grad_aggregate`` (IG / DeepLift; default: batch_attribute's 50 and "sum")."""
-    from cmixlib.gradients import ClassTarget, batch_attribute
-
     settings = settings or {}
     mix = [m for m in methods if m not in GRADIENT_METHODS]
     out = (target_rows_batch(bundle, batch, mix, settings, level="input", seeds=[0] * len(batch))
            if mix else [{} for _ in batch])
     grad = [m for m in methods if m in GRADIENT_METHODS]
     if grad:
-        ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+        ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
         kw = {k: settings[s] for s, k in (("ig_steps", "n_steps"), ("grad_aggregate", "aggregate"))
               if s in settings}
         res = batch_attribute(bundle.model, ids, [ClassTarget(None, score="prob")] * len(batch),
@@ -235,84 +233,6 @@ def exclude_positions(ex, mode: str | None) -> list[int] | None:
     if "target" in mode:
         ex_pos.append(int(ex["target_index"]))
     return sorted(set(ex_pos))
-
-
-def mean_ci(values, confidence: float) -> dict[str, float]:
-    r"""Mean, population std (as :func:`cmixlib.metrics.evaluation.mean_std`), ``n`` and a two-sided
-    Student-t confidence interval of the mean over the finite values (:func:`scipy.stats.t.interval`):
-
-    .. math:: \bar v \pm t_{(1+c)/2,\; n-1}\, s/\sqrt{n}, \qquad s = \text{sample std (ddof=1)}.
-
-    The bounds are NaN when fewer than 2 values are finite."""
-    from scipy import stats
-
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    out = {"mean": float(v.mean()) if v.size else float("nan"),
-           "std": float(v.std()) if v.size else float("nan"), "n": int(v.size),
-           "ci_low": float("nan"), "ci_high": float("nan"), "confidence": float(confidence)}
-    if v.size >= 2:
-        sem = float(v.std(ddof=1)) / np.sqrt(v.size)
-        if sem > 0:
-            lo, hi = stats.t.interval(confidence, df=v.size - 1, loc=out["mean"], scale=sem)
-        else:
-            lo = hi = out["mean"]
-        out["ci_low"], out["ci_high"] = float(lo), float(hi)
-    return out
-
-
-def correlate(a, b, kind: str) -> float:
-    """Pearson's r (:func:`scipy.stats.pearsonr`) or Spearman's rho of two vectors over their
-    finite entries; NaN when fewer than 2 remain or either is constant."""
-    from scipy.stats import pearsonr
-
-    a, b = np.asarray(a, dtype=float).ravel(), np.asarray(b, dtype=float).ravel()
-    ok = np.isfinite(a) & np.isfinite(b)
-    a, b = a[ok], b[ok]
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    if kind == "pearson":
-        return float(pearsonr(a, b).statistic)
-    return ev.spearman(a, b)
-
-
-def map_agreement(method_map: np.ndarray, reference_map: np.ndarray, *, correlation: str = "pearson",
-                  unit: str = "row", diagonal: bool = True) -> float:
-    r"""Agreement of one layer's ``(n, n)`` attribution map with a reference map (e.g. HTA).
-
-    ``unit="row"``: :math:`\frac{1}{n}\sum_i \mathrm{corr}(M_{i,:}, R_{i,:})`, the mean over output
-    tokens i of the correlation of their rows (GlobEnc's code correlates the maps row by row, "per
-    attender"; rows whose correlation is undefined are skipped). A row correlation is unchanged by
-    scaling a row, so row normalisation of either map does not matter. ``unit="map"``: one
-    correlation of the two flattened maps. ``correlation``: ``"pearson"`` (the caption of GlobEnc's
-    Figure 4) or ``"spearman"``. ``diagonal=False`` leaves out the entries j = i (a token's own
-    residual share, which dominates both maps), so that only how the rest is spread is compared.
-    """
-    if correlation not in ("pearson", "spearman"):
-        raise ValueError(f"correlation must be 'pearson' or 'spearman', not {correlation!r}")
-    if unit not in ("row", "map"):
-        raise ValueError(f"unit must be 'row' or 'map', not {unit!r}")
-    m, r = np.asarray(method_map, dtype=float), np.asarray(reference_map, dtype=float)
-    if m.shape != r.shape or m.ndim != 2:
-        raise ValueError(f"expected two (n, n) maps of the same shape, got {m.shape} and {r.shape}")
-    keep = np.ones(m.shape, dtype=bool) if diagonal else ~np.eye(m.shape[0], dtype=bool)
-    if unit == "map":
-        return correlate(m[keep], r[keep], correlation)
-    n = m.shape[0]
-    mr, rr = m[keep].reshape(n, -1), r[keep].reshape(n, -1)      # the kept entries, row by row
-    rows = _row_correlations(mr, rr, correlation)
-    rows = rows[np.isfinite(rows)]
-    return float(np.mean(rows)) if rows.size else float("nan")
-
-
-def _row_correlations(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
-    """:func:`correlate` of every row pair ``a[i], b[i]`` at once: NaN where a row has a
-    non-finite entry, fewer than 2 entries, or is constant (rows with non-finite entries go
-    through :func:`correlate` one by one, which drops those entries)."""
-    out = (ev.spearman_rows if kind == "spearman" else ev.pearson_rows)(a, b)
-    odd = ~(np.isfinite(a).all(-1) & np.isfinite(b).all(-1))
-    for i in np.flatnonzero(odd):
-        out[i] = correlate(a[i], b[i], kind)
-    return out
 
 
 def comparison_table(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], *,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cmixlib.gradients import random_scores
+
 __all__ = ["CONTROLS", "control_scores", "control_seed"]
 
 #: The controls, in the order the tables show them.
@@ -22,8 +24,6 @@ def control_scores(n: int, target: int, seed: int,
     ([MASK], or 0 for [CLS]): ``"random"``, uniform(0, 1) from ``default_rng(seed)``
     (:func:`cmixlib.gradients.random_scores`), and ``"nearness"``,
     :math:`s_j = -\lvert j - t\rvert` (for [CLS]: earlier tokens score higher)."""
-    from cmixlib.gradients import random_scores
-
     unknown = [c for c in controls if c not in CONTROLS]
     if unknown:
         raise ValueError(f"Unknown control(s) {unknown}; choose from {list(CONTROLS)}.")

@@ -31,25 +31,38 @@ position, the token **deleted** (``blank="delete"``; a causal model has no [UNK]
 and SmolLM2's unknown token is its document separator) or replaced by the tokenizer's unknown
 token (``blank="unk"``). The BOS token (position 0), where the decoder parks attention (the
 *attention sink*), is left out of both evaluations and the rest renormalised by default
-(``exclude="bos"``); ``also_exclude`` repeats both with other choices for comparison.
+(``exclude="bos"``); ``also_exclude`` repeats both with other choices for comparison. The
+batched passes (log-probabilities, blank-out): :mod:`cmixlib.experiments.decoder_scores`.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.metrics import evaluation as ev
-from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.metrics.statistics import correlation_table, spearman_to
+from cmixlib.forward.batching import length_batches
 from cmixlib.validation import InputError
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.decoder_scores import (BLANK_MODES, blank_out_scores, causal_forward,
+                                                sentence_logprobs)
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import Sources, blimp_sample
+from cmixlib.data import annotate_blimp
+from cmixlib.gradients import random_scores
+from cmixlib.methods.aggregation import rollout
+from cmixlib.methods.alti_logit import explain_logit
+from cmixlib.methods.dispatch import context_mixing
+from cmixlib.models.loading import load_model
+from cmixlib.models.smollm2 import decoder_bos_id
 
 __all__ = ["DECODER_LAYER_METHODS", "DECODER_GLOBAL_METHODS", "SINK_METHODS", "EXCLUDE_MODES",
-           "BLANK_MODES", "DecoderSources", "causal_example", "causal_examples",
-           "sample_per_paradigm", "alignment_cues", "sentence_logprobs", "blank_out_scores", "exclude_for",
-           "DECODER_BLIMP"]
+           "DecoderSources", "causal_example", "causal_examples", "sample_per_paradigm",
+           "alignment_cues", "exclude_for", "DECODER_BLIMP"]
 
 #: Layer-wise methods of the cue alignment (``alti_logit``: layer l's tracked contribution).
 #: No nearness here: ``-|j - p|`` is never positive, so the alignment's normalisation (negatives
@@ -64,7 +77,6 @@ SINK_METHODS = ["attention", "attn_norm", "attn_norm_res", "alti_layer", "value_
                 "attention_rollout", "alti", "value_zeroing_rollout"]
 #: Positions left out (and the rest renormalised): "none", "bos" (position 0).
 EXCLUDE_MODES = ("none", "bos")
-BLANK_MODES = ("delete", "unk")
 _MIXING = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
            "value_zeroing", "value_zeroing_rollout"]       # ALTI-Logit: explain_logit
 _BATCH = 16
@@ -80,16 +92,11 @@ class DecoderSources(Sources):
     for the spaces between words). Tests override both with a random decoder and toy pairs."""
 
     def decoder(self) -> tuple[Any, dict | None]:
-        from cmixlib.models.loading import load_model
-
         return load_model(self._settings["decoder"]), None
 
     def blimp_pairs(self) -> list[dict]:
         """Annotated BLiMP agreement pairs (word level, with ``spaces``) of the test half that
         the chapter 9 runs use, in split order."""
-        from cmixlib.data import annotate_blimp
-        from cmixlib.models.loading import load_model
-
         encoder = load_model(self._model)
         spaces = {(r["uid"], r["pair_id"]): r["spaces"]
                   for r in annotate_blimp(progress=False) if r["drop_reason"] is None}
@@ -188,97 +195,6 @@ def causal_examples(pairs: Sequence[Mapping], tokenizer,
 
 
 # ============================================================================================
-# Batched forward passes (right padding: a causal model's real positions never see the pads)
-# ============================================================================================
-def _forward(model, seqs: Sequence[Sequence[int]], pad_id: int, *,
-             positions: Sequence[int] | None = None, **kw):
-    """``(output, ids, mask, column)`` of one right-padded batch. ``positions``: the only
-    positions whose logits are read; the LM head then runs on those alone (``logits_to_keep``,
-    where the model takes it), and the logits of position p are ``output.logits[:, column[p]]``
-    (``column[p]`` is p when every position is kept)."""
-    import inspect
-
-    import torch
-
-    device = next(model.parameters()).device
-    ids, mask = pad_sequences(seqs, int(pad_id), device=device)
-    kept = list(range(ids.shape[1]))
-    if positions is not None and "logits_to_keep" in inspect.signature(model.forward).parameters:
-        kept = sorted({int(p) for p in positions})
-        kw["logits_to_keep"] = torch.as_tensor(kept, device=device)
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, use_cache=False, **kw)
-    return out, ids, mask, {p: k for k, p in enumerate(kept)}
-
-
-def sentence_logprobs(model, seqs: Sequence[Sequence[int]], pad_id: int = 0,
-                      batch: int = 32) -> np.ndarray:
-    r"""Sum of next-token log-probabilities of each sequence after its first token,
-    :math:`\sum_{k=1}^{n-1} \log p(w_k \mid w_{<k})`, batched by length (right-padded)."""
-    import torch
-
-    out = np.zeros(len(seqs))
-    for idx in length_batches([len(s) for s in seqs], batch):
-        res, ids, mask, _ = _forward(model, [seqs[i] for i in idx], pad_id)
-        logp = torch.log_softmax(res.logits[:, :-1].double(), -1)
-        got = logp.gather(-1, ids[:, 1:, None])[..., 0] * mask[:, 1:]
-        out[idx] = got.sum(1).cpu().numpy()
-    return out
-
-
-def _logit_differences(model, seqs: Sequence[Sequence[int]], target: Sequence[int],
-                       foil: Sequence[int], pad_id: int, batch: int) -> np.ndarray:
-    """lambda_t - lambda_f at each sequence's last position, batched."""
-    import torch
-
-    out = np.zeros(len(seqs))
-    for k in range(0, len(seqs), batch):
-        part = seqs[k:k + batch]
-        last = [len(q) - 1 for q in part]
-        res, _, _, column = _forward(model, part, pad_id, positions=last)
-        col = torch.as_tensor([column[p] for p in last], device=res.logits.device)
-        lg = res.logits[torch.arange(len(part), device=col.device), col].double()
-        t = torch.as_tensor(target[k:k + batch], device=lg.device)
-        f = torch.as_tensor(foil[k:k + batch], device=lg.device)
-        out[k:k + len(part)] = (lg.gather(1, t[:, None]) - lg.gather(1, f[:, None]))[:, 0].cpu()
-    return out
-
-
-def blank_out_scores(model, examples: Sequence[Mapping], blank: str = "delete", *,
-                     unk_id: int | None = None, pad_id: int = 0,
-                     batch: int = 64) -> list[np.ndarray]:
-    r"""Blank-out at the prediction position of each example, one score per token j:
-    :math:`s^{BO}_j = \Delta(w) - \Delta(w_{\setminus j})`, :math:`\Delta = \lambda_t -
-    \lambda_f` at the last position, token j deleted (``blank="delete"``; the sequence is one
-    shorter) or replaced by ``unk_id`` (``"unk"``). Every variant of every example in batches
-    of ``batch`` right-padded sequences (the clean sequence in the same batches, so both
-    Deltas carry the same rounding). Returns one (n,) array per example."""
-    if blank not in BLANK_MODES:
-        raise InputError(f"blank must be one of {BLANK_MODES}, not {blank!r}.")
-    if blank == "unk" and unk_id is None:
-        raise InputError("blank='unk' needs the tokenizer's unknown token (unk_id); this "
-                         "tokenizer has none: use blank='delete'.")
-    seqs, tgt, foil, owner = [], [], [], []
-    for e, ex in enumerate(examples):
-        ids = list(ex["input_ids"])
-        variants = [ids] + [ids[:j] + ids[j + 1:] if blank == "delete"
-                            else ids[:j] + [int(unk_id)] + ids[j + 1:] for j in range(len(ids))]
-        seqs += variants
-        tgt += [int(ex["target_id"])] * len(variants)
-        foil += [int(ex["foil_id"])] * len(variants)
-        owner += [e] * len(variants)
-    if any(len(s) == 0 for s in seqs):
-        raise InputError("An example of one token cannot be blanked out by deletion.")
-    delta = _logit_differences(model, seqs, tgt, foil, pad_id, batch)
-    owner_arr = np.asarray(owner)
-    out = []
-    for e in range(len(examples)):
-        d = delta[owner_arr == e]
-        out.append(d[0] - d[1:])
-    return out
-
-
-# ============================================================================================
 # The experiment
 # ============================================================================================
 def exclude_for(mode: str) -> list[int] | None:
@@ -292,9 +208,6 @@ def _scores(maps: Mapping[str, np.ndarray], ex: Mapping, L: int, seed: int,
             explanation: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(layer-wise rows (L, n), global rows (n,)) at p for every method of the two lists;
     ``explanation``: ALTI-Logit's explanation row at p (with the embedding term)."""
-    from cmixlib.methods.aggregation import rollout
-    from cmixlib.gradients import random_scores
-
     p, n = int(ex["target_index"]), len(ex["input_ids"])
     near = -np.abs(np.arange(n) - p).astype(float)
     layer = {m: maps[m][:, p, :] for m in DECODER_LAYER_METHODS if m in maps}
@@ -324,13 +237,6 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ratio); ``sink_share`` (per method of :data:`SINK_METHODS` and layer: the mean share of a
     row i >= 1 on the BOS column); ``drops`` (pairs kept and dropped per paradigm and
     reason)."""
-    import time
-
-    import torch
-
-    from cmixlib.methods.dispatch import context_mixing
-    from cmixlib.methods.alti_logit import explain_logit
-
     s = ctx.settings
     if s["blank"] not in BLANK_MODES:
         raise InputError(f"blank must be one of {BLANK_MODES}, not {s['blank']!r}.")
@@ -346,8 +252,6 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx._devices.add(str(next(model.parameters()).device))
     bos = getattr(bundle, "bos_token_id", None)
     if bos is None:
-        from cmixlib.models.smollm2 import decoder_bos_id
-
         bos = decoder_bos_id(tok)
     if bos is None:
         raise InputError("The decoder's tokenizer has no <|endoftext|> or BOS token to start "
@@ -379,7 +283,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     for idx in ctx.tqdm(length_batches([len(e["input_ids"]) for e in examples], _BATCH),
                         desc="decoder maps"):
         batch = [examples[i] for i in idx]
-        res, _, _, column = _forward(model, [e["input_ids"] for e in batch], pad,
+        res, _, _, column = causal_forward(model, [e["input_ids"] for e in batch], pad,
                                      positions=[int(e["target_index"]) for e in batch],
                                      output_hidden_states=True)
         for b, (i, ex) in enumerate(zip(idx, batch)):
@@ -407,7 +311,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
                 if cues:
                     align += [dict(r, exclude=mode, uid=ex["uid"]) for r in ev.alignment_rows(
                         layer, cues, example_id=i, exclude=exclude_for(mode), ties=s["ties"])]
-                rho[mode][i] = ev.spearman_to(bo[i], glob, exclude=exclude_for(mode))
+                rho[mode][i] = spearman_to(bo[i], glob, exclude=exclude_for(mode))
     timing["maps_s"] = time.perf_counter() - t0
     timing["cpu_s"] = time.process_time() - cpu0       # this process's CPU time (wall: shared)
     ctx.info["timing"] = {k: round(v, 2) for k, v in timing.items()}
@@ -421,7 +325,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
     by_paradigm = ev.aggregate_alignment(align_df, by=("exclude", "uid", "method", "layer"))
     alignment_drops = (pd.DataFrame(cue_kept, columns=["uid", "reason"]).value_counts(sort=False)
                        .rename("pairs").reset_index())
-    faith = pd.concat([ev.correlation_table({m: [r[i][m] for i in sorted(r)]
+    faith = pd.concat([correlation_table({m: [r[i][m] for i in sorted(r)]
                                              for m in DECODER_GLOBAL_METHODS}, exclude=mode)
                        for mode, r in rho.items()], ignore_index=True)
     nf = pd.DataFrame(norms, columns=["example", "layer", "bos", "others"])

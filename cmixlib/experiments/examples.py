@@ -23,8 +23,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from cmixlib import data
+from cmixlib.data import load_spacy
+from cmixlib.data.blimp_rules import annotate_pair
+from cmixlib.experiments.globenc import correlation_rows, rollout_variant
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
+from cmixlib.experiments.common import predicted_classes
+from cmixlib.experiments.saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs,
+                                          experiment_settings, find_example,
+                                          target_probabilities, text_example)
 from cmixlib.methods.registry import method_label
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.training.classifiers import LABELS
 
 __all__ = ["EXAMPLES", "VZ_TABLE1", "ALTI_TABLE_SENTENCES", "EXAMPLE_HEADLINES",
            "example_claims"]
@@ -94,9 +104,6 @@ def _claim(item: str, claim: str, holds: bool, evidence: str) -> dict:
 def _vz_table1() -> list[dict]:
     """One claim per example (exactly the paper's underlined words), and the headline: the cue
     noun (the paper's last underlined word: the head the target agrees with) is marked in all."""
-    from cmixlib.data import load_spacy
-    from cmixlib.data.blimp_rules import annotate_pair
-
     nlp, item, claims, nouns = load_spacy(), "VZ Table 1", [], []
     for ex in VZ_TABLE1:
         bad = ex["good"].replace(f" {ex['target']}", f" {ex['foil']}", 1)
@@ -113,9 +120,6 @@ def _vz_table1() -> list[dict]:
 
 
 def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
-    from cmixlib.experiments.saliency import (example_rows, experiment_inputs, experiment_settings,
-                                              find_example, target_probabilities)
-
     exp = "vz-faithfulness"
     s = experiment_settings(exp, ctx.settings[exp])
     bundle, _, blimp = experiment_inputs(exp, s, model=ctx.model, sources=ctx.sources)
@@ -146,11 +150,6 @@ def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
 
 
 def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
-    from cmixlib.experiments.saliency import (ALTI_GRADIENTS, example_rows, experiment_inputs,
-                                              experiment_settings, predicted_classes,
-                                              target_probabilities, text_example)
-    from cmixlib.training.classifiers import LABELS
-
     exp, exp7 = "alti-table2", "alti-fig7-consistency"
     run = {"model": ctx.model, "sources": ctx.sources, "data": False}
     clf, _, _ = experiment_inputs(exp, ctx.settings[exp], "sst2", **run)
@@ -183,10 +182,6 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
 
 
 def _globenc_figure1(ctx: Context) -> tuple[list[dict], str]:
-    from cmixlib import data
-    from cmixlib.experiments.saliency import experiment_inputs, experiment_settings, find_example
-    from cmixlib.experiments.globenc import _correlation_rows, _variant
-
     exp = "globenc-correlations"
     s = experiment_settings(exp, ctx.settings[exp])
     clf, _, _ = experiment_inputs(exp, s, "sst2", data=False, model=ctx.model,
@@ -194,8 +189,9 @@ def _globenc_figure1(ctx: Context) -> tuple[list[dict], str]:
     ex = find_example(data.load_sst2_inputs(clf.tokenizer, split="dev"),
                       "a deep and meaningful film .")
     level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]
-    rho = _correlation_rows(clf, [ex], ["globenc_layer", "attention"], level)[0]
-    last = {m: float(rho[(_variant(s), m, "rollout")][-1]) for m in ("globenc_layer", "attention")}
+    rho = correlation_rows(clf, [ex], ["globenc_layer", "attention"], level)[0]
+    last = {m: float(rho[(rollout_variant(s), m, "rollout")][-1])
+            for m in ("globenc_layer", "attention")}
     item = "GlobEnc Figure 1"
     ev = f"Spearman N-Enc {last['globenc_layer']:+.2f}, W {last['attention']:+.2f}"
     return [_claim(item, EXAMPLE_HEADLINES[item], last["globenc_layer"] > 0, ev),

@@ -3,20 +3,29 @@ gradient×input saliency (Table 1, Figure 3, Table 2), single-layer agreement wi
 (Figure 4) and the LayerNorm outlier weights (Figure 5)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
+import torch
 
-from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import map_agreement, mean_ci, mean_std, spearman, spearman_rows
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.common import (batched, comparison_table, ids_tensor, map_agreement,
-                                        mean_ci, padded_batch)
+from cmixlib.experiments.common import (batched, comparison_table, ids_tensor, pad_id,
+                                        padded_batch)
 from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs, Model,
                                          whole_split)
+from cmixlib.gradients import ClassTarget, batch_attribute
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import normalize_rows, rollout
+from cmixlib.methods.hta import hta
+from cmixlib.models.arch import layer_parts
 
 __all__ = ["LN_OUTLIERS", "CORRELATIONS", "HTA_AGREEMENT", "GLOBENC_METHODS", "ROLLOUT_VARIANTS",
-           "variant_comparison", "FIG4_METHODS",
+           "variant_comparison", "rollout_variant", "correlation_rows", "FIG4_METHODS",
            "FIG4_VARIANTS"]
 
 # ============================================================================================
@@ -27,8 +36,6 @@ def ln_outliers(ctx: Context) -> dict[str, pd.DataFrame]:
     dimensions (>= ``sigma`` std from the mean gain; ``outliers`` = "ln1", "ln2" or "union" of both
     layers' outlier sets). Needs only the model weights. The paper prints no numbers (figure only)."""
     from scipy.stats import pearsonr
-
-    from cmixlib.models.arch import layer_parts
 
     bundle, _, _ = ctx.load_inputs()
     layers = layer_parts(bundle.model)
@@ -70,7 +77,8 @@ _TASK_LABEL = {"sst2": "SST-2", "mnli": "MNLI", "hatexplain": "HateXplain"}
 ROLLOUT_VARIANTS = ("raw", "row-normalised")
 
 
-def _variant(settings) -> str:
+def rollout_variant(settings) -> str:
+    """The rollout variant (:data:`ROLLOUT_VARIANTS`) that ``settings["rollout_normalize"]`` selects."""
     return ROLLOUT_VARIANTS[int(bool(settings["rollout_normalize"]))]
 
 
@@ -78,8 +86,6 @@ def _padded_segments(batch: list[dict], ids) -> dict:
     """``{"token_type_ids": (B, n)}`` of a padded batch whose examples hold segment ids (sentence
     pairs: MNLI), 0 at padding; ``{}`` when none does. The classifier and every attribution then
     see the pair as the classifier was trained on it."""
-    import torch
-
     if not any("token_type_ids" in ex for ex in batch):
         return {}
     tt = torch.zeros_like(ids)
@@ -90,7 +96,7 @@ def _padded_segments(batch: list[dict], ids) -> dict:
     return {"token_type_ids": tt}
 
 
-def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
+def correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
                       controls=(), seed: int = 0) -> list[dict[tuple[str, str, str], np.ndarray]]:
     """For each example of a padded batch: ``{(rollout variant, method, aggregation): rho per
     layer}``, the Spearman of the [CLS] rows with the true class's gradient × input saliency (one
@@ -98,11 +104,7 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
     ``{("control", c, "control"): rho}`` for each of ``controls``
     (:func:`cmixlib.experiments.controls.control_scores`, target 0, the random one seeded with
     the example's ``_row`` index)."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import normalize_rows, rollout
-    from cmixlib.gradients import ClassTarget, batch_attribute
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     extras = _padded_segments(batch, ids)
     targets = [ClassTarget(int(ex["label"])) for ex in batch]
     sal = batch_attribute(bundle.model, ids, targets, "grad_x_input_l2", level,
@@ -125,14 +127,14 @@ def _correlation_rows(bundle, batch: list[dict], methods: list[str], level: str,
             rows[(m, "row-normalised")] = rollout(normalize_rows(maps[b][m]), add_identity=False,
                                                   normalize=True, rows=[0])[:, 0]
         L = maps[b][methods[0]].shape[0]
-        rhos = ev.spearman_rows(np.concatenate(list(rows.values())), ref)
+        rhos = spearman_rows(np.concatenate(list(rows.values())), ref)
         got = {key: rhos[k * L:(k + 1) * L] for k, key in enumerate(rows)}
         for m in methods:
             for variant in ROLLOUT_VARIANTS:
                 rho[(variant, m, "rollout")] = got[(m, variant)]
                 rho[(variant, m, "individual")] = got[(m, "individual")]
         for c, sc in control_scores(n, 0, control_seed(seed, ex.get("_row", b)), controls).items():
-            rho[("control", c, "control")] = np.array([ev.spearman(sc, ref)])
+            rho[("control", c, "control")] = np.array([spearman(sc, ref)])
         out.append(rho)
     return out
 
@@ -158,21 +160,21 @@ def correlations(ctx: Context) -> dict[str, pd.DataFrame]:
     for task in s["tasks"]:
         bundle, _, examples = ctx.load_inputs(task)
         examples = [dict(ex, _row=i) for i, ex in enumerate(examples)]
-        rhos = batched(ctx, examples, lambda batch: _correlation_rows(
+        rhos = batched(ctx, examples, lambda batch: correlation_rows(
             bundle, batch, methods, level, s["controls"], int(s["seed"])), desc=f"GlobEnc ({task})")
         per: dict[tuple[str, str, str], list[np.ndarray]] = {}
         for i in range(len(examples)):
             for key, v in rhos[i].items():
                 per.setdefault(key, []).append(v)
         rows = [{"task": _TASK_LABEL[task], "rollout": variant, "method": m, "aggregation": agg,
-                 "layer": layer + 1, **ev.mean_std(v[:, layer])}
+                 "layer": layer + 1, **mean_std(v[:, layer])}
                 for (variant, m, agg), vals in per.items() for v in [np.stack(vals)]
                 for layer in range(v.shape[1])]
         frames.append(pd.DataFrame(rows))
     both = pd.concat(frames, ignore_index=True)
     controls = both[both["rollout"] == "control"]
     both = both[both["rollout"] != "control"].reset_index(drop=True)
-    chosen = both[both["rollout"] == _variant(s)].reset_index(drop=True)
+    chosen = both[both["rollout"] == rollout_variant(s)].reset_index(drop=True)
     return {"result": chosen, "variants": both,
             "controls": controls.drop(columns=["rollout", "aggregation", "layer"])
             .reset_index(drop=True)}
@@ -228,17 +230,12 @@ def hta_agreement(ctx: Context) -> dict[str, pd.DataFrame]:
     for the first ``limit`` dev sentences (with ``max_tokens``, only those of at most that many
     tokens, [CLS]/[SEP] included; None: no cap; GlobEnc: the first 256), each layer's HTA × input map (:func:`cmixlib.methods.hta.hta`,
     c_ij = ||d e_i / d e_j ⊙ e_j||_F of that layer alone) is compared with the same layer's maps of
-    ``methods`` (no rollout) by :func:`map_agreement` with ``correlation`` (Pearson, as the caption),
+    ``methods`` (no rollout) by :func:`~cmixlib.metrics.statistics.map_agreement` with ``correlation`` (Pearson, as the caption),
     in the three :data:`FIG4_VARIANTS` (column ``variant``; the main reading "map_raw" correlates
     the whole un-normalised maps, all rows and columns, [CLS]/[SEP] and the diagonal included). Per
     layer: mean over sentences with a two-sided ``confidence`` t interval (the figure shows 99%
     intervals). The paper prints no numbers; its claim: N-ResLN agrees much less with HTA than N-Res
     and N-Enc."""
-    import time
-
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.hta import hta
-
     s = ctx.settings
     map_agreement(np.eye(2), np.eye(2), correlation=s["correlation"])   # validates the setting
     methods = list(s["methods"])

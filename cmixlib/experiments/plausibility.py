@@ -8,19 +8,23 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.metrics import plausibility as pl
+from cmixlib.metrics.statistics import mean_ci
 from cmixlib.methods.registry import ROLLOUT_PREFIX
-from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, mean_ci, padded_batch,
-                                        predicted_classes_batch)
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.common import (GRADIENT_METHODS, IG_STEPS, batched, pad_id, padded_batch,
+                                        predicted_classes)
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, Data, Inputs, Model
+from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
+from cmixlib.methods.registry import method_label
 
 __all__ = ["PLAUSIBILITY", "PLAUSIBILITY_METHODS", "METRICS", "SUBSETS", "attribution_rows",
            "describe_most_plausible"]
 
 
 def _mixing_methods() -> list[str]:
-    from cmixlib.methods import dispatch as core
-
     layer = [m for m, spec in core.METHODS.items() if spec.kind == "layer"]
     rolled = {spec.base for spec in core.METHODS.values() if spec.base is not None}
     return list(core.METHODS) + [f"{ROLLOUT_PREFIX}{m}" for m in layer if m not in rolled]
@@ -52,13 +56,9 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
     embeddings (one :func:`cmixlib.gradients.batch_attribute` call; IG with ``ig_steps``
     Gauss-Legendre steps, IG and DeepLift aggregated by ``grad_aggregate``), and uniform random
     scores seeded per post."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import attention_flow, normalize_rows, rollout
-    from cmixlib.gradients import ClassTarget, batch_attribute, random_scores
-
-    ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
     lengths = [len(ex["input_ids"]) for ex in batch]
-    predicted = predicted_classes_batch(bundle, batch)
+    predicted = predicted_classes(bundle, batch).tolist()
     out: list[dict[str, np.ndarray]] = [{} for _ in batch]
     rolled = [m for m in methods if m.startswith(ROLLOUT_PREFIX)]
     full = sorted({m for m in methods if m in core.METHODS and m != "attention_flow"}
@@ -103,8 +103,6 @@ def attribution_rows(bundle, batch: list[dict], methods: list[str], settings: Ma
 
 
 def _summary_rows(per: pd.DataFrame, methods: list[str], confidence: float) -> list[dict]:
-    from cmixlib.methods.registry import method_label
-
     rows = []
     for m in methods:
         g = per[per["method"] == m]
@@ -128,7 +126,7 @@ def plausibility(ctx: Context) -> dict[str, pd.DataFrame]:
     ``[SEP]`` belong to no word), then AUPRC, token F1 and IOU F1 against the rationale (top
     :math:`k = |\text{rationale}|` words; :mod:`cmixlib.metrics.plausibility`). Frame ``result``: per
     method, the mean over all evaluated posts with a two-sided ``confidence`` t interval
-    (:func:`mean_ci`); ``subsets``: the same for :data:`SUBSETS`; ``per_post``: every score."""
+    (:func:`~cmixlib.metrics.statistics.mean_ci`); ``subsets``: the same for :data:`SUBSETS`; ``per_post``: every score."""
     s = ctx.settings
     methods = list(s["methods"])
     unknown = [m for m in methods if m not in PLAUSIBILITY_METHODS]
@@ -193,9 +191,7 @@ def describe_most_plausible(result: pd.DataFrame, metric: str = "auprc",
     intervals *overlap* when :math:`\text{low}_{top} \le \text{high}_{runner-up}`. Overlapping
     intervals do not show the two equal; separate ones show the top method ahead at that
     confidence. With ``per_post`` (frame ``per_post``), the sentence adds the mean paired
-    difference per post with its t interval (:func:`mean_ci`, the result's confidence)."""
-    from cmixlib.methods.registry import method_label
-
+    difference per post with its t interval (:func:`~cmixlib.metrics.statistics.mean_ci`, the result's confidence)."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
     r = result.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)

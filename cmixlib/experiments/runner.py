@@ -1,20 +1,14 @@
-"""The experiment runner: the declaration of an experiment (:class:`Experiment`), the registry,
-the run context, the result cache and the files a run writes.
+"""The experiment runner: the run context, the run and the files a run writes.
 
-:func:`run_experiment` looks an experiment up in :data:`REGISTRY`, merges its default settings
-with the caller's, and either loads the result from the cache or calls the experiment's
-``compute(ctx)`` with a :class:`Context`, then writes every frame as CSV next to a ``meta.json``
-sidecar (and the papers' numbers as ``paper.csv``) and returns a :class:`RunResult`.
-
-**Cache.** ``<root>/results/<experiment>/<key>/`` where ``<root>`` is ``$CMIX_CACHE`` or
-``<repo>/.cmix_cache``. ``key`` hashes (experiment, model name, limit, settings, code version);
-the code version (:func:`code_version`) hashes the source of every module of cmixlib the
-experiment imports (and the committed weights' manifests), so a change to that code, a different
-model or any changed setting recomputes, and an edit elsewhere does not.
+:func:`run_experiment` looks an experiment up in :data:`~cmixlib.experiments.declaration.REGISTRY`
+(:mod:`cmixlib.experiments.declaration`), merges its default settings with the caller's, and
+either loads the result from the cache (:mod:`cmixlib.experiments.result_cache`: where, and the
+code version and key that identify a result) or calls the experiment's ``compute(ctx)`` with a
+:class:`Context`, then writes every frame as CSV next to a ``meta.json`` sidecar (and the papers'
+numbers as ``paper.csv``) and returns a :class:`RunResult`.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import numbers
 import shutil
@@ -22,80 +16,24 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from cmixlib.models.devices import default_device, model_device, resolve_device, use_device
+from cmixlib.models.loading import default_model_name
 from cmixlib.validation import InputError, check_bool, check_choice, check_positive_int
 from cmixlib.validation import describe as show
-from cmixlib.cache import (PACKAGE_DIR, cache_root, code_text, jsonable, result_closure,
-                           source_files, stable_hash)
+from cmixlib import __version__
+from cmixlib.cache import jsonable
 from cmixlib.experiments.common import describe
+from cmixlib.experiments.declaration import REGISTRY, Experiment
+from cmixlib.experiments.result_cache import cache_key, code_version, load_cached, results_root
 from cmixlib.experiments.sources import Inputs, Sources
 from cmixlib.experiments.spec import RunSpec
 
-__all__ = ["Experiment", "Context", "RunResult", "REGISTRY", "register", "run_experiment",
-           "list_experiments", "code_version", "code_files", "PRESENTATION_MODULES", "presentation_files",
-           "results_root", "cache_key"]
-
-Frames = Mapping[str, pd.DataFrame]
-
-
-@dataclass
-class Experiment:
-    """One experiment, declared as data.
-
-    ``compute(ctx) -> {frame_name: DataFrame}`` does the work (the frame ``"result"`` is
-    required; its docstring is the exact recipe, kept as ``description``). ``defaults``: every
-    setting and its default (a run may override only these). ``inputs``: the model and examples
-    it reads (:class:`cmixlib.experiments.sources.Inputs`, or one per task for experiments run on
-    several tasks), loaded through the run's :class:`~cmixlib.experiments.sources.Sources` by
-    :meth:`Context.load_inputs`. ``paper_numbers()``: the published numbers it is compared with
-    (quotes from :mod:`cmixlib.data.paper_numbers`); ``compare(frames, paper)``: ours beside them;
-    ``summary(frames)``: a compact text view.
-    """
-
-    name: str
-    title: str
-    paper: str
-    compute: Callable[["Context"], Frames]
-    defaults: dict = field(default_factory=dict)
-    inputs: Inputs | Mapping[str, Inputs] | None = None
-    paper_numbers: Callable[[], pd.DataFrame] | None = None
-    compare: Callable[[Frames, pd.DataFrame], pd.DataFrame] | None = None
-    summary: Callable[[Frames], str] | None = None
-    description: str = ""
-
-    def __post_init__(self):
-        self.defaults = dict(self.defaults)
-        self.description = self.description or (self.compute.__doc__ or "").strip()
-
-    @property
-    def needs(self) -> str:
-        """The declared inputs, in words."""
-        if isinstance(self.inputs, Mapping):
-            return "; ".join(f"{task}: {inp}" for task, inp in self.inputs.items())
-        return str(self.inputs) if self.inputs is not None else ""
-
-
-#: Every registered experiment by name, in registration order (``cmix list``).
-REGISTRY: dict[str, Experiment] = {}
-
-
-def register(experiment: Experiment | str, **declaration):
-    """Add an :class:`Experiment` to :data:`REGISTRY` (and return it).
-
-    Also a decorator, ``@register(name, title=..., paper=..., defaults=..., ...)`` over
-    ``compute(ctx)``, for an experiment declared next to its function (e.g. in a notebook)."""
-    if isinstance(experiment, Experiment):
-        REGISTRY[experiment.name] = experiment
-        return experiment
-
-    def deco(compute):
-        register(Experiment(name=experiment, compute=compute, **declaration))
-        return compute
-    return deco
+__all__ = ["Context", "RunResult", "run_experiment", "list_experiments"]
 
 
 @dataclass
@@ -135,8 +73,6 @@ class Context:
         self.notes.append(text)
 
     def tqdm(self, iterable, **kw):
-        from tqdm.auto import tqdm
-
         return tqdm(iterable, disable=not self.progress, leave=False, **kw)
 
     def load_inputs(self, task: str | None = None) -> tuple[Any, dict | None, list[dict] | None]:
@@ -200,57 +136,6 @@ class RunResult:
         return comp.reset_index(drop=True)
 
 
-def results_root() -> Path:
-    """``<cache root>/results`` (see :func:`cmixlib.cache.cache_root`)."""
-    return cache_root() / "results"
-
-
-#: Modules (or sub-packages) of cmixlib that only present or check results: notebook setup, the
-#: command line, coursework checkers, plots. No other module imports them (a test checks this), so
-#: they cannot change a result, and :func:`code_version` leaves them out: editing a plot does not
-#: recompute the book.
-PRESENTATION_MODULES = frozenset({"book", "plotting", "cli"})
-
-def presentation_files() -> frozenset[str]:
-    """The ``.py`` files of :data:`PRESENTATION_MODULES` (all files of a sub-package), as paths
-    relative to the package (as :func:`cmixlib.cache.source_files` takes them)."""
-    return frozenset(f.relative_to(PACKAGE_DIR).as_posix()
-                     for f in source_files(*sorted(PRESENTATION_MODULES), missing_ok=True))
-
-
-def code_files(experiment: str | None = None) -> list[Path]:
-    """The ``.py`` files of cmixlib a result of ``experiment`` depends on: those its module
-    imports, transitively (:func:`cmixlib.cache.result_closure`; an experiment declared outside
-    cmixlib, e.g. in a notebook, and ``None``: every file), less :data:`PRESENTATION_MODULES`."""
-    exp = REGISTRY.get(experiment) if experiment is not None else None
-    module = getattr(exp.compute, "__module__", "") if exp is not None else ""
-    if module.startswith(f"{PACKAGE_DIR.name}."):
-        files = result_closure([module])
-    else:
-        files = source_files()
-    skip = presentation_files()
-    return [f for f in files if f.relative_to(PACKAGE_DIR).as_posix() not in skip]
-
-
-def code_version(experiment: str | None = None) -> str:
-    """Hash (12 hex) of the code of :func:`code_files` (docstrings and comments left out,
-    :func:`cmixlib.cache.code_text`) and of the committed weights' manifests (they hold the
-    weights' checksums: ``cmixlib/assets/*/manifest.json``, ``assets/classifiers/*/``): editing a
-    module re-runs only the experiments that import it."""
-    h = hashlib.sha256()
-    for f in sorted(code_files(experiment)):
-        h.update(f.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + code_text(f).encode() + b"\0")
-    for manifest in sorted((PACKAGE_DIR / "assets").rglob("manifest.json")):
-        h.update(manifest.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + manifest.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def cache_key(experiment: str, model: str, limit: int | None, settings: Mapping, version: str) -> str:
-    """The result folder's name: :func:`cmixlib.cache.stable_hash` of what produced the result."""
-    return stable_hash({"experiment": experiment, "model": model, "limit": limit,
-                        "settings": settings, "code_version": version})
-
-
 def _setting_kind(value: Any, default: Any) -> str | None:
     """What a setting with this ``default`` must be, if ``value`` is not that (else None). None is
     always accepted; a string, mapping or None default takes any value."""
@@ -285,28 +170,11 @@ def _check_settings(exp: Experiment, settings: Mapping[str, Any] | None) -> dict
 def _resolve_model(model: str | None) -> str:
     if model:
         return model
-    from cmixlib.models.loading import default_model_name
-
     return default_model_name()
-
-
-def _load_cached(directory: Path) -> tuple[dict[str, pd.DataFrame], dict, pd.DataFrame | None] | None:
-    meta_path = directory / "meta.json"
-    if not meta_path.exists():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text())
-        frames = {name: pd.read_csv(directory / f"{name}.csv") for name in meta["frames"]}
-        paper = pd.read_csv(directory / "paper.csv") if (directory / "paper.csv").exists() else None
-    except (OSError, ValueError, KeyError):
-        return None
-    return frames, meta, paper
 
 
 def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: Path) -> RunResult:
     """Run ``exp`` in ``ctx``, write its files to ``directory`` and return the result."""
-    from cmixlib import __version__
-
     t0 = time.perf_counter()
     frames = dict(exp.compute(ctx))
     wall = time.perf_counter() - t0
@@ -392,7 +260,7 @@ def run_experiment(name: str, model: str | None = None, limit: int | None = None
     version = code_version(name)
     key = cache_key(name, model_name, limit, merged, version)
     directory = results_root() / name / key
-    cached = _load_cached(directory) if use_cache else None
+    cached = load_cached(directory) if use_cache else None
     if cached is not None:
         frames, meta, paper = cached
         res = RunResult(frames=frames, meta=meta, directory=directory, from_cache=True, paper=paper,

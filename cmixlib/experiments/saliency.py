@@ -10,7 +10,8 @@ what those figures need beyond the methods themselves:
   run loads them, so that a figure of one sentence uses the run's cached model;
 * :func:`text_example`, :func:`find_example`, :func:`select_examples`, :data:`PAPER_SENTENCES`:
   examples typed from a paper, found in our data, or chosen by a stated rule;
-* :func:`predicted_classes`, :func:`target_probabilities`: what the model predicts for them;
+* :func:`target_probabilities` (and :func:`cmixlib.experiments.common.predicted_classes`): what
+  the model predicts for them;
 * :func:`example_rows`: the target row of several methods for one example, :math:`s^m_j` for
   every method :math:`m` and token :math:`j` (the ``[CLS]`` row of a classifier, the ``[MASK]``
   row of an MLM), computed by :func:`cmixlib.experiments.common.cls_rows_batch`,
@@ -26,8 +27,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from cmixlib.experiments.common import (GRADIENT_METHODS, cls_rows_batch, ids_tensor, mlm_target,
+                                        pad_id, target_rows_batch)
+from cmixlib.experiments.declaration import REGISTRY
+from cmixlib.experiments.runner import Context
+from cmixlib.forward.batching import length_batches, pad_sequences
+from cmixlib.gradients import ClassTarget, MLMTarget, ScoreModule, blank_out, target_tensors
+from cmixlib.methods import dispatch as core
+from cmixlib.methods.aggregation import normalize_rows, rollout
+from cmixlib.methods.dispatch import METHODS
+from cmixlib.models.devices import model_device
+from cmixlib.models.loading import default_model_name
+
 __all__ = ["PAPER_SENTENCES", "ALTI_GRADIENTS", "experiment_settings", "experiment_inputs",
-           "text_example", "find_example", "select_examples", "predicted_classes",
+           "text_example", "find_example", "select_examples",
            "target_probabilities", "example_rows", "rollout_maps"]
 
 #: Example sentences typed from the papers' tables where our data does not hold them. ALTI's SST-2
@@ -55,8 +68,6 @@ _MASK_PLACEHOLDER = "[MASK]"
 def experiment_settings(experiment: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The settings a run of ``experiment`` with ``settings`` uses: its defaults, overridden by
     ``settings`` (an unknown key is an error, as in :func:`cmixlib.experiments.run_experiment`)."""
-    from cmixlib.experiments import REGISTRY
-
     if experiment not in REGISTRY:
         raise KeyError(f"Unknown experiment {experiment!r}. Known: {', '.join(sorted(REGISTRY))}")
     defaults = REGISTRY[experiment].defaults
@@ -77,9 +88,6 @@ def experiment_inputs(experiment: str, settings: Mapping[str, Any] | None = None
     :class:`cmixlib.experiments.Sources`), as its run loads them: a trained model comes from the
     same training cache. ``limit`` as the run's; ``data=False`` loads only the model
     (``examples`` is None)."""
-    from cmixlib.experiments import REGISTRY, Context
-    from cmixlib.models.loading import default_model_name
-
     merged = experiment_settings(experiment, settings)
     exp = REGISTRY[experiment]
     if isinstance(exp.inputs, Mapping) and task not in exp.inputs:
@@ -164,10 +172,7 @@ def select_examples(examples: Sequence[dict], k: int, *, min_tokens: int = 0,
 def _per_batch(bundle, examples: Sequence[dict], score, size: int = 32) -> np.ndarray:
     """``score(chunk, ids, mask) -> (B,)`` over length-sorted padded batches of ``examples``
     (:func:`cmixlib.forward.batching.length_batches`), returned in the examples' order."""
-    from cmixlib.forward.batching import length_batches, pad_sequences
-    from cmixlib.models.devices import model_device
-
-    pad = int(getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+    pad = pad_id(bundle.tokenizer)
     device = model_device(bundle.model)
     out = np.zeros(len(examples))
     for idx in length_batches([len(ex["input_ids"]) for ex in examples], size):
@@ -178,23 +183,10 @@ def _per_batch(bundle, examples: Sequence[dict], score, size: int = 32) -> np.nd
 
 
 @torch.no_grad()
-def predicted_classes(bundle, examples: Sequence[dict]) -> np.ndarray:
-    r"""The class a sequence classifier predicts for each example, :math:`\arg\max_c z_c`."""
-    def argmax(chunk, ids, mask):
-        out = bundle.model(input_ids=ids, attention_mask=mask)
-        return (out.logits if hasattr(out, "logits") else out[0]).argmax(-1)
-
-    return _per_batch(bundle, examples, argmax).astype(np.int64)
-
-
-@torch.no_grad()
 def target_probabilities(bundle, examples: Sequence[dict]) -> np.ndarray:
     r"""For MLM examples (``target_index``, ``target_id``, ``foil_id``): the probability of the
     target over the two candidates at the mask, :math:`p = \sigma(z_t - z_f)` (above 0.5: the
     model prefers the target)."""
-    from cmixlib.experiments.common import mlm_target
-    from cmixlib.gradients import ScoreModule, target_tensors
-
     def prob(chunk, ids, mask):
         targets = [mlm_target(ex, {"grad_score": "prob"}) for ex in chunk]
         score = ScoreModule(bundle.model, targets, score="prob")
@@ -204,9 +196,6 @@ def target_probabilities(bundle, examples: Sequence[dict]) -> np.ndarray:
 
 
 def _check_methods(methods: Sequence[str], level: str, mlm: bool) -> None:
-    from cmixlib.methods.dispatch import METHODS
-    from cmixlib.experiments.common import GRADIENT_METHODS
-
     if isinstance(methods, str) or not len(methods):
         raise ValueError("methods must be a non-empty list of method names.")
     layer_wise = [n for n, m in METHODS.items() if m.kind == "layer"]
@@ -247,9 +236,6 @@ def example_rows(bundle, example: Mapping, methods: Sequence[str], settings: Map
     The rows come from :func:`cmixlib.experiments.common.cls_rows_batch` (classification) and
     :func:`~cmixlib.experiments.common.target_rows_batch` (MLM), as in the experiments.
     """
-    from cmixlib.experiments.common import cls_rows_batch, ids_tensor, target_rows_batch
-    from cmixlib.gradients import ClassTarget, MLMTarget, blank_out
-
     if "input_ids" not in example or not len(example["input_ids"]):
         raise ValueError("example must hold non-empty 'input_ids' (see text_example).")
     mlm = example.get("target_id") is not None
@@ -282,9 +268,6 @@ def rollout_maps(bundle, example: Mapping, methods: Sequence[str], *,
     code) or row-normalised ones. Each row of :math:`\hat C^{\ell}` is then divided by its sum
     (which changes no ranking within a row), so that the rows of every layer can share a colour
     scale. Row :math:`i` = receiving token, column :math:`j` = contributing token."""
-    from cmixlib.methods import dispatch as core
-    from cmixlib.methods.aggregation import normalize_rows, rollout
-
     if isinstance(methods, str) or not len(methods):
         raise ValueError("methods must be a non-empty list of layer-wise method names.")
     methods = list(methods)

@@ -17,6 +17,12 @@ import numpy as np
 
 from cmixlib.models.arch import num_layers
 from cmixlib.experiments.spec import RunSpec
+from cmixlib import data, training
+from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs
+from cmixlib.models.classifiers import load_classifier, task_splits
+from cmixlib.models.hub import ModelLoadError
+from cmixlib.models.loading import load_model
+from cmixlib.models.student import load_student
 
 __all__ = ["Sources", "Model", "ModelByCondition", "Data", "Inputs", "whole_split",
            "load_condition_mlm", "blimp_sample", "SST2_CLASSIFIER",
@@ -39,8 +45,6 @@ def load_condition_mlm(condition: str, settings: Mapping | None = None, model: s
     pre-trained MLM (:func:`cmixlib.training.load_mlm_model`) or its prompt-fine-tuned copy
     (:func:`cmixlib.training.load_finetuned_mlm`; ``settings`` may hold the experiments'
     ``ft_epochs`` and ``ft_max_train_examples``), exactly as the experiments load them."""
-    from cmixlib import training
-
     settings = settings or {}
     ft = {kw: settings[key] for key, kw in (("ft_epochs", "epochs"),
                                             ("ft_max_train_examples", "max_train_examples"))
@@ -55,8 +59,6 @@ def load_condition_mlm(condition: str, settings: Mapping | None = None, model: s
 def blimp_sample(bundle, limit: int | None) -> list[dict]:
     """BLiMP agreement test split; with ``limit``, a seeded random sample (numpy seed 0) kept in
     split order, so that a small run still mixes the five subsets (the split is grouped by subset)."""
-    from cmixlib import data
-
     ex = data.load_blimp_agreement(bundle.tokenizer, split="test")
     if limit is None or limit >= len(ex):
         return ex
@@ -117,8 +119,6 @@ class Sources:
     def train_classifier(self, task: str, model: str | None, **kw) -> tuple[Any, dict | None]:
         """``model`` fine-tuned on ``task`` (:func:`cmixlib.training.train_classifier`, cached):
         how :meth:`classifier` and :meth:`model_b` get their classifiers."""
-        from cmixlib import training
-
         return training.train_classifier(task, model, **kw)
 
     def _classifier_kw(self) -> dict:
@@ -137,8 +137,6 @@ class Sources:
         number, a brief fine-tune on that many examples (:meth:`train_classifier`)."""
         if self._settings.get("cls_max_train_examples") is not None:
             return self.train_classifier(task, self._model, **self._classifier_kw())
-        from cmixlib.models.classifiers import load_classifier
-
         bundle = load_classifier(task, self._model)
         ev = bundle.manifest.get("evaluation") or {}
         info = {"accuracy": ev.get("accuracy"), "accuracy_split": ev.get("split"),
@@ -147,8 +145,6 @@ class Sources:
 
     def base(self) -> tuple[Any, dict | None]:
         """The bare pre-trained encoder (:func:`cmixlib.load_model`)."""
-        from cmixlib.models.loading import load_model
-
         return load_model(self._model), None
 
     def blimp(self, bundle, limit: int | None) -> list[dict]:
@@ -157,21 +153,15 @@ class Sources:
 
     def sst2(self, bundle, limit: int | None) -> list[dict]:
         """SST-2 dev sentences (the first ``limit``)."""
-        from cmixlib import data
-
         return data.load_sst2_inputs(bundle.tokenizer, split="dev", limit=limit)
 
     def sst2_test(self, bundle, limit: int | None) -> list[dict]:
         """SST-2 test sentences (the first ``limit``; unlabelled, ``label`` None): the split ALTI's
         analyses draw from, which need only the model's prediction."""
-        from cmixlib import data
-
         return data.load_sst2_inputs(bundle.tokenizer, split="test", limit=limit)
 
     def sva(self, bundle, limit: int | None) -> list[dict]:
         """Subject-verb agreement sentences (Linzen et al.): ``limit`` or 500, seed 0."""
-        from cmixlib import data
-
         return data.load_sva(bundle.tokenizer, limit=limit if limit is not None else 500, seed=0)
 
     def classification_inputs(self, bundle, task: str, limit: int | None) -> list[dict]:
@@ -182,12 +172,8 @@ class Sources:
         classifier was trained with them, :mod:`cmixlib.training.classifiers`)."""
         if task == "sst2":
             return self.sst2(bundle, limit)
-        from cmixlib import training
-
         if task == "mnli" and getattr(bundle, "heldout_indices", None) is not None:
-            from cmixlib.models.classifiers import task_splits   # rows this classifier never saw
-
-            xs, ys = task_splits("mnli")["eval"]
+            xs, ys = task_splits("mnli")["eval"]   # rows this classifier never saw
         else:
             xs, ys = training.classification_data(task, max_dev_examples=limit)["dev"]
         out = []
@@ -231,16 +217,12 @@ class Sources:
 
     def _model_b_named(self, name: str) -> tuple[Any, dict | None, str]:
         if self._settings.get("cls_max_train_examples") is None:
-            from cmixlib.models.classifiers import load_classifier
-
             b = load_classifier("sst2", name, allow_fallback=False)
             return b, {"accuracy": (b.manifest.get("evaluation") or {}).get("accuracy")}, name
         b, info = self.train_classifier("sst2", name, allow_fallback=False, **self._b_kw())
         return b, info, name
 
     def _model_b_auto(self, bundle_a) -> tuple[Any, dict | None, str]:
-        from cmixlib.models.hub import ModelLoadError
-
         if getattr(bundle_a, "name", None) == "bert-base-uncased" and not getattr(bundle_a, "is_fallback", True):
             try:
                 b, info, _ = self._model_b_named("distilbert-base-uncased")
@@ -257,8 +239,6 @@ class Sources:
                      and manifest.get("task") == "sst2"
                      and getattr(bundle_a, "variant", "") == "fine-tuned on sst2 (committed weights)")
         if committed:
-            from cmixlib.models.student import load_student
-
             b = load_student("sst2")
             ev = b.manifest.get("evaluation") or {}
             kept = b.manifest.get("keep_layers")
@@ -275,8 +255,6 @@ class Sources:
     def hatexplain_rationales(self, bundle, limit: int | None) -> list[dict]:
         """HateXplain posts with a majority rationale of the run's ``split`` setting (default
         ``"test"``), the first ``limit`` (:func:`cmixlib.data.load_hatexplain_rationale_inputs`)."""
-        from cmixlib.data.hatexplain import load_hatexplain_rationale_inputs
-
         return load_hatexplain_rationale_inputs(bundle.tokenizer, self._settings.get("split", "test"),
                                                 limit)
 

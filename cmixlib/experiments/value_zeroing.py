@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import correlation_table, spearman, spearman_rows, spearman_to
 from cmixlib.data import paper_numbers as pn
 from cmixlib.forward.batching import length_batches
 from cmixlib.methods.value_zeroing import value_zeroing_variant_maps
 from cmixlib.experiments.common import (BATCH_SIZE, IG_STEPS, batched, batched_rows, blank_out_rows,
-                                        comparison_table, exclude_positions, padded_batch)
-from cmixlib.experiments.runner import Context, Experiment, run_experiment
+                                        comparison_table, exclude_positions, pad_id,
+                                        padded_batch)
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context, run_experiment
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS, Data, Inputs, Model
+from cmixlib.metrics.probing import mdl_by_layer
 
 __all__ = ["VZ_LAYER_METHODS", "VZ_GLOBAL_METHODS", "VZ_DISTANCE_VARIANTS", "CUE_ALIGNMENT",
            "DISTANCE_ABLATION", "MDL_PROBING", "FAITHFULNESS", "align_key_note"]
@@ -110,7 +115,7 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
     with ctx.tqdm(None, total=len(examples), desc=f"VZ distances ({s['condition']})") as bar:
         for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
             batch = [examples[i] for i in idx]
-            ids, mask = padded_batch(batch, getattr(bundle.tokenizer, "pad_token_id", None) or 0)
+            ids, mask = padded_batch(batch, pad_id(bundle.tokenizer))
             targets = [int(ex["target_index"]) for ex in batch]
             per_example = value_zeroing_variant_maps(bundle.model, ids, mask, [[t] for t in targets],
                                                      variants=variants)
@@ -121,7 +126,7 @@ def distance_ablation(ctx: Context) -> dict[str, pd.DataFrame]:
                 if "cosine" in maps:
                     agree += [{"example": i, "variant": v, "layer": layer, "spearman": rho}
                               for v in maps for layer, rho in
-                              enumerate(ev.spearman_rows(maps[v], maps["cosine"]))]
+                              enumerate(spearman_rows(maps[v], maps["cosine"]))]
             bar.update(len(idx))
     per_ex = pd.DataFrame(rows).sort_values("example", kind="stable").rename(columns={"method": "variant"})
     agg = ev.aggregate_alignment(per_ex, by=("variant", "layer"))
@@ -155,9 +160,7 @@ DISTANCE_ABLATION = Experiment(
 def _mask_states(bundle, examples, ctx) -> np.ndarray:
     """(L+1, N, d) hidden states at the target position: one right-padded forward per length
     batch (the real positions of a padded row equal the unpadded forward's up to rounding)."""
-    import torch
-
-    pad = getattr(bundle.tokenizer, "pad_token_id", None) or 0
+    pad = pad_id(bundle.tokenizer)
     device = next(bundle.model.parameters()).device  # the ids go where the model is (CUDA too)
     feats: list[np.ndarray] = [None] * len(examples)  # type: ignore[list-item]
     with torch.no_grad(), ctx.tqdm(None, total=len(examples), desc="hidden states") as bar:
@@ -192,8 +195,6 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
     of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
     run with the same model, limit and settings (cached). ``probe_limit`` lets the probe use more
     examples than the alignment (None: the same ``limit``; 0: the whole test split)."""
-    from cmixlib.metrics.probing import mdl_by_layer
-
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     ctx.info["data_size"] = {"probing": len(examples), "alignment": f"limit={ctx.limit}"}
@@ -212,7 +213,7 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
         g = g.sort_values("layer")
         x = g["mean"].to_numpy()
         y = np.array([c[k + 1] for k in g["layer"]])
-        rows.append({"condition": s["condition"], "method": m, "spearman": ev.spearman(x, y),
+        rows.append({"condition": s["condition"], "method": m, "spearman": spearman(x, y),
                      "n_layers": len(x), "alignment_metric": s["alignment_metric"]})
     return {"result": pd.DataFrame(rows), "compression": comp}
 
@@ -258,8 +259,8 @@ def faithfulness(ctx: Context) -> dict[str, pd.DataFrame]:
         bo = blanked[i]
         for mode in modes:
             excl = exclude_positions(ex, mode)
-            rho[mode][i] = ev.spearman_to(bo, sc, exclude=excl)
-    tables = {mode: ev.correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
+            rho[mode][i] = spearman_to(bo, sc, exclude=excl)
+    tables = {mode: correlation_table({m: [r[i][m] for i in sorted(r)] for m in s["methods"]},
                                          condition=s["condition"])
               for mode, r in rho.items()}
     exclusion = pd.concat([t.assign(exclude=mode) for mode, t in tables.items()], ignore_index=True)

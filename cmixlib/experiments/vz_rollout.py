@@ -6,14 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.statistics import mean_std, spearman_rows
 from cmixlib.models.arch import num_layers
 from cmixlib.forward.batching import length_batches
 from cmixlib.experiments.rollout_depth import AGGREGATIONS, depth_rows, offset_profile, row_entropy
-from cmixlib.experiments.common import BATCH_SIZE, blank_out_rows, exclude_positions, padded_batch
-from cmixlib.experiments.runner import Context, Experiment
+from cmixlib.experiments.common import (BATCH_SIZE, blank_out_rows, exclude_positions, pad_id,
+                                        padded_batch)
+from cmixlib.experiments.declaration import Experiment
+from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import FINETUNED_MLM_SETTINGS
 from cmixlib.experiments.value_zeroing import MLM_ON_BLIMP
+from cmixlib.gradients import random_scores
+from cmixlib.methods import dispatch as core
 
 __all__ = ["DEPTH_BASES", "DEPTH_REPLACEMENTS", "DEPTH_EXCLUDES", "ROLLOUT_DEPTH"]
 
@@ -31,8 +35,6 @@ def _score_matrix(ex: dict, raw: dict[str, np.ndarray], bases: list[str], seed: 
     """Keys ``(method, aggregation, layer)`` and the ``(K, n)`` matrix of their [MASK]-row
     scores; the controls "random" (seeded as vz-faithfulness's) and "nearness" get aggregation
     "control" and layer 0."""
-    from cmixlib.gradients import random_scores
-
     t, n = int(ex["target_index"]), len(ex["input_ids"])
     keys, rows = [], []
     for m in bases:
@@ -62,8 +64,6 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     replacement: method "blank-out") with the nearness control, over the positions of the first
     ``excludes`` mode. Frame "row_profile": the mean score of each of those rows at offset
     k = j - t from the [MASK] (|k| <= ``max_offset``; [CLS] and [SEP] left out)."""
-    from cmixlib.methods import dispatch as core
-
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     bases, K = list(s["bases"]), int(s["max_offset"])
@@ -81,7 +81,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     with ctx.tqdm(None, total=len(examples), desc=f"rollout depth ({s['condition']})") as bar:
         for idx in length_batches([len(ex["input_ids"]) for ex in examples], BATCH_SIZE):
             batch = [examples[i] for i in idx]
-            ids, mask = padded_batch(batch, getattr(tok, "pad_token_id", None) or 0)
+            ids, mask = padded_batch(batch, pad_id(tok))
             maps = core.context_mixing(bundle.model, tok, {"input_ids": ids, "attention_mask": mask},
                                        methods=bases, normalize=False)
             blanked = [blank_out_rows(bundle, batch, rep) for rep in s["replacements"]]
@@ -93,13 +93,13 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
                 for rep, bo in zip(s["replacements"], bos):
                     for mode in s["excludes"]:
                         keep = np.setdiff1d(np.arange(n), exclude_positions(ex, mode) or [])
-                        r = ev.spearman_rows(mat[:, keep], bo[keep])
+                        r = spearman_rows(mat[:, keep], bo[keep])
                         for key, v in zip(keys, r):
                             rho.setdefault((*key, rep, mode), []).append(float(v))
                 # the rows and the first blank-out against nearness, and by offset from t
                 rows = np.concatenate([mat[:-1], bos[0][None]])       # drops the nearness row
                 keep = np.setdiff1d(np.arange(n), exclude_positions(ex, s["excludes"][0]) or [])
-                for key, v in zip(near_keys, ev.spearman_rows(rows[:, keep], mat[-1, keep])):
+                for key, v in zip(near_keys, spearman_rows(rows[:, keep], mat[-1, keep])):
                     near.setdefault(key, []).append(float(v))
                 j = t + np.arange(-K, K + 1)
                 ok = (j >= 1) & (j <= n - 2)                          # words, not [CLS]/[SEP]
@@ -115,7 +115,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
                     ent.setdefault(key, []).append(float(h))
             bar.update(len(idx))
     cols = ["method", "aggregation", "layer", "replacement", "exclude"]
-    result = pd.DataFrame([{**dict(zip(cols, k)), **ev.mean_std(v)} for k, v in rho.items()])
+    result = pd.DataFrame([{**dict(zip(cols, k)), **mean_std(v)} for k, v in rho.items()])
     result.insert(0, "condition", s["condition"])
     profile = pd.DataFrame([{"condition": s["condition"], "rows": where, "method": m,
                              "layer": layer + 1, "offset": k - K,
@@ -128,7 +128,7 @@ def rollout_depth(ctx: Context) -> dict[str, pd.DataFrame]:
     entropy = pd.DataFrame([{"condition": s["condition"], "method": k[0], "aggregation": k[1],
                              "layer": k[2], "entropy": float(np.mean(v))} for k, v in ent.items()])
     kcols = ["method", "aggregation", "layer"]
-    nearness = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, k)), **ev.mean_std(v)}
+    nearness = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, k)), **mean_std(v)}
                              for k, v in near.items()])
     row_profile = pd.DataFrame([{"condition": s["condition"], **dict(zip(kcols, key)),
                                  "offset": k - K, "weight": row_sum[a, k] / row_cnt[k]

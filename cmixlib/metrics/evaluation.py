@@ -1,7 +1,9 @@
-"""Evaluation metrics for context-mixing scores: cue alignment, rank correlations, special-token ranks.
+"""Evaluation metrics for context-mixing scores: cue alignment, special-token ranks, MLM accuracy.
 
 Everything here is plain numpy / scipy / scikit-learn and works on 1-D score vectors (one row of a
 context-mixing map, e.g. the ``[MASK]`` row at one layer) or on stacks of them. No model is needed.
+The correlations and means over examples the experiments report (Spearman, Pearson, t intervals)
+live in :mod:`cmixlib.metrics.statistics`.
 
 Conventions pinned here (the papers leave them open; see book/reference_code.md §3):
 
@@ -26,33 +28,26 @@ Ties
       counts non-cue tokens with score ``>=`` the best cue score instead. This differs from the
       logit-explanations code, which uses ``n - rank`` with dense ranks and is off under ties.
 
-Spearman
-    :func:`spearman` wraps :func:`scipy.stats.spearmanr` (average ranks for ties). If either vector is
-    constant (or shorter than 2) the correlation is undefined and **NaN** is returned, without a
-    warning. :func:`mean_std` then averages over the finite values only and reports how many were
-    dropped. Standard deviations are population std (``ddof=0``), as ``numpy.std`` in the ALTI and
-    GlobEnc scripts.
-
 Checked input
-    Paired vectors (scores and cue or tokens, ``a`` and ``b``, ``xs`` and ``ys``) must have equal
-    lengths, positions (``cue_indices``, ``exclude``, ``row``) be integers in ``-n..n-1``, ``ties``
-    and ``scheme`` known names; else :class:`~cmixlib.InputError` naming the argument.
+    Paired vectors (scores and cue or tokens) must have equal lengths, positions
+    (``cue_indices``, ``exclude``, ``row``) be integers in ``-n..n-1``, ``ties`` and ``scheme``
+    known names; else :class:`~cmixlib.InputError` naming the argument.
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cmixlib.data.paper_numbers import VZ_MLM_ACCURACY
+from cmixlib.metrics.statistics import keep_mask
 from cmixlib.validation import check_choice, check_int, check_positions, check_same_length
 
 __all__ = [
     "normalize_scores", "cue_vector", "dot_product", "average_precision", "probes_needed",
-    "cue_alignment", "alignment_rows", "aggregate_alignment", "spearman",
-    "per_example_spearman", "pearson_rows", "spearman_rows", "spearman_to", "mean_std", "correlation_table", "normalized_ranks",
+    "cue_alignment", "alignment_rows", "aggregate_alignment", "normalized_ranks",
     "special_token_mask", "special_token_rank", "DEFAULT_SPECIAL_TOKENS", "ALIGNMENT_METRICS",
     "MLM_TARGETS", "mlm_accuracy_table", "describe_mlm_accuracy",
 ]
@@ -85,13 +80,6 @@ def cue_vector(n: int, cue_indices: Iterable[int]) -> np.ndarray:
     if idx:
         xi[check_positions(idx, n, "cue_indices", negative=True)] = 1.0
     return xi
-
-
-def _keep_mask(n: int, exclude: Iterable[int] | None) -> np.ndarray:
-    keep = np.ones(n, dtype=bool)
-    if exclude is not None:
-        keep[check_positions(list(exclude), n, "exclude", negative=True)] = False
-    return keep
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,7 +159,7 @@ def cue_alignment(scores: np.ndarray, cue_indices: Iterable[int], *,
     s = np.asarray(scores, dtype=float).ravel()
     n = s.size
     cue = cue_vector(n, cue_indices)
-    keep = _keep_mask(n, exclude)
+    keep = keep_mask(n, exclude)
     s, cue = normalize_scores(s[keep]), cue[keep]
     return {
         "dot": dot_product(s, cue, normalize=False),
@@ -229,124 +217,6 @@ def _pop_std(v: pd.Series) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Rank correlations (ALTI Table 2, GlobEnc Tables 1-2, VZ Tables 2-3)
-# --------------------------------------------------------------------------------------------
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's rho (scipy, average ranks). NaN if lengths < 2, a vector is constant, or has NaN."""
-    x = np.asarray(a, dtype=float).ravel()
-    y = np.asarray(b, dtype=float).ravel()
-    check_same_length(x, y, ("a", "b"))
-    if x.size < 2 or not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
-        return float("nan")
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
-    from scipy.stats import spearmanr
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rho = spearmanr(x, y).statistic
-    return float(rho)
-
-
-def pearson_rows(x, y) -> np.ndarray:
-    r"""Pearson's r of many pairs of vectors at once, along the last axis (broadcast).
-
-    .. math:: r(x, y) = \frac{\langle x - \bar x,\; y - \bar y\rangle}
-              {\lVert x - \bar x\rVert\,\lVert y - \bar y\rVert}.
-
-    NaN where a vector has fewer than 2 entries, a non-finite entry, or is constant. ``x`` of
-    shape (..., n) against ``y`` of shape (n,) correlates every row of ``x`` with ``y``."""
-    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
-    shape = x.shape[:-1]
-    if x.shape[-1] < 2:
-        return np.full(shape, np.nan)
-    bad = ~(np.isfinite(x).all(-1) & np.isfinite(y).all(-1))
-    bad |= (np.ptp(np.nan_to_num(x), axis=-1) == 0) | (np.ptp(np.nan_to_num(y), axis=-1) == 0)
-    xc = np.nan_to_num(x)
-    yc = np.nan_to_num(y)
-    xc = xc - xc.mean(-1, keepdims=True)
-    yc = yc - yc.mean(-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (xc * yc).sum(-1) / np.sqrt((xc * xc).sum(-1) * (yc * yc).sum(-1))
-    return np.where(bad, np.nan, np.clip(r, -1.0, 1.0))
-
-
-def spearman_rows(x, y) -> np.ndarray:
-    r"""Spearman's rho of many pairs of vectors at once, along the last axis (broadcast):
-    :func:`pearson_rows` of the average ranks (ties share their mean rank;
-    :func:`scipy.stats.rankdata`), the value :func:`spearman` returns one pair at a time. NaN
-    where a vector has fewer than 2 entries, a non-finite entry, or is constant (as
-    :func:`spearman`). ``x`` of shape (..., n) against ``y`` of shape (n,) correlates every row
-    of ``x`` with ``y``."""
-    from scipy.stats import rankdata
-
-    x, y = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
-    if x.shape[-1] < 2:
-        return np.full(x.shape[:-1], np.nan)
-    bad = ~(np.isfinite(x).all(-1) & np.isfinite(y).all(-1))
-    rho = pearson_rows(rankdata(np.nan_to_num(x), axis=-1), rankdata(np.nan_to_num(y), axis=-1))
-    return np.where(bad, np.nan, rho)
-
-
-def spearman_to(reference: Sequence[float], scores: Mapping[str, Sequence[float]],
-                exclude: Iterable[int] | None = None) -> dict[str, float]:
-    """Spearman's rho of each named score vector with one ``reference`` vector (as
-    :func:`spearman`, computed at once by :func:`spearman_rows`), after dropping the positions
-    ``exclude`` (e.g. ``[0, -1]`` for ``[CLS]``/``[SEP]``) from every vector."""
-    ref = np.asarray(reference, dtype=float).ravel()
-    names = list(scores)
-    if not names:
-        return {}
-    mat = np.stack([np.asarray(scores[m], dtype=float).ravel() for m in names])
-    check_same_length(mat[0], ref, ("each scores vector", "reference"))
-    if exclude is not None:
-        keep = _keep_mask(ref.size, exclude)
-        mat, ref = mat[:, keep], ref[keep]
-    return dict(zip(names, spearman_rows(mat, ref).tolist()))
-
-
-def per_example_spearman(xs: Iterable[Sequence[float]], ys: Iterable[Sequence[float]],
-                         exclude: Iterable[int] | None = None) -> np.ndarray:
-    """Spearman per pair of vectors (e.g. method relevance vs blank-out per sentence).
-
-    ``exclude`` drops positions (e.g. ``[0, -1]`` for ``[CLS]``/``[SEP]``) from both vectors first.
-    """
-    xs, ys, out = list(xs), list(ys), []
-    check_same_length(xs, ys, ("xs", "ys"), per="example")
-    for x, y in zip(xs, ys):
-        x = np.asarray(x, dtype=float).ravel()
-        y = np.asarray(y, dtype=float).ravel()
-        if exclude is not None:
-            keep = _keep_mask(x.size, exclude)
-            x, y = x[keep], y[keep]
-        out.append(spearman(x, y))
-    return np.asarray(out, dtype=float)
-
-
-def mean_std(values: Iterable[float]) -> dict[str, float]:
-    """Mean and population std over the finite values; also the number used and dropped (NaN)."""
-    v = np.asarray(list(values), dtype=float)
-    fin = v[np.isfinite(v)]
-    return {
-        "mean": float(fin.mean()) if fin.size else float("nan"),
-        "std": float(fin.std()) if fin.size else float("nan"),
-        "n": int(fin.size),
-        "n_nan": int(v.size - fin.size),
-    }
-
-
-def correlation_table(per_method: Mapping[str, Iterable[float]], **columns: Any) -> pd.DataFrame:
-    """Tidy table ``method, mean, std, n, n_nan`` (+ constant ``columns``) from per-example rhos."""
-    rows = []
-    for method, vals in per_method.items():
-        rec = {"method": method, **columns}
-        rec.update(mean_std(vals))
-        rows.append(rec)
-    return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------------------------
 # Normalised ranks of special tokens (ALTI Figure 6)
 # --------------------------------------------------------------------------------------------
 
@@ -384,8 +254,9 @@ def special_token_rank(scores: Sequence[float], tokens: Sequence[str],
                        special: Iterable[str] = DEFAULT_SPECIAL_TOKENS, scheme: str = "dense") -> float:
     """Mean normalised rank of the special / punctuation positions of one sentence (NaN if none).
 
-    Average over sentences with :func:`mean_std` to get the ALTI Figure 6 quantity (our choice:
-    first mean over a sentence's special positions, then mean over sentences).
+    Average over sentences with :func:`cmixlib.metrics.statistics.mean_std` to get the ALTI
+    Figure 6 quantity (our choice: first mean over a sentence's special positions, then mean over
+    sentences).
     """
     mask = special_token_mask(tokens, special)
     check_same_length(np.asarray(scores).ravel(), mask, ("scores", "tokens"))
@@ -405,8 +276,6 @@ def mlm_accuracy_table(metrics: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame
     """One column per condition (``{condition: cmixlib.training.mlm_metrics(...)}``): BLiMP
     agreement accuracy overall and per subset, masked-word accuracy on each held-out text, and
     the paper's BERT accuracy (:data:`cmixlib.data.paper_numbers.VZ_MLM_ACCURACY`)."""
-    from cmixlib.data.paper_numbers import VZ_MLM_ACCURACY
-
     cols = {}
     for cond, m in metrics.items():
         key = "finetuned" if "fine" in cond else "pretrained"

@@ -34,12 +34,16 @@ seconds on CPU for N ~ 2000, d <= 768.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 __all__ = ["DEFAULT_BLOCKS", "VZ_BLOCKS", "MDLResult", "block_boundaries", "mdl_probe", "mdl_by_layer"]
 
@@ -98,14 +102,10 @@ def block_boundaries(n: int, blocks: Sequence[float] = DEFAULT_BLOCKS) -> list[i
 
 def _on_cpu(values):
     """A torch tensor (any device) as a CPU numpy array; anything else unchanged."""
-    import torch
-
     return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
 
 
 def _make_probe(d: int, k: int, hidden: int, dropout: float):
-    import torch.nn as nn
-
     if hidden <= 0:
         return nn.Linear(d, k)
     return nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.LayerNorm(hidden), nn.Dropout(dropout),
@@ -115,11 +115,6 @@ def _make_probe(d: int, k: int, hidden: int, dropout: float):
 def _train_probe(X, y, k, *, hidden, dropout, lr, weight_decay, batch_size, max_epochs,
                  patience, val_fraction, min_early_stopping, small_epochs, min_delta, gen):
     """Train a fresh probe on (X, y) (torch tensors); return (model, epochs_trained)."""
-    import copy
-
-    import torch
-    import torch.nn.functional as F
-
     n = X.shape[0]
     model = _make_probe(X.shape[1], k, hidden, dropout)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -187,8 +182,6 @@ def mdl_probe(features, labels, *, num_classes: int | None = None,
         ``codelength`` and ``uniform_codelength`` in bits, ``compression``, and ``blocks``: one row
         per block with ``start, end, n_train, n_eval, cost_bits, uniform_bits, accuracy, epochs``.
     """
-    import torch
-
     # probes train on the CPU (small, one thread, reproducible); tensors may come from any device
     X = np.asarray(_on_cpu(features), dtype=np.float32)
     y = np.asarray(_on_cpu(labels)).astype(np.int64).ravel()

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from cmixlib.experiments.saliency import example_rows, predicted_classes, text_example
+from cmixlib.experiments.common import predicted_classes
+from cmixlib.experiments.saliency import example_rows, text_example
 from cmixlib.forward.decoder_inputs import decoder_text_ids
 from cmixlib.methods.aggregation import rollout
 from cmixlib.methods.decoder import DECODER_METHOD_NAMES

@@ -1,6 +1,6 @@
 """The tests of ALTI's claims (``alti.json``), each on the book's runs; the docstrings state
 the rules. ALTI Figure 3's and Figures 8-10's claim rules stay where the runs' code is
-(:func:`cmixlib.experiments.alti.fig3_claims`,
+(:func:`cmixlib.experiments.alti_anisotropy.fig3_claims`,
 :func:`cmixlib.experiments.alti_layers.figs8_10_claims`): moving them would change those runs'
 code version (:func:`cmixlib.experiments.code_version`) and recompute them; the tests here call
 them.
@@ -14,7 +14,7 @@ from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layer
 from cmixlib.book.identity import model_identities
 from cmixlib.book.runs import run
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.alti import fig3_claims, fig3_repo_frame
+from cmixlib.experiments.alti_anisotropy import fig3_claims, fig3_repo_frame
 from cmixlib.experiments.alti_layers import FIGS8_10_HEADLINE, figs8_10_claims
 from cmixlib.methods.registry import method_label
 
