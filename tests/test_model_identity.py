@@ -89,3 +89,29 @@ def test_the_meta_of_a_real_run_gives_its_model(tmp_path, monkeypatch):
     assert (got["family"], got["layers"], got["hidden"]) == (
         cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size)
     assert CR.same_model(res) == (not bundle.is_fallback and bundle.name == CR.MAIN_MODEL)
+
+
+def test_a_run_stores_the_identity_it_describes():
+    """Context.describe_models writes meta["model"] and meta["model_identity"] together; the
+    stored identity agrees with what the display text says, a hand-written description drops
+    it (the book then parses the text), and a run of several models keeps their keys."""
+    import cmixlib
+    from cmixlib.book.identity import model_identities, parse_model_text
+    from cmixlib.experiments.runner import Context, _identities
+
+    bundle = cmixlib.ModelBundle(model=cmixlib.random_model("bert"), tokenizer=None,
+                                 requested="bert-base-uncased", source="x", name="tiny BERT",
+                                 is_fallback=True)
+    ctx = Context("identity-probe", "bert-base-uncased", None, {})
+    ctx.describe_models([(None, bundle, {"accuracy": 0.5})])
+    info = dict(ctx.info)
+    meta = {"model": info["model_description"], "model_identity": _identities(info)}
+    stored, parsed = model_identities(meta)[0], parse_model_text(meta["model"])[0]
+    assert stored["family"] == "bert" and stored["fallback"] is True
+    for k in ("id", "family", "layers", "hidden", "fallback", "requested"):
+        assert stored[k] == parsed[k], k
+    ctx.describe_models([("A", bundle, None), ("B", bundle, None)])
+    ids = _identities(dict(ctx.info))
+    assert [i["key"] for i in ids] == ["A", "B"]
+    ctx.info["model_description"] = "written by hand"
+    assert _identities(dict(ctx.info)) is None

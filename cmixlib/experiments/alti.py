@@ -242,7 +242,7 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     va, vb = (getattr(b.tokenizer, "get_vocab", None) for b in (bundle_a, bundle_b))
     if bundle_a.tokenizer is not bundle_b.tokenizer and va is not None and vb is not None and va() != vb():
         raise ValueError("ALTI Figure 7 compares per-token vectors: model B must share model A's tokenizer.")
-    ctx.info["model_description"] = f"A: {describe(bundle_a, info_a)} | B: {describe(bundle_b, info_b)}"
+    ctx.describe_models([("A", bundle_a, info_a), ("B", bundle_b, info_b)])
     ctx.note(f"model B: {how}")
     per: dict[str, list[float]] = {m: [] for m in methods}
     per_rows, check_rows = [], []

@@ -247,8 +247,7 @@ def decoder_blimp(ctx: Context) -> dict[str, pd.DataFrame]:
         DecoderSources().bind(ctx.spec, ctx.note)
     bundle, _ = src.decoder()
     model, tok = bundle.model, bundle.tokenizer
-    ctx.info["model_description"] = bundle.describe() if hasattr(bundle, "describe") else \
-        str(getattr(bundle, "name", "decoder"))
+    ctx.describe_models([(None, bundle, None)])
     ctx._devices.add(str(next(model.parameters()).device))
     bos = getattr(bundle, "bos_token_id", None)
     if bos is None:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -72,6 +72,28 @@ class Context:
     def note(self, text: str) -> None:
         self.notes.append(text)
 
+    def describe_models(self, models: Sequence[tuple[str | None, Any, dict | None]], *,
+                        append: bool = False) -> None:
+        """Record which models the run used, for ``meta.json``: ``models`` is ``(key, bundle,
+        info)`` per model (``key`` its task or role, None for a run of one model). Writes the
+        display text ``meta["model"]`` (``"description"``, or ``"key: description | ..."``)
+        and, beside it, the structured identities ``meta["model_identity"]``
+        (:meth:`cmixlib.ModelBundle.identity`: one dict for one model, else a list with
+        ``"key"`` in the text's order), so that no reader parses the text. A bundle without
+        ``identity()`` (a stand-in of a test) records the text only. An experiment that writes
+        ``info["model_description"]`` by hand stores no identity (:func:`_compute` keeps the
+        identities only while they describe the text)."""
+        parts = [(k, describe(b, i), b.identity() if hasattr(b, "identity") else None)
+                 for k, b, i in models]
+        before = self.info.get("model_description") if append else None
+        text = " | ".join(d if k is None else f"{k}: {d}" for k, d, _ in parts)
+        text = f"{before} | {text}" if before else text
+        ids = (list(self.info.get("_identities", [])) if before else []) + \
+            [None if ident is None else {**ident, "key": k} for k, _, ident in parts]
+        self.info["model_description"] = text
+        self.info["_identities"] = ids
+        self.info["_identities_for"] = text
+
     def tqdm(self, iterable, **kw):
         return tqdm(iterable, disable=not self.progress, leave=False, **kw)
 
@@ -85,12 +107,10 @@ class Context:
             raise RuntimeError(f"Experiment {self.experiment!r} declares no inputs")
         bundle, info = spec.model.load(self.sources, task)
         self._devices.add(str(model_device(bundle.model)))
-        desc = describe(bundle, info)
         if task is None:
-            self.info["model_description"] = desc
+            self.describe_models([(None, bundle, info)])
         else:
-            before = self.info.get("model_description")
-            self.info["model_description"] = f"{before} | {task}: {desc}" if before else f"{task}: {desc}"
+            self.describe_models([(task, bundle, info)], append=True)
         examples = spec.data.load(self.sources, bundle, task) if spec.data is not None else None
         if examples is not None:
             if task is None:
@@ -173,6 +193,20 @@ def _resolve_model(model: str | None) -> str:
     return default_model_name()
 
 
+def _identities(info: dict) -> dict | list[dict] | None:
+    """The structured identities :meth:`Context.describe_models` recorded (popped from
+    ``info``), if they still describe ``info["model_description"]`` and every model had one:
+    one dict (without ``key``) for a run of one model, else the list. None otherwise (the
+    book then reads the display text, :mod:`cmixlib.book.identity`)."""
+    ids, text = info.pop("_identities", None), info.pop("_identities_for", None)
+    desc = info.pop("model_description", None)
+    if not ids or text != desc or any(i is None for i in ids):
+        return None
+    if len(ids) == 1 and ids[0]["key"] is None:
+        return {k: v for k, v in ids[0].items() if k != "key"}
+    return ids
+
+
 def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: Path) -> RunResult:
     """Run ``exp`` in ``ctx``, write its files to ``directory`` and return the result."""
     t0 = time.perf_counter()
@@ -184,7 +218,8 @@ def _compute(exp: Experiment, ctx: Context, key: str, version: str, directory: P
     meta = {
         "experiment": exp.name, "title": exp.title, "paper": exp.paper,
         "model_requested": ctx.model,
-        "model": ctx.info.pop("model_description", ctx.model),
+        "model": ctx.info.get("model_description", ctx.model),
+        "model_identity": _identities(ctx.info),
         # where the models ran; not in the cache key (results agree across devices up to rounding)
         "device": ", ".join(sorted(ctx._devices)) or str(default_device()),
         "data_size": ctx.info.pop("data_size", None), "limit": ctx.limit, "settings": ctx.settings,
