@@ -32,6 +32,9 @@ Exercises and their checkers
     ``fn(parts, ln) -> (m, d)``: split ``LN(sum(parts))`` into one term per part (plus ``ln.bias``).
 ``check_rollout(fn)``
     ``fn(maps, add_identity) -> (L, n, n)``: rollout of per-layer maps.
+``check_attention_flow(fn)``
+    ``fn(maps, i, j, add_identity) -> float``: attention flow, the maximum flow from input token
+    ``j`` to token ``i`` at the last layer.
 ``check_n_res_ln(fn)``
     ``fn(alpha, fx, x, b_O, ln1) -> (n, n)``: the N-ResLN map of one layer from its parts.
 ``check_value_zeroing_row(fn)``
@@ -60,7 +63,7 @@ Exercises and their checkers
 The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
 (chapters 3, 5, 6, 8),
-:mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
+:mod:`.flow_exercises` (chapter 3: attention flow), :mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
 maps against saliency, blank-out), :mod:`.evaluation_exercises` (chapters 9, 10: cue
 alignment, online codelength), :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness
 to blank-out, special-token ranks, anisotropy).
@@ -77,6 +80,7 @@ from .evaluation_exercises import (check_cue_alignment, check_online_codelength,
 from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check_special_rank,
                                      reference_anisotropy, reference_faithfulness,
                                      reference_special_rank)
+from .flow_exercises import check_attention_flow, reference_flow
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
                                reference_alti_row, reference_grad_x_input, reference_nenc,
                                reference_rollout)
@@ -90,4 +94,4 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "check_cue_alignment", "check_online_codelength", "reference_cue_alignment",
            "reference_online_codelength", "check_faithfulness", "check_special_rank",
            "check_anisotropy", "reference_faithfulness", "reference_special_rank",
-           "reference_anisotropy"]
+           "reference_anisotropy", "check_attention_flow", "reference_flow"]
