@@ -45,6 +45,9 @@ Exercises and their checkers
     ``fn(T, y) -> (n,)``: one row of ALTI's normalised contributions.
 ``check_grad_x_input(fn)``
     ``fn(model, ids, pos, t_id, f_id) -> (n,)``: gradient × input (L2) at the word embeddings.
+``check_integrated_gradients(fn)``
+    ``fn(f, x, baseline, n_steps) -> (n,)``: integrated gradients by the midpoint rule (its
+    completeness checked).
 ``check_cls_spearman(fn)``
     ``fn(maps, saliency, normalize) -> (L,)``: Spearman of the rolled-out [CLS] row with saliency.
 ``check_blank_out(fn)``
@@ -63,7 +66,8 @@ Exercises and their checkers
 The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
 (chapters 3, 5, 6, 8),
-:mod:`.flow_exercises` (chapter 3: attention flow), :mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
+:mod:`.flow_exercises` (chapter 3: attention flow), :mod:`.ig_exercises` (chapter 8:
+integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
 maps against saliency, blank-out), :mod:`.evaluation_exercises` (chapters 9, 10: cue
 alignment, online codelength), :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness
 to blank-out, special-token ranks, anisotropy).
@@ -81,6 +85,7 @@ from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check
                                      reference_anisotropy, reference_faithfulness,
                                      reference_special_rank)
 from .flow_exercises import check_attention_flow, reference_flow
+from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
                                reference_alti_row, reference_grad_x_input, reference_nenc,
                                reference_rollout)
@@ -94,4 +99,5 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "check_cue_alignment", "check_online_codelength", "reference_cue_alignment",
            "reference_online_codelength", "check_faithfulness", "check_special_rank",
            "check_anisotropy", "reference_faithfulness", "reference_special_rank",
-           "reference_anisotropy", "check_attention_flow", "reference_flow"]
+           "reference_anisotropy", "check_attention_flow", "reference_flow",
+           "check_integrated_gradients", "reference_integrated_gradients"]

@@ -93,6 +93,15 @@ def my_flow(maps, i, j, add_identity):
             residual[u, v] -= push
             residual[v, u] += push
         total += push''',
+    "my_ig": '''def my_ig(f, x, baseline, n_steps):
+    diff = (x - baseline).detach()
+    acc = torch.zeros_like(diff)
+    for k in range(1, n_steps + 1):
+        z = (baseline + (2 * k - 1) / (2 * n_steps) * diff).clone().detach()
+        z.requires_grad = True
+        f(z).backward()
+        acc = acc + z.grad
+    return (diff * acc).sum(dim=1).numpy() / n_steps''',
     "my_n_res_ln": '''def my_n_res_ln(alpha, fx, x, b_O, ln1):
     H, n, _ = alpha.shape
     rows = []
