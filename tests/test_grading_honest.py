@@ -102,6 +102,15 @@ def my_flow(maps, i, j, add_identity):
         f(z).backward()
         acc = acc + z.grad
     return (diff * acc).sum(dim=1).numpy() / n_steps''',
+    "my_value_bias": '''def my_value_bias(alpha, b_V, W_O):
+    heads, n = alpha.shape[0], alpha.shape[1]
+    size = b_V.shape[0] // heads
+    out = torch.zeros(n, n, W_O.shape[1], dtype=b_V.dtype)
+    for h in range(heads):
+        rows = slice(h * size, (h + 1) * size)
+        vec = b_V[rows] @ W_O[rows]                  # b_V^h W_O^h
+        out += alpha[h][:, :, None] * vec[None, None, :]
+    return out''',
     "my_n_res_ln": '''def my_n_res_ln(alpha, fx, x, b_O, ln1):
     H, n, _ = alpha.shape
     rows = []
