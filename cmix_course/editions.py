@@ -16,7 +16,7 @@ metadata ``cmix = {"worked": "<exercise id>"}`` and the tag ``hide-input`` (fold
 both editions keep it). :func:`check_notebook` refuses a worked cell above or inside its
 exercise, or unfolded, and :func:`answer_leaks` lists every code cell of an edition that shows a
 computational exercise's answer above it (a function named like the answer or like a function
-of its worked cells, or one of its worked cells).
+of its worked cells, or one of its worked cells); see :mod:`.worked`.
 
 The statement's heading is ``### Exercise <id> (<kind>): <title>``, and its second line shows
 the difficulty (★ to ★★★), the expected minutes and the points
@@ -46,11 +46,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import worked
 from .rubric import parse as parse_rubric, problems as rubric_problems
+from .worked import WORKED, worked_cells  # noqa: F401 - part of this module's interface
 
 EXERCISE, ANSWER, SOLUTION, GRADING = "exercise", "answer", "solution", "grading"
-#: Metadata key ``cmix.worked`` of a code cell: the id of the exercise whose answer it shows.
-WORKED = "worked"
 KINDS = ("computational", "interpretive")
 SETTINGS = ("lab", "homework")
 STARTER_STUB = "raise NotImplementedError"
@@ -161,86 +161,17 @@ def _defined_names(source: str) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-def _all_defs(source: str) -> set[str]:
-    """Every function and class a cell defines, at any depth (a helper inside a loop too)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {n.name for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
-
-def worked_cells(nb) -> dict[str, list[int]]:
-    """The cells that show an exercise's worked answer (metadata ``cmix.worked``), by exercise."""
-    out: dict[str, list[int]] = {}
-    for k, cell in enumerate(nb.cells):
-        ex_id = cell.get("metadata", {}).get("cmix", {}).get(WORKED)
-        if ex_id is not None:
-            out.setdefault(str(ex_id), []).append(k)
-    return out
-
-
 def worked_names(nb) -> dict[str, set[str]]:
-    """For each computational exercise: its answer's name and the names of the functions its
-    worked cells define (what must not be defined above the exercise)."""
-    worked = worked_cells(nb)
-    out = {}
-    for ex in exercises(nb):
-        if ex.kind == "computational":
-            names = {ex.answer} if ex.answer else set()
-            for k in worked.get(ex.id, []):
-                names |= _all_defs(nb.cells[k].source)
-            out[ex.id] = names
-    return out
+    """For each computational exercise: its answer's name and the functions its worked cells
+    define (:func:`cmix_course.worked.worked_names`)."""
+    return worked.worked_names(nb, exercises(nb))
 
 
 def answer_leaks(nb, names: dict[str, set[str]] | None = None) -> list[str]:
-    """Code cells that show a computational exercise's answer above its statement: a cell that
-    defines a function named in ``names[exercise id]`` (default :func:`worked_names` of ``nb``;
-    pass another version's names to check an older notebook), or one of the exercise's worked
-    cells. Empty when every exercise comes before its answer."""
-    names = worked_names(nb) if names is None else names
-    worked = worked_cells(nb)
-    found = []
-    for ex in exercises(nb):
-        if ex.kind != "computational":
-            continue
-        want = set(names.get(ex.id, ())) | ({ex.answer} if ex.answer else set())
-        for k in range(ex.cell):
-            cell = nb.cells[k]
-            if cell.cell_type != "code":
-                continue
-            hit = sorted(_all_defs(cell.source) & want)
-            if hit:
-                found.append(f"cell {k} defines {hit} above exercise {ex.id} (cell {ex.cell}): "
-                             f"the reader sees the answer before the question")
-            elif k in worked.get(ex.id, []):
-                found.append(f"cell {k}, the worked answer of exercise {ex.id}, comes before "
-                             f"the exercise (cell {ex.cell})")
-    return found
-
-
-def _check_worked(nb, found: list[Exercise], problems: list[str]) -> None:
-    """Each worked cell: a code cell, after its computational exercise's last cell, folded."""
-    by_id = {ex.id: ex for ex in found}
-    for ex_id, cells in worked_cells(nb).items():
-        ex = by_id.get(ex_id)
-        for k in cells:
-            where = f"cell {k} (worked answer of exercise {ex_id})"
-            if ex is None or ex.kind != "computational":
-                problems.append(f"{where}: metadata cmix.worked must name a computational "
-                                f"exercise of this notebook")
-                continue
-            cell = nb.cells[k]
-            if cell.cell_type != "code" or tags(cell) & {EXERCISE, SOLUTION, GRADING, ANSWER}:
-                problems.append(f"{where}: must be a code cell of the book, not part of an "
-                                f"exercise")
-            if k <= ex.cell + 3:
-                problems.append(f"{where}: must come after the exercise's last cell (cell "
-                                f"{ex.cell + 3}); the reader would see the answer first")
-            if "hide-input" not in tags(cell):
-                problems.append(f"{where}: must be folded (tag 'hide-input')")
+    """Code cells that show a computational exercise's answer above it (empty when none;
+    :func:`cmix_course.worked.answer_leaks`). ``names``: another version's
+    :func:`worked_names`, to check an older notebook."""
+    return worked.answer_leaks(nb, exercises(nb), names)
 
 
 def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
@@ -333,8 +264,8 @@ def check_notebook(nb, path: str | Path = "") -> list[str]:
             if used:
                 problems.append(f"cell {k} uses {sorted(used)} from exercise {ex.id}'s starter; "
                                 f"in the student edition that is the reader's unfinished code")
-    _check_worked(nb, found, problems)
-    problems += answer_leaks(nb)
+    worked.check_worked(nb, found, problems)
+    problems += worked.answer_leaks(nb, found)
     if chapter in EXERCISE_CHAPTERS:
         ids = [ex.id for ex in found]
         want = [f"{chapter}.{k}" for k in range(1, len(found) + 1)]
