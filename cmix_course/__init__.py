@@ -32,16 +32,25 @@ Exercises and their checkers
     ``fn(parts, ln) -> (m, d)``: split ``LN(sum(parts))`` into one term per part (plus ``ln.bias``).
 ``check_rollout(fn)``
     ``fn(maps, add_identity) -> (L, n, n)``: rollout of per-layer maps.
+``check_attention_flow(fn)``
+    ``fn(maps, i, j, add_identity) -> float``: attention flow, the maximum flow from input token
+    ``j`` to token ``i`` at the last layer.
 ``check_n_res_ln(fn)``
     ``fn(alpha, fx, x, b_O, ln1) -> (n, n)``: the N-ResLN map of one layer from its parts.
 ``check_value_zeroing_row(fn)``
     ``fn(layer, hidden, i) -> (n,)``: row ``i`` of one layer's Value Zeroing map.
 ``check_nenc(fn)``
     ``fn(T, q, ln2) -> (n, n)``: GlobEnc's un-normalised N-Enc map from the LN1 vectors.
+``check_value_bias(fn)``
+    ``fn(alpha, b_V, W_O) -> (n, n, d)``: the value bias's part of every F_ij (its rows add up
+    to b_V W_O).
 ``check_alti_row(fn)``
     ``fn(T, y) -> (n,)``: one row of ALTI's normalised contributions.
 ``check_grad_x_input(fn)``
     ``fn(model, ids, pos, t_id, f_id) -> (n,)``: gradient × input (L2) at the word embeddings.
+``check_integrated_gradients(fn)``
+    ``fn(f, x, baseline, n_steps) -> (n,)``: integrated gradients by the midpoint rule (its
+    completeness checked).
 ``check_cls_spearman(fn)``
     ``fn(maps, saliency, normalize) -> (L,)``: Spearman of the rolled-out [CLS] row with saliency.
 ``check_blank_out(fn)``
@@ -59,11 +68,13 @@ Exercises and their checkers
 
 The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
-(chapters 3, 5, 6, 8),
-:mod:`.norm_exercises` (chapter 4: N-ResLN), :mod:`.saliency_exercises` (chapters 13, 14:
-maps against saliency, blank-out), :mod:`.evaluation_exercises` (chapters 9, 10: cue
-alignment, online codelength), :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness
-to blank-out, special-token ranks, anisotropy).
+(chapters 3, 5, 6, 8), :mod:`.flow_exercises` (chapter 3: attention flow),
+:mod:`.bias_exercises` (chapter 5: the value bias), :mod:`.ig_exercises` (chapter 8:
+integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN),
+:mod:`.saliency_exercises` (chapters 13, 14: maps against saliency, blank-out),
+:mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
+:mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness to blank-out, special-token
+ranks, anisotropy).
 """
 from .checking import CheckResult
 from .saliency_exercises import (check_blank_out, check_cls_spearman, reference_blank_out,
@@ -77,6 +88,9 @@ from .evaluation_exercises import (check_cue_alignment, check_online_codelength,
 from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check_special_rank,
                                      reference_anisotropy, reference_faithfulness,
                                      reference_special_rank)
+from .bias_exercises import check_value_bias, reference_value_bias
+from .flow_exercises import check_attention_flow, reference_flow
+from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
                                reference_alti_row, reference_grad_x_input, reference_nenc,
                                reference_rollout)
@@ -90,4 +104,6 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "check_cue_alignment", "check_online_codelength", "reference_cue_alignment",
            "reference_online_codelength", "check_faithfulness", "check_special_rank",
            "check_anisotropy", "reference_faithfulness", "reference_special_rank",
-           "reference_anisotropy"]
+           "reference_anisotropy", "check_attention_flow", "reference_flow",
+           "check_integrated_gradients", "reference_integrated_gradients",
+           "check_value_bias", "reference_value_bias"]

@@ -10,6 +10,14 @@ The cells of one exercise, in order (tags in brackets)::
     solution       code [solution, hide-input] / markdown [solution] (a collapsed "Model answer")
     grading notes  markdown [grading, remove-cell]  metadata cmix = {tests, forbidden, rubric}
 
+**Exercise first.** Where the chapter also shows the code an exercise asks for (the book's own
+version, compared with the library), that code comes *after* the exercise: the code cell has the
+metadata ``cmix = {"worked": "<exercise id>"}`` and the tag ``hide-input`` (folded on the site;
+both editions keep it). :func:`check_notebook` refuses a worked cell above or inside its
+exercise, or unfolded, and :func:`answer_leaks` lists every code cell of an edition that shows a
+computational exercise's answer above it (a function named like the answer or like a function
+of its worked cells, or one of its worked cells); see :mod:`.worked`.
+
 The statement's heading is ``### Exercise <id> (<kind>): <title>``, and its second line shows
 the difficulty (★ to ★★★), the expected minutes and the points
 (:func:`exercise_line`), written from the metadata. ``answer`` names the function the
@@ -38,7 +46,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import worked
 from .rubric import parse as parse_rubric, problems as rubric_problems
+from .worked import WORKED, worked_cells  # noqa: F401 - part of this module's interface
 
 EXERCISE, ANSWER, SOLUTION, GRADING = "exercise", "answer", "solution", "grading"
 KINDS = ("computational", "interpretive")
@@ -151,6 +161,19 @@ def _defined_names(source: str) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
+def worked_names(nb) -> dict[str, set[str]]:
+    """For each computational exercise: its answer's name and the functions its worked cells
+    define (:func:`cmix_course.worked.worked_names`)."""
+    return worked.worked_names(nb, exercises(nb))
+
+
+def answer_leaks(nb, names: dict[str, set[str]] | None = None) -> list[str]:
+    """Code cells that show a computational exercise's answer above it (empty when none;
+    :func:`cmix_course.worked.answer_leaks`). ``names``: another version's
+    :func:`worked_names`, to check an older notebook."""
+    return worked.answer_leaks(nb, exercises(nb), names)
+
+
 def _check_exercise(nb, ex: Exercise, problems: list[str]) -> int:
     """Check the cells of one exercise; return the index of its last cell."""
     where = f"exercise {ex.id} (cell {ex.cell})"
@@ -241,6 +264,8 @@ def check_notebook(nb, path: str | Path = "") -> list[str]:
             if used:
                 problems.append(f"cell {k} uses {sorted(used)} from exercise {ex.id}'s starter; "
                                 f"in the student edition that is the reader's unfinished code")
+    worked.check_worked(nb, found, problems)
+    problems += worked.answer_leaks(nb, found)
     if chapter in EXERCISE_CHAPTERS:
         ids = [ex.id for ex in found]
         want = [f"{chapter}.{k}" for k in range(1, len(found) + 1)]

@@ -131,9 +131,11 @@ def test_each_solution_passes_the_hidden_seeds(ex_id, checker, answer, source):
     hidden seed 7 and on a seed drawn like a batch's; the checker's inputs differ from seed 0."""
     import math
 
+    import networkx as nx
+
     import cmixlib
 
-    namespace = {"np": np, "torch": torch, "math": math, "cmixlib": cmixlib,
+    namespace = {"np": np, "torch": torch, "math": math, "cmixlib": cmixlib, "nx": nx,
                  checker: getattr(ex, checker)}
     code = re.split(rf"^{checker}\(", source, flags=re.M)[0]     # up to the seed-0 report
     exec(compile(code, f"solution {ex_id}", "exec"), namespace)

@@ -28,7 +28,7 @@ def _nb(*sources, kinds=None):
 @pytest.mark.parametrize("sources, found", [
     (["from cmix_course import reference_rollout\n"
       "def my_rollout(m, a):\n    return reference_rollout(m, a)"], ["cmix_course.reference_rollout"]),
-    (["import cmixlib as cl", "def helper(m):\n    return cl.attention.rollout(m)",
+    (["import cmixlib as cl", "def helper(m):\n    return cl.methods.aggregation.rollout(m)",
       "def my_rollout(m, a):\n    return helper(m)"], ["cmixlib.methods.aggregation.rollout"]),
     (["from cmixlib import rollout as r", "my_rollout = r"], ["cmixlib.rollout"]),
     (["from cmix_course.method_exercises import *", "def my_rollout(m, a):\n    return reference_rollout(m, a)"],

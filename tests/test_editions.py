@@ -3,6 +3,7 @@ minutes and points shown under each heading), the student edition (no solutions,
 runs with empty answers and is graded as not attempted) and the instructors' page."""
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -181,3 +182,82 @@ def test_every_checker_is_tested_on_wrong_answers():
         assert calls >= 2, f"{name}: {calls} calls in the exercise tests"
     used = {e.checker for p in CHAPTERS for e in E.exercises(_read(p)) if e.checker}
     assert used <= set(exercises.__all__)
+
+
+# --- exercise first (issue 43): the worked answer comes after its exercise, folded ----------------
+
+#: The computational exercises whose answer the chapter also works out (the book's own version,
+#: compared with the library): each has a worked cell, after the exercise.
+WORKED = {"2.1", "3.1", "4.1", "5.1", "6.1", "7.1", "8.1"}
+#: The last commit whose chapters showed the worked answer above the exercise.
+BEFORE_EXERCISE_FIRST = "e5e6938"
+
+
+def test_worked_answers_come_after_their_exercise_and_are_folded():
+    seen = set()
+    for path in CHAPTERS:
+        nb = _read(path)
+        found = {e.id: e for e in E.exercises(nb)}
+        for ex_id, cells in E.worked_cells(nb).items():
+            seen.add(ex_id)
+            assert found[ex_id].kind == "computational"
+            for k in cells:
+                assert k > found[ex_id].cell + 3, (path.name, ex_id, k)
+                assert "hide-input" in E.tags(nb.cells[k]) and nb.cells[k].cell_type == "code"
+    assert WORKED <= seen, WORKED - seen
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
+def test_student_edition_shows_no_worked_answer_above_its_exercise(path):
+    """In the committed student edition no code cell above a computational exercise defines its
+    answer's function or a function of its worked cells, nor is one of its worked cells."""
+    source, student = _read(path), _read(STUDENT / path.name)
+    assert E.worked_cells(student).keys() == E.worked_cells(source).keys()
+    leaks = E.answer_leaks(student, E.worked_names(source))
+    assert not leaks, leaks
+
+
+def _old_order(nb, ex_id: str):
+    """The order before issue 43: the exercise's four cells moved below its worked answer."""
+    nb = copy.deepcopy(nb)
+    ex = next(e for e in E.exercises(nb) if e.id == ex_id)
+    cells = nb.cells[ex.cell:ex.cell + 4]
+    del nb.cells[ex.cell:ex.cell + 4]
+    at = max(E.worked_cells(nb)[ex_id]) + 1
+    nb.cells[at:at] = cells
+    return nb
+
+
+WORKED_CASES = [(p, e) for p in CHAPTERS for e in sorted(E.worked_cells(_read(p)))]
+
+
+@pytest.mark.parametrize("path, ex_id", WORKED_CASES,
+                         ids=[f"{p.stem[:2]}-{e}" for p, e in WORKED_CASES])
+def test_the_checks_fail_on_the_old_order(path, ex_id):
+    """The format check and the student-edition check both catch an exercise placed below its
+    worked answer, and the format check an unfolded worked cell."""
+    nb = _read(path)
+    old = _old_order(nb, ex_id)
+    problems = E.check_notebook(old, path)
+    assert any(f"worked answer of exercise {ex_id}" in p and "must come after" in p
+               for p in problems), problems
+    leaks = E.answer_leaks(E.student_edition(old, path.name), E.worked_names(nb))
+    assert any(f"exercise {ex_id}" in p for p in leaks), leaks
+    k = E.worked_cells(nb)[ex_id][0]
+    nb.cells[k].metadata["tags"] = []
+    assert any("must be folded" in p for p in E.check_notebook(nb, path))
+
+
+def test_the_leak_check_fails_on_the_chapter_before_exercise_first():
+    """The real old chapter 3 (from git history): its student edition defines `rollout_by_hand`
+    above Exercise 3.1, and the check says so (with the names of today's worked cell)."""
+    name = "03_attention_rollout_flow.ipynb"
+    run = subprocess.run(["git", "show", f"{BEFORE_EXERCISE_FIRST}:notebooks/{name}"], cwd=ROOT,
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        pytest.skip(f"commit {BEFORE_EXERCISE_FIRST} is not in this clone's history")
+    old = nbformat.reads(run.stdout, as_version=4)
+    names = E.worked_names(_read(ROOT / "notebooks" / name))
+    leaks = E.answer_leaks(E.student_edition(old, name), names)
+    assert any("rollout_by_hand" in p and "exercise 3.1" in p for p in leaks), leaks
+    assert not E.answer_leaks(_read(STUDENT / name), names)

@@ -55,6 +55,62 @@ def attention_probs(layer, hidden):
         prev = m if prev is None else m @ prev
         out.append(prev)
     return np.array(out)''',
+    "my_flow": '''from collections import deque
+
+def my_flow(maps, i, j, add_identity):
+    # Edmonds-Karp on the layered graph, in plain Python (no networkx)
+    layers, n = len(maps), len(maps[0])
+    residual, nbrs = {}, {}
+    for l in range(layers):
+        for b in range(n):
+            for k in range(n):
+                c = float(maps[l][b][k])
+                if add_identity:
+                    c = 0.5 * c + (0.5 if k == b else 0.0)
+                u, v = (l, k), (l + 1, b)
+                residual[u, v] = c
+                residual.setdefault((v, u), 0.0)
+                nbrs.setdefault(u, []).append(v)
+                nbrs.setdefault(v, []).append(u)
+    source, sink, total = (0, j), (layers, i), 0.0
+    while True:
+        parent = {source: None}
+        queue = deque([source])
+        while queue and sink not in parent:
+            u = queue.popleft()
+            for v in nbrs.get(u, []):
+                if v not in parent and residual[u, v] > 0.0:
+                    parent[v] = u
+                    queue.append(v)
+        if sink not in parent:
+            return total
+        path, v = [], sink
+        while parent[v] is not None:
+            path.append((parent[v], v))
+            v = parent[v]
+        push = min(residual[e] for e in path)
+        for u, v in path:
+            residual[u, v] -= push
+            residual[v, u] += push
+        total += push''',
+    "my_ig": '''def my_ig(f, x, baseline, n_steps):
+    diff = (x - baseline).detach()
+    acc = torch.zeros_like(diff)
+    for k in range(1, n_steps + 1):
+        z = (baseline + (2 * k - 1) / (2 * n_steps) * diff).clone().detach()
+        z.requires_grad = True
+        f(z).backward()
+        acc = acc + z.grad
+    return (diff * acc).sum(dim=1).numpy() / n_steps''',
+    "my_value_bias": '''def my_value_bias(alpha, b_V, W_O):
+    heads, n = alpha.shape[0], alpha.shape[1]
+    size = b_V.shape[0] // heads
+    out = torch.zeros(n, n, W_O.shape[1], dtype=b_V.dtype)
+    for h in range(heads):
+        rows = slice(h * size, (h + 1) * size)
+        vec = b_V[rows] @ W_O[rows]                  # b_V^h W_O^h
+        out += alpha[h][:, :, None] * vec[None, None, :]
+    return out''',
     "my_n_res_ln": '''def my_n_res_ln(alpha, fx, x, b_O, ln1):
     H, n, _ = alpha.shape
     rows = []
