@@ -26,7 +26,7 @@ def forgeries(ch: int) -> dict[str, list[str]]:
     nb_name = chapter(ch)
     return {
         "importlib": [f"import importlib\n\ndef {name}(*args):\n"
-                      f"    lib = importlib.import_module('cmix' + 'lib.' + {module.split('.')[1]!r})\n"
+                      f"    lib = importlib.import_module('cmix' + 'lib.' + {'.'.join(module.split('.')[1:])!r})\n"
                       f"    return getattr(lib, {fn[:3]!r} + {fn[3:]!r})(*args)"],
         # the library through a worker thread, its name computed (not getattr)
         "thread": [f"import operator\nimport concurrent.futures as cf\nimport {module} as lib\n\n"
