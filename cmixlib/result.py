@@ -1,8 +1,9 @@
 """What :func:`cmixlib.context_mixing` returns for one sentence: :class:`MixingResult`, the maps
 by method (a ``dict``, so ``maps["alti"]`` reads as always) that also carries the sentence's
 tokens and ids, its words, the model it came from and the options it was computed with, and can
-be saved, loaded and aggregated to words and layers. To plot one:
-``cmixlib.plotting.plot_layer_maps(res["alti"], res.tokens)`` (the ``plot`` extra).
+be saved, loaded and aggregated to words and layers, plotted (:meth:`MixingResult.plot`) and
+explored in a browser (:meth:`MixingResult.to_html`); both views need the ``plot`` extra
+(matplotlib) and live in :mod:`cmixlib.plotting.result_views`.
 
 Word-level maps (:meth:`MixingResult.aggregate`): with :math:`W_a` the pieces of word
 :math:`a` (a special token is a word of its own),
@@ -14,18 +15,27 @@ rows that sum to 1 still do.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from cmixlib.methods.alti_logit import AltiLogit
 from cmixlib.validation import InputError, check_positions
 
-__all__ = ["MixingResult", "FORMAT"]
+__all__ = ["MixingResult", "FORMAT", "VIEWS", "EXTRA_TYPES"]
 
 #: The ``format`` written in a saved result's metadata (:meth:`MixingResult.save`).
 FORMAT = "cmixlib.MixingResult/1"
+#: Where :meth:`MixingResult.plot` and :meth:`MixingResult.to_html` find their code, by name
+#: (as pandas finds its plotting backend): the views are presentation
+#: (:mod:`cmixlib.plotting`), which no computing module imports, and need the ``plot`` extra.
+VIEWS = "cmixlib.plotting.result_views"
+#: The types an entry of :attr:`MixingResult.extras` may have (saved field by field).
+EXTRA_TYPES = {"AltiLogit": AltiLogit}
 
 
 class MixingResult(dict):
@@ -35,7 +45,11 @@ class MixingResult(dict):
     ``tokens`` (n token strings, or None without a tokenizer), ``input_ids`` ((n,) ints),
     ``word_ids`` (per token the index of its word, None for a special token; None when unknown:
     ids given without text), ``model`` (the model's description), ``options`` (the methods and
-    options of the call), ``layers`` (the layer numbers of the maps, 1-based).
+    options of the call), ``layers`` (the layer numbers of the maps, 1-based), ``text`` (the
+    sentence as given, None for ids), ``family`` (``"encoder"`` or ``"decoder"``), ``extras``
+    (what a method returns beside its maps: ``extras["alti_logit"]``, a decoder's
+    :class:`~cmixlib.methods.alti_logit.AltiLogit` with the logit, the per-token terms, the
+    remainder and the target used).
 
     Examples
     --------
@@ -51,8 +65,12 @@ class MixingResult(dict):
     def __init__(self, maps: dict[str, np.ndarray], *, input_ids: Sequence[int] | None = None,
                  tokens: Sequence[str] | None = None, word_ids: Sequence[int | None] | None = None,
                  model: str = "", options: dict[str, Any] | None = None,
-                 layers: Sequence[int] | None = None):
+                 layers: Sequence[int] | None = None, text: str | None = None,
+                 family: str | None = None, extras: dict[str, Any] | None = None):
         super().__init__(maps)
+        self.text = text
+        self.family = family
+        self.extras = dict(extras or {})
         self.input_ids = None if input_ids is None else np.asarray(input_ids, dtype=np.int64)
         self.tokens = None if tokens is None else list(tokens)
         self.word_ids = None if word_ids is None else list(word_ids)
@@ -66,6 +84,23 @@ class MixingResult(dict):
         n = None if self.input_ids is None else len(self.input_ids)
         return (f"MixingResult(methods={list(self)}, n={n}, layers={self.layers}, "
                 f"model={self.model!r})")
+
+    # ------------------------------------------------------------------ views
+    def plot(self, method: str | Sequence[str] | None = None,
+             layer: int | Sequence[int] | None = -1, **kwargs: Any):
+        """A matplotlib figure of the maps, one panel per method and layer (methods in rows,
+        layers in columns), the tokens on both axes: ``method`` a name, a list or None (all);
+        ``layer`` an index into :attr:`layers` (default -1, the last), a list or None (all).
+        Keywords go to :func:`cmixlib.plotting.plot_layer_maps`. Needs the ``plot`` extra."""
+        return importlib.import_module(VIEWS).plot_result(self, method, layer, **kwargs)
+
+    def to_html(self, **kwargs: Any) -> str:
+        """The book's explorer on this sentence, as one self-contained HTML fragment (the maps
+        packed in the page, no script fetched: works offline; in a notebook
+        ``IPython.display.HTML(res.to_html())``). Maps with negative values (ALTI-Logit) are
+        left out of the page, and named in its note. Several results on one page:
+        :func:`cmixlib.plotting.result_views.results_html`. Needs the ``plot`` extra."""
+        return importlib.import_module(VIEWS).results_html(self, **kwargs)
 
     # ------------------------------------------------------------------ aggregation
     def aggregate(self, *, words: bool = False, layers: Sequence[int] | None = None
@@ -100,7 +135,8 @@ class MixingResult(dict):
             ids, word_ids = None, list(range(len(groups)))
         opts = dict(self.options, aggregated={"words": bool(words), "layers": kept})
         return MixingResult(out, input_ids=ids, tokens=tokens, word_ids=word_ids,
-                            model=self.model, options=opts, layers=kept)
+                            model=self.model, options=opts, layers=kept, text=self.text,
+                            family=self.family)
 
     # ------------------------------------------------------------------ saving
     def save(self, path: str | Path) -> Path:
@@ -111,9 +147,21 @@ class MixingResult(dict):
             path = path.with_suffix(".npz")
         meta = {"format": FORMAT, "methods": list(self), "model": self.model,
                 "options": _jsonable(self.options), "layers": self.layers,
-                "tokens": self.tokens, "word_ids": self.word_ids,
+                "tokens": self.tokens, "word_ids": self.word_ids, "text": self.text,
+                "family": self.family,
                 "input_ids": None if self.input_ids is None else self.input_ids.tolist()}
         arrays = {f"map_{k}": np.asarray(v) for k, v in enumerate(self.values())}
+        meta["extras"] = {}
+        for name, value in self.extras.items():
+            kind = type(value).__name__
+            if EXTRA_TYPES.get(kind) is not type(value):
+                raise InputError(f"extras[{name!r}] is a {kind}; save() writes "
+                                 f"{', '.join(EXTRA_TYPES)} extras only.")
+            fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+            meta["extras"][name] = {"type": kind, "none": [k for k, v in fields.items()
+                                                           if v is None]}
+            arrays.update({f"extra_{name}_{k}": np.asarray(v) for k, v in fields.items()
+                           if v is not None})
         np.savez_compressed(path, meta=np.array(json.dumps(meta)), **arrays)
         return path
 
@@ -126,9 +174,16 @@ class MixingResult(dict):
                 raise InputError(f"{path} is not a saved MixingResult (format "
                                  f"{meta.get('format')!r}, expected {FORMAT!r}).")
             maps = {name: z[f"map_{k}"] for k, name in enumerate(meta["methods"])}
+            extras = {}
+            for name, about in meta.get("extras", {}).items():
+                kind = EXTRA_TYPES[about["type"]]
+                extras[name] = kind(**{f.name: None if f.name in about["none"]
+                                       else z[f"extra_{name}_{f.name}"]
+                                       for f in dataclasses.fields(kind)})
         return cls(maps, input_ids=meta["input_ids"], tokens=meta["tokens"],
                    word_ids=meta["word_ids"], model=meta["model"], options=meta["options"],
-                   layers=meta["layers"])
+                   layers=meta["layers"], text=meta.get("text"), family=meta.get("family"),
+                   extras=extras)
 
 
 def _word_groups(word_ids: Sequence[int | None]) -> list[list[int]]:

@@ -19,6 +19,7 @@ from cmixlib.methods.decoder import DECODER_METHOD_NAMES
 from cmixlib.plotting import explorer as X
 from cmixlib.plotting import explorer_models as XM
 from cmixlib.plotting import explorer_packing as XP
+from cmixlib.plotting import explorer_page as XE
 from cmixlib.experiments.saliency import example_rows, text_example
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,7 @@ def blocks(bundle, mpnet, decoder, baseline_models, sentences):
 @pytest.fixture(scope="module")
 def data(blocks):
     names = [m for b in blocks for m in b["methods"] + b["baseline_methods"]]
-    return {"decimals": XP.DECIMALS, "methods": XM.method_table(list(dict.fromkeys(names))),
+    return {"decimals": XP.DECIMALS, "methods": XE.method_table(list(dict.fromkeys(names))),
             "models": blocks}
 
 
@@ -118,7 +119,7 @@ def test_method_lists_come_from_the_registry(blocks):
                  and cmixlib.METHODS[m].kind == "layer"]
         assert sorted(rolled) == sorted(m for m in layer if m not in bases)
     assert "alti_logit" not in dec["methods"] and "attn_norm_res_ln" not in dec["methods"]
-    table = {m["name"]: m for m in XM.method_table(["rollout:attn_norm", "alti", "grad_l2"])}
+    table = {m["name"]: m for m in XE.method_table(["rollout:attn_norm", "alti", "grad_l2"])}
     assert table["rollout:attn_norm"]["label"] == cmixlib.method_label("rollout:attn_norm")
     assert table["rollout:attn_norm"]["base"] == "attn_norm"
     assert table["grad_l2"]["label"] == cmixlib.method_label("grad_l2")

@@ -70,7 +70,9 @@ import torch
 
 from cmixlib.forward.decoder import run_decoder
 from cmixlib.forward.decoder_checks import check_decoder_model
-from cmixlib.forward.decoder_inputs import TokenIds, decoder_sentences, resolve_targets
+from cmixlib.forward.decoder_inputs import (TokenIds, decoder_bos, decoder_sentences,
+                                            resolve_targets)
+from cmixlib.forward.encoding import describe_model
 from cmixlib.forward.prepare import per_sentence_rows, require_eval
 from cmixlib.methods import aggregation
 from cmixlib.methods.aggregation import normalize_rows
@@ -82,6 +84,7 @@ from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, VZ_CONVENTIO
                                                    inseq_normalize, value_zeroing_layer)
 from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
 from cmixlib.models.arch import decoder_final_norm, decoder_unembed
+from cmixlib.result import MixingResult
 from cmixlib.validation import InputError, check_bool, check_choice, check_names, check_rows
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError",
@@ -135,7 +138,8 @@ def check_decoder_methods(methods, has_lm_head: bool) -> list[str]:
 
 @torch.no_grad()
 def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
-                  ) -> dict[str, np.ndarray]:
+                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The maps of one unpadded sentence and the extras (``alti_logit``: its AltiLogit)."""
     cap = run_decoder(model, ids)
     n = len(ids)
     layer_names = {m for m in DECODER_METHOD_NAMES if ALL_METHODS[m].kind == "layer"}
@@ -174,7 +178,7 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
         full[:, rows] = maps[:, rows]
         return full
 
-    out = {}
+    out, extras = {}, {}
     for name in methods:
         if name == "value_zeroing" and inseq:
             out[name] = place(inseq_normalize(raw[name]) if options["normalize"] else
@@ -191,12 +195,24 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
             roll = aggregation.rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
             res = alti_logit(cap, model, targets[0], targets[1], roll)
             out[name] = place(res.tracked)
+            extras[name] = res
         else:
             norm = options["rollout_normalize"]
             out[name] = aggregation.rollout(raw[base[name]], add_identity=False, normalize=norm)
             if not norm:
                 out[name] = normalize_rows(out[name])
-    return out
+    return out, extras
+
+
+def _word_ids(tokenizer: Any, text: str | None, ids: torch.Tensor) -> list[int | None] | None:
+    """Per token of ``ids`` (``text`` under the BOS rule) the index of its word, None for the
+    BOS; None when unknown (ids given, a slow tokenizer, or pieces that do not line up)."""
+    if text is None or not getattr(tokenizer, "is_fast", False):
+        return None
+    bos = decoder_bos(tokenizer)
+    enc = tokenizer(text, add_special_tokens=bos is None)
+    words = ([None] if bos is not None else []) + list(enc.word_ids())
+    return words if len(words) == len(ids) else None
 
 
 def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
@@ -205,9 +221,14 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                            vz_standardize: Any = None, rollout_normalize: bool = True,
                            logit_target: TokenIds = None, logit_foil: TokenIds = None,
                            vz_method: str = "auto", vz_convention: str = "default"
-                           ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
-    """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a dict name ->
-    (L, n, n) array per sentence (a list for a batch), rows i = receiving positions, columns
+                           ) -> MixingResult | list[MixingResult]:
+    """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a
+    :class:`~cmixlib.result.MixingResult` per sentence (a list for a batch: a list of prompts,
+    even of one, or ids of shape (B, n), B >= 2), name -> (L, n, n) array with the prompt's
+    tokens, ids, words and layers; with ``alti_logit``, ``res.extras["alti_logit"]`` is its
+    :class:`~cmixlib.methods.alti_logit.AltiLogit` (the logit, the per-layer and per-token
+    terms, the embedding term, the remainder and the target and foil used per row). Rows i =
+    receiving positions, columns
     j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
     aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
     normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
@@ -261,6 +282,16 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     per_rows = per_sentence_rows(rows, len(seqs))
     per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, s) in enumerate(zip(per_rows, seqs))]
-    results = [_one_sentence(model, s, methods, r, options, (t, f))
-               for s, r, t, f in zip(seqs, per_rows, *targets)]
+    texts = [text] if isinstance(text, str) else \
+        list(text) if isinstance(text, (list, tuple)) else [None] * len(seqs)
+    results = []
+    for s, r, t, f, prompt in zip(seqs, per_rows, *targets, texts):
+        maps, extras = _one_sentence(model, s, methods, r, options, (t, f))
+        ids = [int(i) for i in s]
+        results.append(MixingResult(
+            maps, input_ids=ids, text=prompt, family="decoder", extras=extras,
+            tokens=(tokenizer.convert_ids_to_tokens(ids)
+                    if hasattr(tokenizer, "convert_ids_to_tokens") else None),
+            word_ids=_word_ids(tokenizer, prompt, s), model=describe_model(model),
+            options=dict(methods=methods, rows=None if r is None else r.tolist())))
     return results if is_batch else results[0]

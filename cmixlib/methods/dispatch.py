@@ -104,10 +104,11 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
         sentence pair's segments) and ``position_ids``, passed to the model as given: the
         mapping ``tokenizer(premise, hypothesis, return_tensors="pt")`` runs exactly as
         ``model(**enc)``; another key is refused. At most the model's maximum number of
-        positions per sentence. **Returns a list** (one dict per sentence) for a batch: a list
-        of strings (even of one) or ids of shape (B, n) with B >= 2; one dict for a string or
-        one sequence of ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
-        gives).
+        positions per sentence. **Returns a list** (one
+        :class:`~cmixlib.result.MixingResult` per sentence) for a batch: a list of strings (even
+        of one) or ids of shape (B, n) with B >= 2; one result for a string or one sequence of
+        ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
+        gives). Encoders and decoders alike.
     methods:
         A name or a list of names from :data:`METHODS` (None = all of them); a decoder LM also
         has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an encoder refuses.
@@ -201,8 +202,9 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                                      rollout_normalize=rollout_normalize,
                                      logit_target=logit_target, logit_foil=logit_foil,
                                      vz_method=vz_method, vz_convention=vz_convention)
-        wrap = lambda m: MixingResult(m, model=described, options=asked)  # noqa: E731
-        return [wrap(m) for m in got] if isinstance(got, list) else wrap(got)
+        for res in got if isinstance(got, list) else [got]:
+            res.model, res.options = described, dict(asked, **res.options)
+        return got
     if logit_target is not None or logit_foil is not None:
         raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
     if vz_convention != "default":
@@ -231,6 +233,8 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
     asked["methods"] = methods
+    texts = [text] if isinstance(text, str) else \
+        list(text) if isinstance(text, (list, tuple)) else None
     results = []
     with torch.no_grad():
         for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
@@ -239,6 +243,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(
                 maps, input_ids=ids.tolist(), word_ids=words, model=described,
+                text=None if texts is None else texts[b], family="encoder",
                 tokens=(tokenizer.convert_ids_to_tokens(ids.tolist())
                         if hasattr(tokenizer, "convert_ids_to_tokens") else None),
                 options=dict(asked, rows=None if r is None else r.tolist(),

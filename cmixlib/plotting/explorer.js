@@ -83,6 +83,8 @@ function cmixExplorer(id) {
   const DPR = function () { return window.devicePixelRatio || 1; };
 
   function blk() { return D.models[+model.value]; }
+  // the layer number shown for slider position l (a block may store some layers only)
+  function layerName(l) { const n = blk().layer_numbers; return n ? n[l - 1] : l; }
   function fillModel() {
     const b = blk(), keepS = +sentence.value || 0, keepM = method.value, keepC = compare.value;
     sentence.innerHTML = "";
@@ -104,7 +106,8 @@ function cmixExplorer(id) {
     layer.max = b.layers;
     if (+layer.value > b.layers || keepM === "") layer.value = b.layers;
     head.innerHTML = "";
-    el("option", {value: 0}, head, "mean of the " + b.heads + " heads");
+    el("option", {value: 0}, head, b.heads ? "mean of the " + b.heads + " heads"
+                                           : "as computed (no per-head maps stored)");
     for (let h = 1; h <= b.heads; h++) el("option", {value: h}, head, "head " + h);
     note.textContent = b.note || "";
     note.style.display = b.note ? "" : "none";
@@ -122,7 +125,7 @@ function cmixExplorer(id) {
     rollout.checked = M[name].kind === "aggregated";
     rollout.disabled = base || (!(name in rollOf) && !(name in baseOf));
     rollL.style.opacity = rollout.disabled ? "0.5" : "1";
-    head.disabled = name !== "attention";
+    head.disabled = name !== "attention" || !blk().heads;
     if (head.disabled) head.value = 0;
     headL.style.opacity = head.disabled ? "0.5" : "1";
     layer.disabled = base;
@@ -249,7 +252,7 @@ function cmixExplorer(id) {
       return;
     }
     let m = values(C.m), ints = C.m, title = M[spec.name].label +
-      (C.head ? " head " + C.head : "") + ", layer " + l;
+      (C.head ? " head " + C.head : "") + ", layer " + layerName(l);
     if (spec.diff) {
       const O = content(spec.k, spec.diff), o = values(O.m);
       m = m.map(function (r, i) { return r.map(function (v, j) {
@@ -257,7 +260,7 @@ function cmixExplorer(id) {
       ints = C.m.map(function (r, i) { return r.map(function (v, j) {
         return v < 0 || O.m[i][j] < 0 ? null : v - O.m[i][j]; }); });
       title = M[spec.name].label + (C.head ? " head " + C.head : "") + " \u2212 " +
-        M[spec.diff].label + (O.head ? " head " + O.head : "") + ", layer " + l;
+        M[spec.diff].label + (O.head ? " head " + O.head : "") + ", layer " + layerName(l);
     }
     if (spec.k !== +sentence.value) title += " (the minimal pair: \u201c" + s.text + "\u201d)";
     let g;
@@ -283,7 +286,7 @@ function cmixExplorer(id) {
   }
   function redraw() {
     syncControls();
-    layerOut.textContent = layer.value;
+    layerOut.textContent = layerName(+layer.value);
     const b = blk(), k = +sentence.value, s = b.sentences[k], name = method.value;
     let specB = null;
     if (mode.value === "method") specB = {k: k, name: compare.value};
@@ -294,9 +297,12 @@ function cmixExplorer(id) {
       const v = Math.max(mapMax(content(k, name).m), mapMax(content(specB.k, specB.name).m));
       specA.vmax = specB.vmax = v / SCALE;
     }
-    info.textContent = "Model: " + b.model + " (" + b.family + ", " + b.layers + " layers, " +
-      b.heads + " heads). Sentence " + (k + 1) + " of " + b.sentences.length + ": \u201c" +
-      s.text + "\u201d (" + s.source + (s.cut ? "; " + s.cut : "") + "). Rows receive, " +
+    const about = [s.source, s.cut].filter(function (x) { return !!x; }).join("; ");
+    info.textContent = "Model: " + b.model + " (" + b.family + ", " +
+      (b.layer_numbers ? "layers " + b.layer_numbers.join(", ") : b.layers + " layers") +
+      (b.heads ? ", " + b.heads + " heads" : "") + "). Sentence " + (k + 1) + " of " +
+      b.sentences.length + ": \u201c" + s.text + "\u201d" + (about ? " (" + about + ")" : "") +
+      ". Rows receive, " +
       "columns give. " + (specA.vmax !== undefined ? "Both panels share one colour scale"
       : "Each map is shaded from 0 (white) to its own maximum") + " (colour bars); a " +
       "difference is shaded from \u2212 to + its largest |value|; values rounded to " +

@@ -28,11 +28,8 @@ in headless Chromium).
 """
 from __future__ import annotations
 
-import base64
 import hashlib
-import html
 import json
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +37,9 @@ from cmixlib.cache import cache_root, code_text, stable_hash
 from cmixlib.data.loaders import load_blimp, load_sst2
 from cmixlib.experiments import code_version
 from cmixlib.models.loading import load_model
-from cmixlib.plotting.explorer_models import method_table, model_block
+from cmixlib.plotting.explorer_models import model_block
+from cmixlib.plotting.explorer_page import (decode_payload, encode_payload, explorer_html,
+                                          method_table, payload_size)
 from cmixlib.plotting.explorer_packing import DECIMALS
 
 __all__ = ["EXPLORER_SENTENCES", "BLIMP_SUBSETS", "SST2_REVIEWS", "MAX_WORDS",
@@ -123,23 +122,6 @@ def sentence_subset(sentences: list[dict[str, Any]], keep) -> list[dict[str, Any
     return out
 
 
-def encode_payload(data: dict[str, Any]) -> str:
-    """``data`` as compact JSON, deflated (zlib format, level 9) and base64-encoded."""
-    raw = json.dumps(data, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
-
-
-def decode_payload(text: str) -> dict[str, Any]:
-    """The inverse of :func:`encode_payload`."""
-    return json.loads(zlib.decompress(base64.b64decode(text)).decode("utf-8"))
-
-
-def payload_size(data: dict[str, Any]) -> dict[str, int]:
-    """Bytes of the page's data: ``json`` (uncompressed) and ``page`` (what the page stores)."""
-    return {"json": len(json.dumps(data, separators=(",", ":")).encode()),
-            "page": len(encode_payload(data))}
-
-
 def _cache_key(model_name: str, sentences: list[dict[str, Any]], quick: bool,
                extra: dict[str, Any]) -> str:
     here = Path(__file__).parent
@@ -189,19 +171,3 @@ def explorer_data(bundles=None, sentences: list[dict[str, Any]] | None = None, *
     names = [m for b in blocks for m in b["methods"] + b.get("baseline_methods", [])]
     return {"decimals": DECIMALS, "methods": method_table(list(dict.fromkeys(names))),
             "models": blocks}
-
-
-_ASSET = Path(__file__).with_name("explorer.js")
-
-
-def explorer_html(data: dict[str, Any], element_id: str = "cmix-explorer") -> str:
-    """One self-contained HTML fragment (a container, the data as deflated base64 JSON in a
-    ``<script type="application/json">`` and the viewer script from ``explorer.js``): no
-    external file, nothing fetched."""
-    payload = json.dumps({"encoding": "deflate+base64", "payload": encode_payload(data)})
-    eid = html.escape(element_id, quote=True)
-    return (f'<div id="{eid}" class="cmix-explorer" '
-            f'style="font:14px sans-serif;max-width:100%;overflow-x:auto"></div>\n'
-            f'<script type="application/json" id="{eid}-data">{payload}</script>\n'
-            f"<script>{_ASSET.read_text(encoding='utf-8')}\n"
-            f'cmixExplorer("{eid}");</script>')

@@ -32,15 +32,14 @@ from cmixlib.forward.decoder_inputs import decoder_text_ids
 from cmixlib.methods.aggregation import rollout
 from cmixlib.methods.decoder import DECODER_METHOD_NAMES
 from cmixlib.methods.dispatch import METHODS, context_mixing, tokens
-from cmixlib.methods.registry import (ALL_METHODS, ROLLOUT_PREFIX, method_color, method_label,
-                                      resolve)
+from cmixlib.methods.registry import ALL_METHODS, ROLLOUT_PREFIX, resolve
 from cmixlib.models.arch import is_decoder_lm
 from cmixlib.models.classifiers import load_classifier
 from cmixlib.plotting.explorer_packing import DECIMALS, pack_maps, pack_row
 from cmixlib.training.mlm import load_mlm_model
 
 __all__ = ["BASELINE_METHODS", "BASELINE_SETTINGS", "mixing_methods", "rollout_names",
-           "method_table", "model_text", "head_attentions", "baseline_rows",
+           "model_text", "head_attentions", "baseline_rows",
            "decoder_note", "model_block"]
 
 #: The baselines shown, by the names :func:`cmixlib.experiments.saliency.example_rows` takes.
@@ -69,19 +68,6 @@ def rollout_names(methods: list[str]) -> list[str]:
     rolled = {ALL_METHODS[m].base for m in methods if ALL_METHODS[m].kind == "aggregated"}
     return [ROLLOUT_PREFIX + m for m in methods
             if ALL_METHODS[m].kind == "layer" and m not in rolled]
-
-
-def method_table(names: list[str]) -> list[dict[str, Any]]:
-    """Registry rows (name, label, kind, colour, base, reference) of ``names``; a
-    ``"rollout:X"`` is aggregated, based on X, labelled and coloured by the registry."""
-    rows = []
-    for name in names:
-        m = ALL_METHODS[resolve(name)]
-        roll = name.startswith(ROLLOUT_PREFIX)
-        rows.append({"name": name, "label": method_label(name),
-                     "kind": "aggregated" if roll else m.kind, "colour": method_color(name),
-                     "base": resolve(name) if roll else m.base, "reference": m.reference})
-    return rows
 
 
 def model_text(bundle, text: str) -> tuple[str, str | None]:
@@ -194,7 +180,7 @@ def model_block(bundle, sentences: list[dict[str, Any]], *, baselines: bool = Tr
             maps = context_mixing(bundle, None, text, methods=mix)
         for r in rolls:
             maps[r] = rollout(maps[r.split(":", 1)[1]], add_identity=False, normalize=True)
-        entry = {"text": text, "source": s["source"], "tokens": tokens(bundle.tokenizer, ids),
+        entry = {"text": text, "source": s.get("source", ""), "tokens": tokens(bundle.tokenizer, ids),
                  "maps": pack_maps(maps, decimals),
                  "heads": pack_maps({"h": head_attentions(bundle, ids)}, decimals)["h"]}
         for k in ("pair", "grammatical"):

@@ -1,0 +1,134 @@
+"""Views of a user's own results (:class:`cmixlib.MixingResult`): a matplotlib figure of the
+maps (:func:`plot_result`, what :meth:`MixingResult.plot` draws) and the book's explorer on the
+user's sentences (:func:`results_block`, :func:`results_html`, what
+:meth:`MixingResult.to_html` returns).
+
+Nothing is recomputed: the figure and the page show the result's own maps, tokens and layers.
+The explorer stores each map as integers (value x 10^3,
+:func:`~cmixlib.plotting.explorer_packing.pack_maps`), so it shows the maps whose values are
+non-negative; a signed map (ALTI-Logit, in logit units) is left out of the page and listed in
+its note (:func:`plot_result` draws it, on a diverging scale).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cmixlib.methods.registry import method_label
+from cmixlib.plotting.explorer_packing import DECIMALS, pack_maps
+from cmixlib.plotting.explorer_page import explorer_html, method_table
+from cmixlib.validation import InputError, check_positions
+
+__all__ = ["plot_result", "results_block", "results_data", "results_html"]
+
+
+def _labels(res) -> list[str]:
+    """The token labels of a result: its tokens, else its ids as text."""
+    if res.tokens is not None:
+        return [str(t) for t in res.tokens]
+    if res.input_ids is not None:
+        return [str(int(i)) for i in res.input_ids]
+    n = int(np.shape(next(iter(res.values())))[-1])
+    return [str(i) for i in range(n)]
+
+
+def plot_result(res, method: str | Sequence[str] | None = None,
+                layer: int | Sequence[int] | None = -1, **kwargs: Any):
+    """A figure of ``res``'s maps (:func:`~cmixlib.plotting.maps.plot_layer_maps`): one panel
+    per method and layer, methods in rows and layers in columns, tokens on both axes.
+
+    ``method``: a name of ``res``, a list of names, or None (every method of ``res``).
+    ``layer``: an index into ``res.layers`` (negative from the last; default -1, the last
+    layer), a list of indices, or None (every layer). Panels are titled with the method's label
+    and the layer's number (1-based, as ``res.layers``). Other keywords go to
+    ``plot_layer_maps`` (``shared_scale``, ``cmap``, ``cell_size``). Returns the figure."""
+    from cmixlib.plotting.maps import plot_layer_maps
+
+    names = list(res) if method is None else [method] if isinstance(method, str) else list(method)
+    unknown = [m for m in names if m not in res]
+    if not names or unknown:
+        raise InputError(f"method={method!r}: this result holds {list(res)}; pass one of them, "
+                         "a list of them, or None for all.")
+    idx = list(range(len(res.layers))) if layer is None else check_positions(
+        [layer] if isinstance(layer, (int, np.integer)) else layer, len(res.layers), "layer",
+        negative=True).tolist()
+    panels = np.stack([np.asarray(res[m], dtype=float)[i] for m in names for i in idx])
+    titles = [f"{method_label(m)}, layer {res.layers[i]}" for m in names for i in idx]
+    ncols = kwargs.pop("ncols", len(idx) if len(names) > 1 else min(4, len(idx)))
+    return plot_layer_maps(panels, _labels(res), titles=titles, ncols=ncols, **kwargs)
+
+
+def results_block(results, *, heads: Sequence[Any] | None = None,
+                  decimals: int = DECIMALS) -> dict[str, Any]:
+    """One explorer block (the format of :func:`cmixlib.plotting.explorer_models.model_block`)
+    of ``results`` (one result or a list of results of one model, with the same methods and
+    layers): per sentence its text (``res.text``, else the tokens joined), tokens and maps.
+    ``heads``: optionally, per result, the attention of every head, (L, H, n, n), shown under
+    the explorer's head control. Maps with negative values are left out (see the module
+    docstring)."""
+    results = [results] if isinstance(results, dict) else list(results)
+    if not results:
+        raise InputError("results_block needs at least one result.")
+    first = results[0]
+    for r in results[1:]:
+        if list(r) != list(first) or r.layers != first.layers:
+            raise InputError("The explorer shows results of one call: every result needs the same "
+                             f"methods and layers ({list(first)}, layers {first.layers}); got "
+                             f"{list(r)}, layers {r.layers}.")
+    signed = [m for m in first
+              if any(np.nanmin(np.asarray(r[m], dtype=float), initial=0.0) < 0 for r in results)]
+    shown = [m for m in first if m not in signed]
+    if not shown:
+        raise InputError(f"No map of {list(first)} can be shown in the explorer (all signed); "
+                         "use .plot().")
+    n_heads = 0
+    sentences = []
+    for k, r in enumerate(results):
+        toks = _labels(r)
+        entry = {"text": r.text if getattr(r, "text", None) else " ".join(toks),
+                 "tokens": toks, "maps": pack_maps({m: r[m] for m in shown}, decimals),
+                 "heads": []}
+        if heads is not None:
+            h = np.asarray(heads[k], dtype=float)
+            if h.ndim != 4 or h.shape[0] != len(r.layers) or h.shape[2:] != (len(toks),) * 2:
+                raise InputError(f"heads[{k}] has shape {h.shape}; expected (layers, heads, n, n) "
+                                 f"= ({len(r.layers)}, H, {len(toks)}, {len(toks)}).")
+            n_heads = h.shape[1]
+            entry["heads"] = pack_maps({"h": h}, decimals)["h"]
+        sentences.append(entry)
+    family = getattr(first, "family", None) or "model"
+    note = None
+    if signed:
+        note = (f"Not shown here: {', '.join(method_label(m) for m in signed)} (signed values, "
+                "e.g. logit units); the result's .plot() draws them.")
+    block = {"model": first.model or "a model", "family": family, "layers": len(first.layers),
+             "heads": n_heads, "decimals": decimals, "methods": shown, "sentences": sentences,
+             "note": note, "baselines": False, "baseline_methods": []}
+    if first.layers != list(range(1, len(first.layers) + 1)):
+        block["layer_numbers"] = list(first.layers)
+    return block
+
+
+def results_data(results, **kwargs: Any) -> dict[str, Any]:
+    """The explorer's data of ``results`` (:func:`results_block`): ``{"decimals", "methods",
+    "models": [block]}``, as :func:`cmixlib.plotting.explorer.explorer_data` returns it."""
+    block = results_block(results, **kwargs)
+    return {"decimals": block["decimals"], "methods": method_table(block["methods"]),
+            "models": [block]}
+
+
+def results_html(results, element_id: str | None = None, **kwargs: Any) -> str:
+    """The explorer of ``results`` (one result or a list) as one self-contained HTML fragment
+    (:func:`~cmixlib.plotting.explorer_page.explorer_html`): the packed maps and the viewer
+    script inline, nothing fetched, so it works offline and in a saved notebook.
+    ``element_id``: the page element's id; by default ``cmix-result-`` and a hash of the data,
+    so that several views on one page do not collide."""
+    data = results_data(results, **kwargs)
+    if element_id is None:
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+        element_id = f"cmix-result-{digest}"
+    return explorer_html(data, element_id=element_id)
