@@ -39,7 +39,8 @@ def _labels(res) -> list[str]:
 def plot_result(res, method: str | Sequence[str] | None = None,
                 layer: int | Sequence[int] | None = -1, **kwargs: Any):
     """A figure of ``res``'s maps (:func:`~cmixlib.plotting.maps.plot_layer_maps`): one panel
-    per method and layer, methods in rows and layers in columns, tokens on both axes.
+    per method and layer, tokens on both axes (up to 16 tokens); several methods at several
+    layers: methods in rows, layers in columns; otherwise rows of 4 panels.
 
     ``method``: a name of ``res``, a list of names, or None (every method of ``res``).
     ``layer``: an index into ``res.layers`` (negative from the last; default -1, the last
@@ -58,7 +59,8 @@ def plot_result(res, method: str | Sequence[str] | None = None,
         negative=True).tolist()
     panels = np.stack([np.asarray(res[m], dtype=float)[i] for m in names for i in idx])
     titles = [f"{method_label(m)}, layer {res.layers[i]}" for m in names for i in idx]
-    ncols = kwargs.pop("ncols", len(idx) if len(names) > 1 else min(4, len(idx)))
+    one_row = len(idx) == 1 or len(names) == 1          # one method or one layer: a row of 4
+    ncols = kwargs.pop("ncols", min(4, len(panels)) if one_row else len(idx))
     return plot_layer_maps(panels, _labels(res), titles=titles, ncols=ncols, **kwargs)
 
 
