@@ -53,8 +53,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from cmixlib.models.arch import (FAMILIES, LayerParts, UnsupportedModelError, get_path, has_path,
@@ -67,6 +69,7 @@ from cmixlib.forward.encoder import (LayerState, encoder_layers, iter_sentences,
                                      layer_states, run_and_capture)
 from cmixlib.forward.encoding import encode_inputs, tokens
 from cmixlib.forward.prepare import eval_encoder_layers, require_eval, unpack_model
+from cmixlib.validation import InputError
 
 if TYPE_CHECKING:
     from cmixlib.forward.encoding import TextInput
@@ -74,7 +77,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ENCODER_LAYER_POINTS", "ENCODER_MODEL_POINTS", "ENCODER_ALIASES",
            "DECODER_LAYER_POINTS", "DECODER_MODEL_POINTS", "EncoderLayerState",
-           "SentenceCapture", "capture", "capture_encoder", "edited", "EDITABLE_POINTS"]
+           "SentenceCapture", "capture", "capture_encoder", "edited", "EDITABLE_POINTS",
+           "text_and_tokenizer"]
 
 #: Capture points of every encoder layer, in the order the forward pass meets them.
 ENCODER_LAYER_POINTS = ("resid_in", "attn_weights", "values", "mixed_values", "head_out",
@@ -239,8 +243,48 @@ def capture_encoder(model: torch.nn.Module, input_ids: torch.Tensor,
     return cap, states, model_points
 
 
-def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: Any = None
-            ) -> SentenceCapture | list[SentenceCapture]:
+def _is_text(value: Any) -> bool:
+    """A text input of :func:`capture`: a string, a list of them, a mapping of ids, ids."""
+    return isinstance(value, (str, list, tuple, Mapping, torch.Tensor, np.ndarray))
+
+
+def _is_tokenizer(value: Any) -> bool:
+    """A tokenizer: callable, with ``convert_ids_to_tokens``, and not a text input."""
+    return callable(value) and hasattr(value, "convert_ids_to_tokens") and not _is_text(value)
+
+
+def text_and_tokenizer(second: Any, third: Any) -> tuple[Any, Any]:
+    """``(text, tokenizer)`` from :func:`capture`'s second and third arguments, in either order:
+    ``(text, tokenizer)`` (capture's own order) or ``(tokenizer, text)`` (the order of
+    :func:`cmixlib.context_mixing`), decided by type: a string, a list or tuple, a mapping, a
+    tensor or an array is text; a tokenizer is callable and has ``convert_ids_to_tokens``.
+    ``(None, text)`` (a :class:`~cmixlib.ModelBundle` without a tokenizer, as
+    ``context_mixing(bundle, None, text)``) is text too.
+
+    Raises :class:`~cmixlib.InputError` when the order cannot be decided: two texts, two
+    tokenizers, or a tokenizer with no text.
+
+    >>> text_and_tokenizer("The keys.", None)
+    ('The keys.', None)
+    >>> text_and_tokenizer(None, "The keys.")
+    ('The keys.', None)
+    """
+    if _is_text(second) and (third is None or _is_tokenizer(third)):
+        return second, third
+    if (second is None or _is_tokenizer(second)) and _is_text(third):
+        return third, second
+    if _is_text(second) and _is_text(third):
+        raise InputError("capture got two texts (its second and third arguments); pass "
+                         "capture(model, text, tokenizer) or capture(model, tokenizer, text).")
+    if _is_tokenizer(second) or _is_tokenizer(third):
+        raise InputError("capture got a tokenizer but no text: pass capture(model, tokenizer, "
+                         "text) (the order of context_mixing) or capture(model, text, "
+                         "tokenizer).")
+    return second, third            # neither is recognisable: checked (and refused) as text
+
+
+def capture(model: torch.nn.Module | ModelBundle, text: TextInput | Any,
+            tokenizer: Any = None) -> SentenceCapture | list[SentenceCapture]:
     """Run the model once on one sentence and return every capture point by name
     (:class:`SentenceCapture`; the tables of names are in this module's docstring). A list of
     texts (or ids of shape (B, n) with an ``attention_mask``) runs as one padded batch, as in
@@ -253,9 +297,13 @@ def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: An
     for a decoder the BOS rule of :mod:`cmixlib.forward.decoder_inputs`) or a mapping with
     ``input_ids`` (and ``attention_mask``, ``token_type_ids``, ``position_ids``, passed to an
     encoder as given: a sentence pair's ``tokenizer(premise, hypothesis, return_tensors="pt")``
-    gives ``model(**enc)``'s own tensors). Note the order: ``capture(model, text, tokenizer)``,
-    while :func:`cmixlib.context_mixing` takes ``(model, tokenizer, text)``; with a
-    :class:`~cmixlib.ModelBundle` neither needs the tokenizer. For an encoder, the decomposition
+    gives ``model(**enc)``'s own tensors). ``tokenizer``: the model's tokenizer, or None (a
+    bundle's own, or ids). The order of the last two is free: ``capture(model, text,
+    tokenizer)`` and ``capture(model, tokenizer, text)`` (the order of
+    :func:`cmixlib.context_mixing`; also ``capture(bundle, None, text)``) are the same call,
+    told apart by type (:func:`text_and_tokenizer`: a string, list, mapping or tensor is text,
+    a tokenizer has ``convert_ids_to_tokens``); two texts, two tokenizers or a tokenizer without
+    text raise :class:`~cmixlib.InputError`. For an encoder, the decomposition
     of each layer is exact: e.g. ``cap[l, "resid_mid"] == cap[l, "resid_in"] +
     cap[l, "attn_out"]`` and ``einsum("hij,hjd->id", cap[l, "attn_weights"],
     cap[l, "head_out"]) + b_O == cap[l, "attn_out"]`` up to rounding.
@@ -266,6 +314,7 @@ def capture(model: torch.nn.Module | ModelBundle, text: TextInput, tokenizer: An
     >>> tuple(cap[1, "attn_weights"].shape), tuple(cap[0, "ln1_out"].shape)
     ((4, 4, 4), (4, 32))
     """
+    text, tokenizer = text_and_tokenizer(text, tokenizer)
     model, tokenizer = unpack_model(model, tokenizer)
     if is_decoder_lm(model):
         require_eval(model)
