@@ -60,6 +60,8 @@ class MixingResult(dict):
     ((2, 4, 4), [1, 2], [1, 5, 6, 2])
     >>> res.aggregate(layers=[-1])["alti"].shape       # the last layer only
     (1, 4, 4)
+    >>> res.to_html().startswith('<div id="cmix-result-')   # the explorer (plot extra)
+    True
     """
 
     def __init__(self, maps: dict[str, np.ndarray], *, input_ids: Sequence[int] | None = None,
