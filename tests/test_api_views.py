@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,3 +185,34 @@ def test_a_decoder_batch_is_a_list_and_its_extras_are_saved(tmp_path):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     one = cmixlib.context_mixing(model, None, {"input_ids": torch.arange(6)[None]}, ["alti"])
     assert isinstance(one, MixingResult)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (the viewer's script)")
+def test_the_viewer_draws_a_result_without_source_or_heads(tmp_path):
+    """explorer.js run by node on a minimal DOM (tests/js/explorer_dom_stub.js) with a decoder
+    result's data: it builds the controls, names the model, disables the head control (no
+    per-head maps) and names the left-out signed map; a result of some layers shows their
+    numbers."""
+    from cmixlib.plotting.result_views import results_data
+
+    stub = Path(__file__).parent / "js" / "explorer_dom_stub.js"
+    viewer = Path(cmixlib.__file__).parent / "plotting" / "explorer.js"
+    res = cmixlib.context_mixing(random_decoder("llama"), None, {"input_ids": torch.arange(6)},
+                                 ["alti", "attention", "alti_logit"], logit_target=3)
+
+    def run(result) -> str:
+        path = tmp_path / "data.json"
+        path.write_text(json.dumps(results_data(result)))     # unpacked: start(data) directly
+        out = subprocess.run(["node", str(stub), str(viewer), str(path)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    out = run(res)
+    assert "(decoder, 3 layers)" in out and "“0 1 2 3 4 5”" in out and "undefined" not in out
+    assert "CAPTION: ALTI, layer 3" in out
+    assert "HEAD: as computed (no per-head maps stored) disabled true" in out
+    assert "METHODS: ALTI (aggregated) | Attention (layer)" in out
+    assert "Not shown here: ALTI-Logit" in out
+    out = run(res.aggregate(layers=[0, -1]))
+    assert "layers 1, 3" in out and "CAPTION: ALTI, layer 3" in out
