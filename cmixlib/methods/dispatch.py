@@ -147,8 +147,10 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
         rollouts, as GlobEnc's original code does; the final rows are then normalised.
     logit_target, logit_foil:
         Pre-LN decoder LMs only (Llama-style, GPT-2; :mod:`cmixlib.methods.decoder`, to which
-        such a model is routed): the token id(s) whose logit (difference) ``alti_logit``
-        explains (None: the model's top prediction at each position).
+        such a model is routed): the token whose logit (difference) ``alti_logit``
+        explains: an id or a one-token string (``" are"`` against ``" is"``), one per position,
+        or for a batch one entry per prompt (:mod:`cmixlib.forward.decoder_inputs`); None: the
+        model's top prediction at each position.
 
     Raises
     ------
@@ -165,9 +167,14 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     Returns
     -------
     A :class:`~cmixlib.result.MixingResult`: a dict name -> float array (num_layers, n, n), row
-    i = receiving token, column j = contributor, that also holds the sentence's ``tokens``,
-    ``input_ids``, ``word_ids``, the ``model`` and the ``options``, and can ``save``, ``load``,
-    and ``aggregate`` (words, layers) (a list of them for a batch, see ``text``). ``maps["attention_rollout"]`` equals
+    i = receiving token, column j = contributor, that also holds the sentence's ``text``,
+    ``tokens``, ``input_ids``, ``word_ids``, ``layers``, the ``model``, its ``family`` and the
+    ``options``, and can ``plot``, ``to_html`` (the explorer), ``save``, ``load`` and
+    ``aggregate`` (words, layers); a list of them for a batch (see ``text``), encoders and
+    decoders alike. A decoder's ``alti_logit`` puts its
+    :class:`~cmixlib.methods.alti_logit.AltiLogit` (the logit, the embedding term, the
+    remainder, the target and foil used) in ``res.extras["alti_logit"]``.
+    ``maps["attention_rollout"]`` equals
     :func:`rollout` ``(maps["attention"])`` (identity added, the default of :func:`rollout` and
     :func:`attention_flow`); the other rollouts equal ``rollout(maps[base], add_identity=False)``
     of their layer-wise method (``normalize=True``).
