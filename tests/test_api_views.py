@@ -216,3 +216,33 @@ def test_the_viewer_draws_a_result_without_source_or_heads(tmp_path):
     assert "Not shown here: ALTI-Logit" in out
     out = run(res.aggregate(layers=[0, -1]))
     assert "layers 1, 3" in out and "CAPTION: ALTI, layer 3" in out
+
+
+def test_a_decoder_prompt_with_string_target_and_foil_has_tokens_and_words():
+    """SmolLM2's tokenizer on a tiny random Llama of its vocabulary (one load of the offline
+    package): a prompt's result carries its text, tokens (BOS first), words (None for the BOS)
+    and the target and foil ids of " are" and " is" in the ALTI-Logit extras."""
+    import importlib.util
+
+    from cmixlib.models import smollm2 as sm
+
+    if sm.smollm2_gguf_path() is None or not all(
+            importlib.util.find_spec(m) for m in ("gguf", "accelerate")):
+        pytest.skip("SmolLM2's GGUF or its readers are not installed")
+    real = cmixlib.load_model("smollm2", device="cpu")
+    model = random_decoder("llama", vocab=real.model.config.vocab_size, layers=1, hidden=32,
+                           heads=4, intermediate=48, seed=3)
+    tok = real.tokenizer
+    prompts = ["The keys to the cabinet", "A dog"]
+    out = cmixlib.context_mixing(model, tok, prompts, ["alti", "alti_logit"],
+                                 logit_target=" are", logit_foil=" is")
+    are, is_ = (tok(w, add_special_tokens=False)["input_ids"][0] for w in (" are", " is"))
+    for r, text in zip(out, prompts):
+        assert r.text == text and r.family == "decoder"
+        assert r.tokens == tok.convert_ids_to_tokens(r.input_ids.tolist())
+        assert r.input_ids[0] == real.bos_token_id and r.word_ids[0] is None
+        assert r.word_ids[1:] == tok(text, add_special_tokens=False).word_ids()
+        ex = r.extras["alti_logit"]
+        assert set(ex.target.tolist()) == {are} and set(ex.foil.tolist()) == {is_}
+    words = out[0].aggregate(words=True)
+    assert len(words.tokens) == 1 + len(prompts[0].split())
