@@ -111,7 +111,8 @@ class MixingResult(dict):
         over a word's pieces, columns summed), the tokens joined into words; with ``layers``,
         only those layers (0-based indices into the maps, negative from the last).
 
-        ``words=True`` needs :attr:`word_ids` (a result of raw text with a fast tokenizer); a
+        The :attr:`extras` are not carried over (their terms are per token and per layer of the
+        whole result). ``words=True`` needs :attr:`word_ids` (a result of raw text with a fast tokenizer); a
         result of ids is refused (:class:`~cmixlib.InputError`) rather than guessed from token
         strings."""
         out = {k: np.asarray(v) for k, v in self.items()}
