@@ -303,6 +303,19 @@ def test_decoder_value_zeroing_heads_against_rerun(arch):
     assert np.all(np.triu(got, 1) == 0)
 
 
+def test_decoder_value_zeroing_heads_float32():
+    """Rule 2 as for encoders: float32 llama (grouped-query heads) against the float64 re-run
+    of the same weights, the float32 re-run the baseline (rows normalised)."""
+    ids = torch.arange(3, 9)
+    m32, m64 = random_decoder("llama"), random_decoder("llama", dtype=torch.float64)
+    got = cmixlib.context_mixing(m32, None, {"input_ids": ids}, "value_zeroing",
+                                 heads=True)["value_zeroing"]
+    rn = cmixlib.normalize_rows
+    exact = rn(decoder_vz_reference(m64, ids, decoder_reference(m64, ids)[0]))
+    base = rn(decoder_vz_reference(m32, ids, decoder_reference(m32, ids)[0]))
+    assert_no_worse_than_baseline(got, exact, base, err_msg="decoder VZ heads")
+
+
 # --------------------------------------------------------------------------- relations
 def test_attention_heads_average_to_the_layer_map():
     """Mean over heads of the per-head (row-normalised) attention = the existing map: both
@@ -397,6 +410,11 @@ def test_decoder_refusals_and_unchanged_default():
         cmixlib.context_mixing(model, None, ids, "alti", heads=True)
     with pytest.raises(TypeError, match="heads"):
         cmixlib.context_mixing(model, None, ids, "alti", heads="yes")
+    full = cmixlib.context_mixing(model, None, ids, heads=True)
+    some = cmixlib.context_mixing(model, None, ids, heads=True, rows=[2, 4])
+    for name in HEAD_METHODS:
+        np.testing.assert_array_equal(some[name][..., [2, 4], :], full[name][..., [2, 4], :])
+        assert np.isnan(some[name][..., [0, 1, 3], :]).all()
     a = cmixlib.context_mixing(model, None, ids, ["alti", "attention"])
     b = cmixlib.context_mixing(model, None, ids, ["alti", "attention"], heads=False)
     for name in ("alti", "attention"):
