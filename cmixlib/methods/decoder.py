@@ -222,7 +222,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
     set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.methods.value_zeroing_decoder`). Text follows the BOS rule of
     :mod:`cmixlib.forward.decoder_inputs`. Each sentence is run alone (no padding enters the forward
-    pass). Memory: the layers are streamed (:func:`_one_sentence`).
+    pass). Memory: the layers are streamed (:func:`_one_sentence`). ``heads=True``: per-head
+    maps (L, H, n, n) (:func:`cmixlib.methods.decoder_maps.decoder_head_maps`).
 
     Examples
     --------

@@ -26,6 +26,26 @@ shared in :mod:`cmixlib.methods.vz_distances`; its perturbed outputs are recompu
 family's own layer (:mod:`cmixlib.methods.value_zeroing`,
 :mod:`cmixlib.methods.value_zeroing_decoder`, whose docstrings say why they differ). Rollout and
 attention flow are :mod:`cmixlib.methods.aggregation`'s for both.
+
+Per-head maps (``cmixlib.context_mixing(..., heads=True)``, (L, H, n, n)), the same functions
+for both families, from alpha^h_ij and f^h(x_j) (``head_out``: head h's value vector, with its
+slice b_V^h of the value bias, through its slice W_O^h of the output projection; b_O, the
+residual and the norms belong to no head):
+
+==============  =============================================================================
+attention       A^h_ij = alpha^h_ij (mean over heads: the layer's A)
+N               N^h_ij = ||alpha^h_ij f^h(x_j)||_2 (sum over h of the vectors: F_ij, so
+                N_ij <= sum_h N^h_ij; one head: N)
+ALTI            c^h_ij = max(0, ||o^h_i||_1 - ||o^h_i - alpha^h_ij f^h(x_j)||_1),
+                o^h_i = sum_j alpha^h_ij f^h(x_j) (our definition: the paper has none)
+Value Zeroing   v^h_j zeroed in head h only, the layer re-run (our definition;
+                ``value_zeroing_heads`` of :mod:`cmixlib.methods.value_zeroing` and
+                :mod:`cmixlib.methods.value_zeroing_decoder`)
+==============  =============================================================================
+
+The other layer-wise methods read the residual (or LayerNorms of the sum of every head and
+the residual), which belongs to no head, and aggregated methods stay per layer: both are
+refused with the reason (:data:`NO_HEAD_FORM`, :func:`check_head_methods`).
 """
 from __future__ import annotations
 
@@ -114,7 +134,24 @@ def check_head_methods(methods: Sequence[str] | str | None) -> list[str]:
     a name with no per-head form raises :class:`~cmixlib.InputError` with the reason
     (:data:`NO_HEAD_FORM`) or, for an aggregated method (a rollout or flow across layers, which
     stays per layer), the per-layer method to ask for instead. Unknown names are returned as
-    given, for the caller's name check to refuse."""
+    given, for the caller's name check to refuse.
+
+    Examples
+    --------
+    >>> import torch, cmixlib
+    >>> from cmixlib.methods.layer_math import check_head_methods
+    >>> check_head_methods(None)
+    ['attention', 'attn_norm', 'alti_layer', 'value_zeroing']
+    >>> model = cmixlib.random_model("bert", layers=2, heads=4)
+    >>> res = cmixlib.context_mixing(model, None, {"input_ids": torch.tensor([[1, 5, 6, 2]])},
+    ...                              ["alti_layer", "value_zeroing"], heads=True)
+    >>> res["alti_layer"].shape                          # (layers, heads, n, n)
+    (2, 4, 4, 4)
+    >>> check_head_methods("alti")                       # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cmixlib.validation.InputError: alti aggregates the per-layer maps of 'alti_layer' ...
+    """
     if methods is None:
         return list(HEAD_METHODS)
     names = [methods] if isinstance(methods, str) else list(methods)
