@@ -32,7 +32,7 @@ from cmixlib.forward.encoder import encoder_layers
 from cmixlib.methods.layer_math import HEAD_METHODS, NO_HEAD_FORM
 from tolerances import U64, assert_no_worse_than_baseline, gamma, unit_roundoff
 
-ENCODERS = ["bert", "roberta", "distilbert", "electra"]
+ENCODERS = ["bert", "roberta", "distilbert", "electra", "mpnet"]
 DECODERS = ["llama", "gpt2"]
 #: Growth factor over the a priori bound gamma_K u S (rule 1): two computations (library and
 #: reference) and the few extra roundings (alpha times a norm, max, the final subtraction).
