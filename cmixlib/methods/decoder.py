@@ -76,8 +76,9 @@ from cmixlib.methods import aggregation
 from cmixlib.methods.aggregation import normalize_rows
 from cmixlib.methods.alti_logit import alti_logit
 from cmixlib.methods.registry import ALL_METHODS
-from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, fixed_residual,
-                                          vector_maps)
+from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, decoder_head_maps,
+                                          fixed_residual, vector_maps)
+from cmixlib.methods.layer_math import check_head_methods
 from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, VZ_CONVENTIONS,
                                                    inseq_normalize, value_zeroing_layer)
 from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
@@ -204,8 +205,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                            normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
                            vz_standardize: Any = None, rollout_normalize: bool = True,
                            logit_target: TokenIds = None, logit_foil: TokenIds = None,
-                           vz_method: str = "auto", vz_convention: str = "default"
-                           ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+                           vz_method: str = "auto", vz_convention: str = "default",
+                           heads: bool = False) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a dict name ->
     (L, n, n) array per sentence (a list for a batch), rows i = receiving positions, columns
     j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
@@ -221,7 +222,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
     set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.methods.value_zeroing_decoder`). Text follows the BOS rule of
     :mod:`cmixlib.forward.decoder_inputs`. Each sentence is run alone (no padding enters the forward
-    pass). Memory: the layers are streamed (:func:`_one_sentence`).
+    pass). Memory: the layers are streamed (:func:`_one_sentence`). ``heads=True``: per-head
+    maps (L, H, n, n) (:func:`cmixlib.methods.decoder_maps.decoder_head_maps`).
 
     Examples
     --------
@@ -236,7 +238,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     check_decoder_model(model)               # unlisted family or dtype: refused before a forward
     require_eval(model)
     has_head = hasattr(model, "lm_head")
-    methods = check_decoder_methods(methods, has_head)
+    heads = check_bool(heads, "heads")       # per-head maps: cmixlib.methods.decoder_maps
+    methods = check_decoder_methods(check_head_methods(methods) if heads else methods, has_head)
     options = dict(normalize=check_bool(normalize, "normalize"),
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
                    vz_distance=check_choice(vz_distance, DISTANCES,
@@ -247,9 +250,10 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                    vz_convention=check_choice(vz_convention, VZ_CONVENTIONS, "vz_convention"))
     if options["vz_convention"] == "inseq" and (
             options["vz_distance"] != "cosine" or options["vz_standardize"] is not None
-            or "value_zeroing_rollout" in methods):
+            or "value_zeroing_rollout" in methods or heads):
         raise InputError("vz_convention='inseq' reproduces inseq 0.7.1's decoder Value Zeroing: "
-                         "cosine distance, no standardisation, layer maps only (no rollout); "
+                         "cosine distance, no standardisation, layer maps only (no rollout, "
+                         "no heads); "
                          "use vz_convention='default' for the others.")
     seqs, is_batch = decoder_sentences(model, tokenizer, text)
     lengths = [len(s) for s in seqs]
@@ -261,6 +265,7 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     per_rows = per_sentence_rows(rows, len(seqs))
     per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, s) in enumerate(zip(per_rows, seqs))]
-    results = [_one_sentence(model, s, methods, r, options, (t, f))
+    results = [decoder_head_maps(model, s, methods, r, options) if heads else
+               _one_sentence(model, s, methods, r, options, (t, f))
                for s, r, t, f in zip(seqs, per_rows, *targets)]
     return results if is_batch else results[0]
