@@ -89,18 +89,23 @@ class MixingResult(dict):
 
     # ------------------------------------------------------------------ views
     def plot(self, method: str | Sequence[str] | None = None,
-             layer: int | Sequence[int] | None = -1, **kwargs: Any):
+             layer: int | Sequence[int] | None = -1, head: int | Sequence[int] | None = None,
+             **kwargs: Any):
         """A matplotlib figure of the maps, one panel per method and layer (methods in rows,
         layers in columns), the tokens on both axes: ``method`` a name, a list or None (all);
-        ``layer`` an index into :attr:`layers` (default -1, the last), a list or None (all).
+        ``layer`` an index into :attr:`layers` (default -1, the last), a list or None (all);
+        ``head`` (per-head maps, ``heads=True``) a head index, a list or None (every head).
         Keywords go to :func:`cmixlib.plotting.plot_layer_maps`. Needs the ``plot`` extra."""
-        return importlib.import_module(VIEWS).plot_result(self, method, layer, **kwargs)
+        return importlib.import_module(VIEWS).plot_result(self, method, layer, head=head,
+                                                          **kwargs)
 
     def to_html(self, **kwargs: Any) -> str:
         """The book's explorer on this sentence, as one self-contained HTML fragment (the maps
         packed in the page, no script fetched: works offline; in a notebook
         ``IPython.display.HTML(res.to_html())``). Maps with negative values (ALTI-Logit) are
-        left out of the page, and named in its note. Several results on one page:
+        left out of the page, and named in its note; of per-head maps (``heads=True``), the
+        attention heads go under the page's head control (the layer map: their mean, the
+        head-averaged attention), the others are left out and named. Several results on one page:
         :func:`cmixlib.plotting.result_views.results_html`. Needs the ``plot`` extra."""
         return importlib.import_module(VIEWS).results_html(self, **kwargs)
 
@@ -132,7 +137,7 @@ class MixingResult(dict):
             for a, pieces in enumerate(groups):
                 P[a, pieces] = 1.0
             mean = P / P.sum(1, keepdims=True)
-            out = {k: np.einsum("ai,lij,bj->lab", mean, v, P) for k, v in out.items()}
+            out = {k: np.einsum("ai,...ij,bj->...ab", mean, v, P) for k, v in out.items()}
             if self.tokens is not None:
                 tokens = [_join_pieces([self.tokens[i] for i in g]) for g in groups]
             ids, word_ids = None, list(range(len(groups)))

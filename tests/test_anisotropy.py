@@ -17,8 +17,8 @@ from cmixlib.data import paper_numbers as pn
 from cmixlib.metrics.anisotropy import (mean_pairwise_cosine, sentence_anisotropy, token_anisotropy,
                                         transformed_anisotropy)
 from cmixlib.forward.encoder import encoder_layers, layer_states, run_and_capture
-from cmixlib.experiments.alti_anisotropy import (FIG3_ISOTROPY_THRESHOLD, fig3_claims,
-                                              fig3_repo_frame)
+from cmixlib.book.claims.rules_alti import FIG3_ISOTROPY_THRESHOLD, fig3_claims
+from cmixlib.experiments.alti_anisotropy import fig3_repo_frame
 from cmixlib.book.verdicts import claims_verdict
 from fakes import FakeBundle
 from tolerances import assert_no_worse_than_baseline, rounding_atol

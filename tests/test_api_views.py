@@ -246,3 +246,27 @@ def test_a_decoder_prompt_with_string_target_and_foil_has_tokens_and_words():
         assert set(ex.target.tolist()) == {are} and set(ex.foil.tolist()) == {is_}
     words = out[0].aggregate(words=True)
     assert len(words.tokens) == 1 + len(prompts[0].split())
+
+
+def test_per_head_results_plot_aggregate_and_explore():
+    """A heads=True result (L, H, n, n): one panel per head, word/layer aggregation per head,
+    and in the page the attention heads under the head control (their mean the layer map,
+    equal to the head-averaged attention), other per-head maps named as left out."""
+    model = cmixlib.random_model("bert", layers=2)
+    ids = {"input_ids": torch.tensor([1, 5, 6, 2])}
+    res = cmixlib.context_mixing(model, None, ids, ["attention", "alti_layer"], heads=True)
+    H = res["attention"].shape[1]
+    panels = _panels(res.plot("attention"))
+    assert [ax.get_title() for ax in panels] == [f"Attention, layer 2, head {h + 1}"
+                                                 for h in range(H)]
+    assert len(_panels(res.plot(["attention", "alti_layer"], layer=None, head=[0]))) == 4
+    assert res.aggregate(layers=[-1])["alti_layer"].shape == (1, H, 4, 4)
+    block = _page_data(res.to_html())["models"][0]
+    assert block["heads"] == H and block["methods"] == ["attention"]
+    assert "ALTI" in block["note"]
+    s = block["sentences"][0]
+    assert s["heads"] == pack_maps({"h": res["attention"]})["h"]
+    plain = cmixlib.context_mixing(model, None, ids, ["attention"])
+    mean = np.asarray(s["maps"]["attention"]) / 1000
+    np.testing.assert_allclose(mean, plain["attention"], atol=0.5e-3 + 1e-6)
+    matplotlib.pyplot.close("all")

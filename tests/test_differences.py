@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from cmixlib.book import differences as D
-from cmixlib.experiments.alti_layers import (FIGS8_10_HEADLINE, figs8_10_claims, homogeneity,
-                                             special_mass)
+from cmixlib.book.claims.rules_alti import FIGS8_10_HEADLINE, figs8_10_claims
+from cmixlib.experiments.alti_layers import homogeneity, special_mass
 
 
 def _alignment(values: dict[str, list[float]], std: float = 0.1, n: int = 100) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """ALTI's Figure 3 (Ferrando et al. 2022, §3): the anisotropy of token representations, of the
 transformed vectors and of the attention-block outputs, per layer (the mean pairwise cosine,
 :mod:`cmixlib.metrics.anisotropy`), beside the repository's numbers, and §3's claims about it
-as booleans (:func:`fig3_claims`)."""
+as booleans (:func:`cmixlib.book.claims.rules_alti.fig3_claims`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,11 +16,10 @@ from cmixlib.experiments.sources import (CLASSIFIER_SETTINGS, SST2_CLASSIFIER, D
 from cmixlib.forward.encoder import encoder_layers, iter_sentences, run_and_capture
 from cmixlib.metrics.anisotropy import capture_anisotropy
 
-__all__ = ["FIG3_ANISOTROPY", "FIG3_ISOTROPY_THRESHOLD", "fig3_anisotropy", "fig3_claims",
+__all__ = ["FIG3_ANISOTROPY", "fig3_anisotropy",
            "fig3_repo_frame"]
 
-#: Claim 2 of :func:`fig3_claims`: "nearly isotropic" = a mean cosine below this.
-FIG3_ISOTROPY_THRESHOLD = 0.1
+
 
 
 def fig3_anisotropy(ctx: Context) -> dict[str, pd.DataFrame]:
@@ -98,38 +97,6 @@ def _fig3_compare(frames, paper: pd.DataFrame) -> pd.DataFrame:
     if n_ours == n_repo:
         return ours.merge(repo.drop(columns="depth"), on=["kind", "layer"], how="outer")
     return pd.concat([ours, repo], ignore_index=True)
-
-
-def fig3_claims(result: pd.DataFrame, threshold: float = FIG3_ISOTROPY_THRESHOLD) -> pd.Series:
-    """ALTI §3's claims about Figure 3 as booleans (for :func:`cmixlib.book.verdicts.claims_verdict`),
-    from a frame with layer, kind, mean (ours, or :func:`fig3_repo_frame` of the repository's).
-
-    1. "transformed representations exhibit low anisotropy" against token representations whose
-       cosines "tend to be close to 1": the transformed vectors' mean cosine is below that of the
-       token representations in every layer l = 1..L. Layer l's transformed vectors are paired
-       with layer l's output (the caption compares them with the same layer's attention-block
-       output; the repository's plot draws them one position to the left, above layer l-1: by that
-       pairing its DistilBERT fails in layer 1, 0.105 against 0.065).
-    2. "especially for the first layers, where there is almost isotropy": the mean cosine is below
-       ``threshold`` (0.1: pairs at about 84 degrees on average) in every layer of the first third,
-       l = 1..ceil(L/3). The repository's BERT stays below it there (at most 0.061); its
-       DistilBERT's first layer sits at 0.105.
-    3. (with ``attn_output`` rows) the caption's reading of claim 1: below the attention-block
-       outputs y_i of the same layer, in every layer."""
-    m = result.pivot_table(index="layer", columns="kind", values="mean")
-    L = int(m.index.max())
-    layers, first = list(range(1, L + 1)), list(range(1, -(-L // 3) + 1))
-    t = m.loc[layers, "transformed"]
-    claims = {
-        "transformed vectors are less anisotropic than token representations in every layer":
-            bool((t < m.loc[layers, "hidden"]).all()),
-        f"transformed vectors are nearly isotropic in the first third of layers (mean cosine below "
-        f"{threshold:g})": bool((m.loc[first, "transformed"] < threshold).all()),
-    }
-    if "attn_output" in m.columns:
-        claims["transformed vectors are less anisotropic than the attention-block outputs in every "
-               "layer"] = bool((t < m.loc[layers, "attn_output"]).all())
-    return pd.Series(claims)
 
 
 def _fig3_summary(frames) -> str:

@@ -23,14 +23,13 @@ from cmixlib.experiments.runner import Context
 from cmixlib.experiments.sources import CLASSIFIER_SETTINGS, SST2_CLASSIFIER, Data, Inputs
 from cmixlib.methods import dispatch as core
 
-__all__ = ["FIGS8_10", "FIGS8_10_METHODS", "homogeneity", "special_mass", "figs8_10_claims",
-           "FIGS8_10_HEADLINE", "relevance_maps"]
+__all__ = ["FIGS8_10", "FIGS8_10_METHODS", "homogeneity", "special_mass",
+           "relevance_maps"]
 
 #: The three figures' methods, in their order: Figure 8 attention rollout, Figure 9 norm rollout
 #: (the row-normalised rollout of N-ResLN, as Table 2), Figure 10 ALTI.
 FIGS8_10_METHODS = ("attention_rollout", "rollout:attn_norm_res_ln", "alti")
 #: The claim the main text rests on Figure 8 (against Figure 10).
-FIGS8_10_HEADLINE = "attention rollout's last-layer rows are more homogeneous than ALTI's"
 
 
 def homogeneity(maps: np.ndarray) -> np.ndarray:
@@ -97,29 +96,6 @@ def figs8_10(ctx: Context) -> dict[str, pd.DataFrame]:
               .agg(homogeneity=("homogeneity", "mean"), special_mass=("special_mass", "mean"),
                    n=("example", "size")).reset_index())
     return {"result": result, "per_sentence": per_sentence}
-
-
-def figs8_10_claims(result: pd.DataFrame) -> pd.Series:
-    """The main text's claims about Figures 8-10 as booleans (for
-    :func:`cmixlib.book.verdicts.claims_verdict`), from the ``result`` frame of the run:
-
-    1. (headline, :data:`FIGS8_10_HEADLINE`) at the last layer, attention rollout's mean
-       homogeneity is above ALTI's;
-    2. attention rollout's rows grow homogeneous with depth: its homogeneity at the last layer is
-       above that at the first;
-    3. attention rollout gives [CLS] and [SEP] more relevance than ALTI at the last layer (mean
-       special mass)."""
-    t = result.set_index(["method", "layer"])
-    last, first = int(result["layer"].max()), int(result["layer"].min())
-    h = t["homogeneity"]
-    s = t["special_mass"]
-    return pd.Series({
-        FIGS8_10_HEADLINE: bool(h["attention_rollout", last] > h["alti", last]),
-        "attention rollout's rows grow more homogeneous with depth (last layer above the first)":
-            bool(h["attention_rollout", last] > h["attention_rollout", first]),
-        "attention rollout gives [CLS] and [SEP] more relevance than ALTI at the last layer":
-            bool(s["attention_rollout", last] > s["alti", last]),
-    })
 
 
 def _summary(frames) -> str:

@@ -78,8 +78,9 @@ from cmixlib.methods import aggregation
 from cmixlib.methods.aggregation import normalize_rows
 from cmixlib.methods.alti_logit import alti_logit
 from cmixlib.methods.registry import ALL_METHODS
-from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, fixed_residual,
-                                          vector_maps)
+from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, decoder_head_maps,
+                                          fixed_residual, vector_maps)
+from cmixlib.methods.layer_math import check_head_methods
 from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, VZ_CONVENTIONS,
                                                    inseq_normalize, value_zeroing_layer)
 from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
@@ -220,8 +221,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                            normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
                            vz_standardize: Any = None, rollout_normalize: bool = True,
                            logit_target: TokenIds = None, logit_foil: TokenIds = None,
-                           vz_method: str = "auto", vz_convention: str = "default"
-                           ) -> MixingResult | list[MixingResult]:
+                           vz_method: str = "auto", vz_convention: str = "default",
+                           heads: bool = False) -> MixingResult | list[MixingResult]:
     """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a
     :class:`~cmixlib.result.MixingResult` per sentence (a list for a batch: a list of prompts,
     even of one, or ids of shape (B, n), B >= 2), name -> (L, n, n) array with the prompt's
@@ -242,7 +243,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
     set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.methods.value_zeroing_decoder`). Text follows the BOS rule of
     :mod:`cmixlib.forward.decoder_inputs`. Each sentence is run alone (no padding enters the forward
-    pass). Memory: the layers are streamed (:func:`_one_sentence`).
+    pass). Memory: the layers are streamed (:func:`_one_sentence`). ``heads=True``: per-head
+    maps (L, H, n, n) (:func:`cmixlib.methods.decoder_maps.decoder_head_maps`).
 
     Examples
     --------
@@ -257,7 +259,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     check_decoder_model(model)               # unlisted family or dtype: refused before a forward
     require_eval(model)
     has_head = hasattr(model, "lm_head")
-    methods = check_decoder_methods(methods, has_head)
+    heads = check_bool(heads, "heads")       # per-head maps: cmixlib.methods.decoder_maps
+    methods = check_decoder_methods(check_head_methods(methods) if heads else methods, has_head)
     options = dict(normalize=check_bool(normalize, "normalize"),
                    rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
                    vz_distance=check_choice(vz_distance, DISTANCES,
@@ -268,9 +271,10 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
                    vz_convention=check_choice(vz_convention, VZ_CONVENTIONS, "vz_convention"))
     if options["vz_convention"] == "inseq" and (
             options["vz_distance"] != "cosine" or options["vz_standardize"] is not None
-            or "value_zeroing_rollout" in methods):
+            or "value_zeroing_rollout" in methods or heads):
         raise InputError("vz_convention='inseq' reproduces inseq 0.7.1's decoder Value Zeroing: "
-                         "cosine distance, no standardisation, layer maps only (no rollout); "
+                         "cosine distance, no standardisation, layer maps only (no rollout, "
+                         "no heads); "
                          "use vz_convention='default' for the others.")
     seqs, is_batch = decoder_sentences(model, tokenizer, text)
     lengths = [len(s) for s in seqs]
@@ -286,12 +290,13 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
         list(text) if isinstance(text, (list, tuple)) else [None] * len(seqs)
     results = []
     for s, r, t, f, prompt in zip(seqs, per_rows, *targets, texts):
-        maps, extras = _one_sentence(model, s, methods, r, options, (t, f))
+        maps, extras = ((decoder_head_maps(model, s, methods, r, options), {}) if heads else
+                        _one_sentence(model, s, methods, r, options, (t, f)))
         ids = [int(i) for i in s]
         results.append(MixingResult(
             maps, input_ids=ids, text=prompt, family="decoder", extras=extras,
             tokens=(tokenizer.convert_ids_to_tokens(ids)
                     if hasattr(tokenizer, "convert_ids_to_tokens") else None),
             word_ids=_word_ids(tokenizer, prompt, s), model=describe_model(model),
-            options=dict(methods=methods, rows=None if r is None else r.tolist())))
+            options=dict(methods=methods, rows=None if r is None else r.tolist(), heads=heads)))
     return results if is_batch else results[0]

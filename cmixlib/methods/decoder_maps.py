@@ -23,13 +23,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from cmixlib.forward.decoder import DecoderCapture, DecoderLayerState
+from cmixlib.forward.decoder import DecoderCapture, DecoderLayerState, run_decoder
 from cmixlib.forward import decomposition
 from cmixlib.methods import aggregation, layer_math
+from cmixlib.methods.value_zeroing_decoder import value_zeroing_heads
 
 __all__ = ["causal_mask", "attention_mean", "VECTOR_METHODS", "VECTOR_CHUNK_ELEMENTS",
            "vector_maps", "attn_norm", "attn_norm_res", "alti_layer", "w_fixedres",
-           "n_fixedres", "LAYER_FUNCTIONS", "alti_rollout"]
+           "n_fixedres", "LAYER_FUNCTIONS", "alti_rollout", "attention_heads",
+           "attn_norm_heads", "alti_heads", "HEAD_FUNCTIONS", "decoder_head_maps"]
 
 
 def causal_mask(n: int, like: torch.Tensor) -> torch.Tensor:
@@ -134,3 +136,62 @@ def alti_rollout(capture: DecoderCapture) -> np.ndarray:
         st.release()
     return aggregation.rollout(torch.stack(maps).double().cpu().numpy(), add_identity=False,
                                normalize=True)
+
+
+# --------------------------------------------------------------------------- per-head maps
+def attention_heads(st: DecoderLayerState) -> torch.Tensor:
+    """A^h_ij = alpha^h_ij, (H, n, n), 0 for j > i; its mean over heads is
+    :func:`attention_mean`."""
+    a = layer_math.head_attention(st.attn_weights)
+    return a * causal_mask(st.n, a)
+
+
+def attn_norm_heads(st: DecoderLayerState) -> torch.Tensor:
+    """N^h_ij = ||alpha^h_ij f^h(x_j)||_2, f^h(x_j) = r (u_j W_V^g(h) + b_V^g(h)) W_O^h,
+    (H, n, n), 0 for j > i; N_ij <= sum_h N^h_ij (:func:`cmixlib.methods.layer_math.head_norms`)."""
+    a = layer_math.head_norms(st.attn_weights, st.head_out)
+    return a * causal_mask(st.n, a)
+
+
+def alti_heads(st: DecoderLayerState) -> torch.Tensor:
+    """c^h_ij = max(0, ||o^h_i||_1 - ||o^h_i - alpha^h_ij f^h(x_j)||_1), o^h_i = sum_j
+    alpha^h_ij f^h(x_j) what head h writes to the residual (before b_O), (H, n, n), 0 for
+    j > i (our definition, :func:`cmixlib.methods.layer_math.head_alti`)."""
+    a = layer_math.head_alti(st.attn_weights, st.head_out)
+    return a * causal_mask(st.n, a)
+
+
+#: The per-head layer maps of a decoder: name -> function of a layer state and the options
+#: giving the un-normalised (H, n, n) map.
+HEAD_FUNCTIONS = {
+    "attention": lambda st, options: attention_heads(st),
+    "attn_norm": lambda st, options: attn_norm_heads(st),
+    "alti_layer": lambda st, options: alti_heads(st),
+    "value_zeroing": lambda st, options: value_zeroing_heads(st, options["vz_distance"],
+                                                             options["vz_standardize"]),
+}
+
+
+@torch.no_grad()
+def decoder_head_maps(model: torch.nn.Module, ids: torch.Tensor, methods: Sequence[str],
+                      rows: np.ndarray | None, options: dict) -> dict[str, np.ndarray]:
+    """Per-head maps (L, H, n, n) of ``methods`` (names of :data:`HEAD_FUNCTIONS`) for one
+    unpadded sentence ``ids``: each head's rows normalised with ``options["normalize"]``, rows
+    other than ``rows`` NaN (None: every row); layers streamed as in
+    :func:`cmixlib.methods.decoder.decoder_context_mixing`."""
+    cap = run_decoder(model, ids)
+    raw: dict[str, list] = {name: [] for name in methods}
+    for st in cap.layers:
+        for name in methods:
+            raw[name].append(HEAD_FUNCTIONS[name](st, options))
+        st.release()
+    out = {}
+    for name, maps in raw.items():
+        maps = torch.stack(maps).cpu().numpy()
+        maps = aggregation.normalize_rows(maps) if options["normalize"] else maps
+        if rows is not None:
+            full = np.full_like(maps, np.nan)
+            full[..., rows, :] = maps[..., rows, :]
+            maps = full
+        out[name] = maps
+    return out

@@ -15,7 +15,8 @@ from cmixlib.forward.encoding import TextInput, describe_model, encode_inputs, t
 from cmixlib.forward.prepare import eval_encoder_layers, per_sentence_rows, unpack_model
 from cmixlib.methods import norms
 from cmixlib.methods.decoder import decoder_context_mixing
-from cmixlib.methods.encoder_maps import sentence_maps
+from cmixlib.methods.encoder_maps import sentence_head_maps, sentence_maps
+from cmixlib.methods.layer_math import check_head_methods
 from cmixlib.methods.registry import ALL_METHODS, MIXING_KINDS, Method
 from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
 from cmixlib.models.arch import is_decoder_lm
@@ -73,7 +74,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                    rollout_normalize: bool = True, logit_target: TargetSpec = None,
                    logit_foil: TargetSpec = None, final_rows: Rows = None,
                    vz_method: str = "auto", vz_convention: str = "default",
-                   ) -> MixingResult | list[MixingResult]:
+                   heads: bool = False) -> MixingResult | list[MixingResult]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -145,6 +146,11 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     rollout_normalize:
         True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
         rollouts, as GlobEnc's original code does; the final rows are then normalised.
+    heads:
+        True: per-head layer maps (L, H, n, n) of ``attention``, ``attn_norm``, ``alti_layer``
+        and ``value_zeroing`` (None = these four; definitions in
+        :mod:`cmixlib.methods.layer_math` and the Value Zeroing modules); other methods are
+        refused with the reason (aggregated ones stay per layer).
     logit_target, logit_foil:
         Pre-LN decoder LMs only (Llama-style, GPT-2; :mod:`cmixlib.methods.decoder`, to which
         such a model is routed): the token whose logit (difference) ``alti_logit``
@@ -200,7 +206,9 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
                  vz_distance=vz_distance, vz_standardize=vz_standardize,
                  rollout_normalize=rollout_normalize, logit_target=logit_target,
-                 logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention)
+                 logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention,
+                 heads=heads)
+    heads = check_bool(heads, "heads")
     vz_method = check_choice(vz_method, VZ_METHODS, "vz_method", what="Value Zeroing method")
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.methods.decoder
         got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
@@ -208,7 +216,8 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
                                      vz_standardize=vz_standardize,
                                      rollout_normalize=rollout_normalize,
                                      logit_target=logit_target, logit_foil=logit_foil,
-                                     vz_method=vz_method, vz_convention=vz_convention)
+                                     vz_method=vz_method, vz_convention=vz_convention,
+                                     heads=heads)
         for res in got if isinstance(got, list) else [got]:
             res.model, res.options = described, dict(asked, **res.options)
         return got
@@ -217,7 +226,7 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     if vz_convention != "default":
         raise InputError(f"vz_convention={vz_convention!r} is for decoder LMs (inseq's decoder "
                          "Value Zeroing); encoders take vz_convention='default'.")
-    methods = check_methods(methods)
+    methods = check_methods(check_head_methods(methods) if heads else methods)
     decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
     if decoder_only:
         raise InputError(f"{decoder_only} need a decoder LM (Llama-style or GPT-2, with its LM "
@@ -245,7 +254,8 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     results = []
     with torch.no_grad():
         for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
-            maps = sentence_maps(mods, capture, b, keep, methods, r, options, f)
+            maps = (sentence_head_maps if heads else sentence_maps)(mods, capture, b, keep,
+                                                                    methods, r, options, f)
             ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(

@@ -16,9 +16,10 @@ from cmixlib.forward.encoder import LayerState, layer_states
 from cmixlib.methods import aggregation, norms
 from cmixlib.methods.aggregation import normalize_rows
 from cmixlib.methods.registry import ALL_METHODS
-from cmixlib.methods.value_zeroing import value_zeroing_layer
+from cmixlib.methods.value_zeroing import value_zeroing_heads, value_zeroing_layer
 
-__all__ = ["LAYER_FUNCTIONS", "layer_maps", "place_rows", "final_rows_maps", "sentence_maps"]
+__all__ = ["LAYER_FUNCTIONS", "layer_maps", "place_rows", "final_rows_maps", "sentence_maps",
+           "HEAD_FUNCTIONS", "head_layer_maps", "sentence_head_maps"]
 
 #: The layer-wise methods of an encoder other than Value Zeroing: name -> function of a
 #: :class:`~cmixlib.forward.encoder.LayerState` giving its un-normalised (r, n) map.
@@ -47,12 +48,13 @@ def layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tens
 
 
 def place_rows(maps: np.ndarray, rows: np.ndarray | None, n: int) -> np.ndarray:
-    """(L, r, n) maps of rows ``rows`` placed in (L, n, n) maps, NaN in the other rows (``rows``
+    """(..., r, n) maps of rows ``rows`` placed in (..., n, n) maps (e.g. (L, r, n) in
+    (L, n, n), or per head (L, H, r, n) in (L, H, n, n)), NaN in the other rows (``rows``
     None: the maps as given)."""
     if rows is None:
         return maps
-    full = np.full((maps.shape[0], n, n), np.nan, dtype=maps.dtype)
-    full[:, rows] = maps
+    full = np.full(maps.shape[:-2] + (n, n), np.nan, dtype=maps.dtype)
+    full[..., rows, :] = maps
     return full
 
 
@@ -120,4 +122,55 @@ def sentence_maps(mods, capture, b, keep, methods, rows, options,
                                      normalize=options["rollout_normalize"], rows=final)
             if not options["rollout_normalize"]:
                 result[s.name] = normalize_rows(result[s.name])
+    return result
+
+
+#: The per-head layer maps of an encoder (``context_mixing(..., heads=True)``): name ->
+#: function of a :class:`~cmixlib.forward.encoder.LayerState` and the options giving the
+#: un-normalised (H, r, n) maps (definitions in :mod:`cmixlib.methods.layer_math`,
+#: :mod:`cmixlib.methods.norms`, :func:`cmixlib.methods.value_zeroing.value_zeroing_heads`).
+HEAD_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
+    "attention": lambda st, options: norms.attention_heads(st),
+    "attn_norm": lambda st, options: norms.attn_norm_heads(st),
+    "alti_layer": lambda st, options: norms.alti_heads(st),
+    "value_zeroing": lambda st, options: value_zeroing_heads(st, options["vz_distance"],
+                                                             options["vz_standardize"]),
+}
+
+
+def head_layer_maps(states: list[LayerState], name: str, options: dict) -> np.ndarray:
+    """Un-normalised per-head maps of method ``name`` (:data:`HEAD_FUNCTIONS`) for ``states``,
+    (L, H, r, n)."""
+    return torch.stack([HEAD_FUNCTIONS[name](st, options) for st in states]).cpu().numpy()
+
+
+def sentence_head_maps(mods, capture, b, keep, methods, rows, options,
+                       final=None) -> dict[str, np.ndarray]:
+    """Per-head maps (L, H, n, n) of every method of ``methods`` (names of
+    :data:`HEAD_FUNCTIONS`) for sentence ``b`` of ``capture``, as :func:`sentence_maps` gives
+    per-layer maps: rows ``rows`` (None: all; NaN elsewhere), each head's rows normalised with
+    ``options["normalize"]``; ``final``: the last layer's rows (NaN in its other rows)."""
+    n = len(keep)
+    row_t = None if rows is None else torch.as_tensor(rows, device=keep.device)
+    states = layer_states(capture, mods, b, keep, rows=row_t)
+    last = None
+    if final is not None and rows is None:          # the last layer at rows final only
+        last = layer_states(capture, mods, b, keep,
+                            rows=torch.as_tensor(final, device=keep.device))[-1]
+    result: dict[str, np.ndarray] = {}
+    def normalized(raw):
+        return normalize_rows(raw) if options["normalize"] else raw
+
+    for name in methods:
+        below = states if last is None else states[:-1]
+        parts = [place_rows(normalized(head_layer_maps(below, name, options)), rows, n)
+                 ] if below else []
+        if last is not None:
+            parts.append(place_rows(normalized(head_layer_maps([last], name, options)),
+                                    final, n))
+        maps = np.concatenate(parts)
+        if last is None and final is not None:      # rows given: NaN outside final too
+            maps = maps.copy()
+            maps[-1, :, np.setdiff1d(np.arange(n), final)] = np.nan
+        result[name] = maps
     return result

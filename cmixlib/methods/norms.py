@@ -120,3 +120,24 @@ def w_res(st: LayerState) -> torch.Tensor:
     rr, cc = _diag_index(st)
     a[rr, cc] = 0.0
     return layer_math.fixed_residual(a, st.row_index, mixing_ratio(st, "globenc_layer"))
+
+
+# --------------------------------------------------------------------------- per-head maps
+def attention_heads(st: LayerState) -> torch.Tensor:
+    """Per-head attention A^h_ij = alpha^h_ij, (H, r, n); its mean over heads is
+    :func:`attention_mean` (:func:`cmixlib.methods.layer_math.head_attention`)."""
+    return layer_math.head_attention(st.alpha, st.row_index)
+
+
+def attn_norm_heads(st: LayerState) -> torch.Tensor:
+    """Per-head N: N^h_ij = ||alpha^h_ij f^h(x_j)||_2, f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h,
+    (H, r, n); sum_h alpha^h_ij f^h(x_j) = F_ij, so N_ij <= sum_h N^h_ij
+    (:func:`cmixlib.methods.layer_math.head_norms`)."""
+    return layer_math.head_norms(st.alpha, st.head_vectors, st.row_index)
+
+
+def alti_heads(st: LayerState) -> torch.Tensor:
+    """Per-head ALTI: c^h_ij = max(0, ||o^h_i||_1 - ||o^h_i - alpha^h_ij f^h(x_j)||_1),
+    o^h_i = sum_j alpha^h_ij f^h(x_j) head h's output before b_O, the residual and LN1,
+    (H, r, n) (our definition; :func:`cmixlib.methods.layer_math.head_alti`)."""
+    return layer_math.head_alti(st.alpha, st.head_vectors, st.row_index)

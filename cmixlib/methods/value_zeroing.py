@@ -254,6 +254,48 @@ def value_zeroing_layer_variants(st: LayerState, variants, chunk_elements: int |
     return out
 
 
+def _head_outputs(st: LayerState, rows: torch.Tensor, step: int, h: int):
+    """(slice, perturbed outputs (c, n, d)) with v^h_j zeroed in head h only: the LN1 input
+    p_i - alpha^h_ij f^h(x_j) of every pair through LN1, the FFN and LN2 (the batched form)."""
+    m = st.mods
+    n, d = st.x.shape
+    p = st.ln1_input[rows]                                  # (r, d)
+    f = st.head_vectors[h]                                  # (n, d)   f^h(x_j)
+    for start in range(0, len(rows), step):
+        sl = slice(start, start + step)
+        a = st.alpha[h, rows[sl], :]                        # (c, n)   alpha^h_ij
+        y = m.ln1((p[sl, None, :] - a[..., None] * f[None]).reshape(-1, d))
+        yield sl, m.ln2(m.ffn_out(m.act(m.ffn_in(y))) + y).view(-1, n, d)
+
+
+@torch.no_grad()
+def value_zeroing_heads(st: LayerState, distance: str = "cosine", standardize=None,
+                        chunk_elements: int | None = None) -> torch.Tensor:
+    """Per-head Value Zeroing of one layer (our definition: Mohebbi et al. 2023 zero a token's
+    value in every head and define no per-head form), raw distances (H, r, n), diagonal kept:
+    token j's value vector v^h_j (bias included) is zeroed in head h only, the attention
+    weights and the other heads untouched, and only this layer is re-run:
+
+        p_i^(not j,h) = p_i - alpha^h_ij f^h(x_j),   y = LN1(p_i^(not j,h)),
+        o_i^(not j,h) = LN2(y + FFN(y)),   C^h[i, j] = distance(o_i^(not j,h), o_i),
+
+    ``distance`` and ``standardize`` as in :func:`value_zeroing_layer` (the standardisation
+    from this sentence's layer outputs o). With one head it is :func:`value_zeroing_layer`.
+    Cost: H times the batched form's (every pair of every head through the FFN)."""
+    dist_fn = vz_distances.distance_function(distance)
+    rows = st.row_index
+    n, d = st.x.shape
+    z = vz_distances.standardizer(st.o, standardize)
+    orig = vz_distances.standardized(st.recompute_output()[rows], z)          # (r, d)
+    step = max(1, (chunk_elements or CHUNK_ELEMENTS) // (n * max(st.mods.ffn_in.out_features, d)))
+    H = st.mods.num_heads
+    out = torch.empty(H, len(rows), n, dtype=st.x.dtype, device=st.x.device)
+    for h in range(H):
+        for sl, o in _head_outputs(st, rows, step, h):
+            out[h, sl] = dist_fn(vz_distances.standardized(o, z), orig[sl, None, :])
+    return out
+
+
 def value_zeroing_variant_maps(model, input_ids, attention_mask=None, rows=None, *,
                                variants, normalize: bool = True) -> list:
     r"""Value Zeroing maps of several distances for every sentence of a padded batch, from one

@@ -47,8 +47,8 @@ from cmixlib.methods.vz_distances import VZ_METHODS
 from cmixlib.validation import InputError
 
 __all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
-           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "inseq_cosine_distance",
-           "inseq_normalize"]
+           "mlp_head_maps", "factored_pays", "value_zeroing_layer", "value_zeroing_heads",
+           "inseq_cosine_distance", "inseq_normalize"]
 
 VZ_CONVENTIONS = ("default", "inseq")
 #: inseq 0.7.1's ``min_score_threshold``: distances below it are set to 0 before normalising.
@@ -210,6 +210,44 @@ def value_zeroing_layer(st: DecoderLayerState, distance: str = "cosine", standar
         if post is not None:
             o = post(o)
         out[ip, jp] = dist_fn(vz_distances.standardized(o, z), orig[ip]).to(out.dtype)
+    return out
+
+
+@torch.no_grad()
+def value_zeroing_heads(st: DecoderLayerState, distance: str = "cosine", standardize=None
+                        ) -> torch.Tensor:
+    """Per-head Value Zeroing of one layer (our definition; the paper zeroes every head),
+    (H, n, n), 0 above the diagonal: v_j zeroed as query head h reads it (head h only: with
+    grouped-query attention the other query heads of its key-value group still read v_j),
+    alpha and the other heads unchanged, only this layer recomputed:
+
+        m_i^(not j,h) = m_i - alpha^h_ij f^h(x_j),
+        x'_i^(not j,h) = m^(not j,h) + MLP(LN2(m^(not j,h))),
+        C^h_ij = distance(x'_i^(not j,h), x'_i)   for j <= i,
+
+    through the model's own LN2 and MLP modules (the ``"batched"`` form of
+    :func:`value_zeroing_layer`, whose ``distance`` and ``standardize`` these are; the
+    ``"inseq"`` convention has no per-head form). With one head it is
+    :func:`value_zeroing_layer`."""
+    dist_fn = vz_distances.distance_function(distance)
+    m = st.resid_mid
+    n, d = m.shape
+    orig = st.mlp_block(m)
+    z = vz_distances.standardizer(orig, standardize)
+    orig = vz_distances.standardized(orig, z)
+    hv = st.head_out                                                        # (H, n, d)
+    out = torch.zeros(hv.shape[0], n, n, dtype=orig.dtype, device=orig.device)
+    step = max(1, CHUNK_ELEMENTS // (n * max(st.parts.mlp_in[0][0].shape[0], d)))
+    for h in range(hv.shape[0]):
+        for j0 in range(0, n, step):
+            j1 = min(n, j0 + step)
+            mask = torch.arange(j0, n, device=m.device)[None, :] >= \
+                torch.arange(j0, j1, device=m.device)[:, None]               # [j, i]: j <= i
+            jp, ip = (t + j0 for t in mask.nonzero(as_tuple=True))
+            a = st.attn_weights[h, j0:, j0:j1].t()                          # [j, i]
+            r = m[j0:][None] - a[..., None] * hv[h, j0:j1][:, None, :]      # m_i - F^h_ij
+            o = st.mlp_block(r[mask])
+            out[h, ip, jp] = dist_fn(vz_distances.standardized(o, z), orig[ip]).to(out.dtype)
     return out
 
 

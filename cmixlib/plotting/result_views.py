@@ -37,7 +37,8 @@ def _labels(res) -> list[str]:
 
 
 def plot_result(res, method: str | Sequence[str] | None = None,
-                layer: int | Sequence[int] | None = -1, **kwargs: Any):
+                layer: int | Sequence[int] | None = -1, *,
+                head: int | Sequence[int] | None = None, **kwargs: Any):
     """A figure of ``res``'s maps (:func:`~cmixlib.plotting.maps.plot_layer_maps`): one panel
     per method and layer, tokens on both axes (up to 16 tokens); several methods at several
     layers: methods in rows, layers in columns; otherwise rows of 4 panels.
@@ -45,7 +46,9 @@ def plot_result(res, method: str | Sequence[str] | None = None,
     ``method``: a name of ``res``, a list of names, or None (every method of ``res``).
     ``layer``: an index into ``res.layers`` (negative from the last; default -1, the last
     layer), a list of indices, or None (every layer). Panels are titled with the method's label
-    and the layer's number (1-based, as ``res.layers``). Other keywords go to
+    and the layer's number (1-based, as ``res.layers``). Per-head maps (L, H, n, n) of a
+    ``heads=True`` result get one panel per head (``head``: an index, a list, or None for every
+    head; titled with the head's number from 1). Other keywords go to
     ``plot_layer_maps`` (``shared_scale``, ``cmap``, ``cell_size``). Returns the figure."""
     from cmixlib.plotting.maps import plot_layer_maps
 
@@ -57,10 +60,26 @@ def plot_result(res, method: str | Sequence[str] | None = None,
     idx = list(range(len(res.layers))) if layer is None else check_positions(
         [layer] if isinstance(layer, (int, np.integer)) else layer, len(res.layers), "layer",
         negative=True).tolist()
-    panels = np.stack([np.asarray(res[m], dtype=float)[i] for m in names for i in idx])
-    titles = [f"{method_label(m)}, layer {res.layers[i]}" for m in names for i in idx]
+    arrays, titles, per_row = [], [], []
+    for m in names:
+        arr = np.asarray(res[m], dtype=float)
+        for i in idx:
+            if arr.ndim == 4:                           # per head: (L, H, n, n)
+                hs = list(range(arr.shape[1])) if head is None else check_positions(
+                    [head] if isinstance(head, (int, np.integer)) else head, arr.shape[1],
+                    "head").tolist()
+                arrays += [arr[i, h] for h in hs]
+                titles += [f"{method_label(m)}, layer {res.layers[i]}, head {h + 1}"
+                           for h in hs]
+                per_row.append(len(hs))
+            else:
+                arrays.append(arr[i])
+                titles.append(f"{method_label(m)}, layer {res.layers[i]}")
+                per_row.append(1)
+    panels = np.stack(arrays)
     one_row = len(idx) == 1 or len(names) == 1          # one method or one layer: a row of 4
-    ncols = kwargs.pop("ncols", min(4, len(panels)) if one_row else len(idx))
+    ncols = kwargs.pop("ncols", min(4, len(panels)) if one_row and max(per_row) == 1
+                       else max(per_row) if max(per_row) > 1 else len(idx))
     return plot_layer_maps(panels, _labels(res), titles=titles, ncols=ncols, **kwargs)
 
 
@@ -70,8 +89,10 @@ def results_block(results, *, heads: Sequence[Any] | None = None,
     of ``results`` (one result or a list of results of one model, with the same methods and
     layers): per sentence its text (``res.text``, else the tokens joined), tokens and maps.
     ``heads``: optionally, per result, the attention of every head, (L, H, n, n), shown under
-    the explorer's head control. Maps with negative values are left out (see the module
-    docstring)."""
+    the explorer's head control; by default the result's own per-head ``attention``
+    (``heads=True``), whose mean over heads (the head-averaged attention) is then its layer
+    map. Maps with negative values, and per-head maps of other methods, are left out and
+    named in the page's note (see the module docstring)."""
     results = [results] if isinstance(results, dict) else list(results)
     if not results:
         raise InputError("results_block needs at least one result.")
@@ -83,7 +104,13 @@ def results_block(results, *, heads: Sequence[Any] | None = None,
                              f"{list(r)}, layers {r.layers}.")
     signed = [m for m in first
               if any(np.nanmin(np.asarray(r[m], dtype=float), initial=0.0) < 0 for r in results)]
-    shown = [m for m in first if m not in signed]
+    per_head = [m for m in first if np.ndim(first[m]) == 4]
+    if heads is None and "attention" in per_head:       # the page's head control
+        heads = [r["attention"] for r in results]
+    layer_maps = [{m: np.asarray(r[m], dtype=float).mean(axis=1) if m == "attention" and
+                   m in per_head else r[m] for m in r} for r in results]
+    left_out = [m for m in per_head if m != "attention"]
+    shown = [m for m in first if m not in signed and m not in left_out]
     if not shown:
         raise InputError(f"No map of {list(first)} can be shown in the explorer (all signed); "
                          "use .plot().")
@@ -92,7 +119,8 @@ def results_block(results, *, heads: Sequence[Any] | None = None,
     for k, r in enumerate(results):
         toks = _labels(r)
         entry = {"text": r.text if getattr(r, "text", None) else " ".join(toks),
-                 "tokens": toks, "maps": pack_maps({m: r[m] for m in shown}, decimals),
+                 "tokens": toks, "maps": pack_maps({m: layer_maps[k][m] for m in shown},
+                                                   decimals),
                  "heads": []}
         if heads is not None:
             h = np.asarray(heads[k], dtype=float)
@@ -103,10 +131,15 @@ def results_block(results, *, heads: Sequence[Any] | None = None,
             entry["heads"] = pack_maps({"h": h}, decimals)["h"]
         sentences.append(entry)
     family = getattr(first, "family", None) or "model"
-    note = None
+    notes = []
     if signed:
-        note = (f"Not shown here: {', '.join(method_label(m) for m in signed)} (signed values, "
-                "e.g. logit units); the result's .plot() draws them.")
+        notes.append(f"Not shown here: {', '.join(method_label(m) for m in signed)} (signed "
+                     "values, e.g. logit units); the result's .plot() draws them.")
+    if left_out:
+        notes.append(f"Per-head maps not shown here: {', '.join(map(method_label, left_out))} "
+                     "(the head control shows attention's heads); the result's .plot() draws "
+                     "them.")
+    note = " ".join(notes) or None
     block = {"model": first.model or "a model", "family": family, "layers": len(first.layers),
              "heads": n_heads, "decimals": decimals, "methods": shown, "sentences": sentences,
              "note": note, "baselines": False, "baseline_methods": []}

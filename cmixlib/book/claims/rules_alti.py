@@ -1,9 +1,6 @@
 """The tests of ALTI's claims (``alti.json``), each on the book's runs; the docstrings state
-the rules. ALTI Figure 3's and Figures 8-10's claim rules stay where the runs' code is
-(:func:`cmixlib.experiments.alti_anisotropy.fig3_claims`,
-:func:`cmixlib.experiments.alti_layers.figs8_10_claims`): moving them would change those runs'
-code version (:func:`cmixlib.experiments.code_version`) and recompute them; the tests here call
-them.
+the rules. ALTI Figure 3's and Figures 8-10's claim rules are here too (:func:`fig3_claims`,
+:func:`figs8_10_claims`), as every claim rule of the status page is in this package.
 """
 from __future__ import annotations
 
@@ -14,11 +11,11 @@ from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layer
 from cmixlib.book.identity import model_identities
 from cmixlib.book.runs import run
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.alti_anisotropy import fig3_claims, fig3_repo_frame
-from cmixlib.experiments.alti_layers import FIGS8_10_HEADLINE, figs8_10_claims
+from cmixlib.experiments.alti_anisotropy import fig3_repo_frame
 from cmixlib.methods.registry import method_label
 
-__all__ = ["TABLE2_OTHERS", "FIG6_OTHERS", "CLOSE_TO_ONE", "alti_outperforms",
+__all__ = ["TABLE2_OTHERS", "FIG6_OTHERS", "CLOSE_TO_ONE", "FIG3_ISOTROPY_THRESHOLD",
+           "FIGS8_10_HEADLINE", "fig3_claims", "figs8_10_claims", "alti_outperforms",
            "alti_sva_lower", "alti_depth_rollout", "alti_fig6_special",
            "alti_fig7_most_consistent", "alti_fig7_grad_second", "alti_fig3_close_to_one",
            "alti_fig3_rules", "alti_figs8_10", "alti_overall"]
@@ -31,6 +28,68 @@ FIG6_OTHERS = ("attention_rollout", "rollout:attn_norm_res_ln", "grad_l2")
 CLOSE_TO_ONE = 0.9
 _SANITY = ("random", "nearness")
 _REL = {"above": "holds", "below": "fails", "tie": "tie"}
+
+#: Claim 2 of :func:`fig3_claims`: "nearly isotropic" = a mean cosine below this.
+FIG3_ISOTROPY_THRESHOLD = 0.1
+
+
+def fig3_claims(result: pd.DataFrame, threshold: float = FIG3_ISOTROPY_THRESHOLD) -> pd.Series:
+    """ALTI §3's claims about Figure 3 as booleans (for :func:`cmixlib.book.verdicts.claims_verdict`),
+    from a frame with layer, kind, mean (ours, or :func:`fig3_repo_frame` of the repository's).
+
+    1. "transformed representations exhibit low anisotropy" against token representations whose
+       cosines "tend to be close to 1": the transformed vectors' mean cosine is below that of the
+       token representations in every layer l = 1..L. Layer l's transformed vectors are paired
+       with layer l's output (the caption compares them with the same layer's attention-block
+       output; the repository's plot draws them one position to the left, above layer l-1: by that
+       pairing its DistilBERT fails in layer 1, 0.105 against 0.065).
+    2. "especially for the first layers, where there is almost isotropy": the mean cosine is below
+       ``threshold`` (0.1: pairs at about 84 degrees on average) in every layer of the first third,
+       l = 1..ceil(L/3). The repository's BERT stays below it there (at most 0.061); its
+       DistilBERT's first layer sits at 0.105.
+    3. (with ``attn_output`` rows) the caption's reading of claim 1: below the attention-block
+       outputs y_i of the same layer, in every layer."""
+    m = result.pivot_table(index="layer", columns="kind", values="mean")
+    L = int(m.index.max())
+    layers, first = list(range(1, L + 1)), list(range(1, -(-L // 3) + 1))
+    t = m.loc[layers, "transformed"]
+    claims = {
+        "transformed vectors are less anisotropic than token representations in every layer":
+            bool((t < m.loc[layers, "hidden"]).all()),
+        f"transformed vectors are nearly isotropic in the first third of layers (mean cosine below "
+        f"{threshold:g})": bool((m.loc[first, "transformed"] < threshold).all()),
+    }
+    if "attn_output" in m.columns:
+        claims["transformed vectors are less anisotropic than the attention-block outputs in every "
+               "layer"] = bool((t < m.loc[layers, "attn_output"]).all())
+    return pd.Series(claims)
+
+
+FIGS8_10_HEADLINE = "attention rollout's last-layer rows are more homogeneous than ALTI's"
+
+
+def figs8_10_claims(result: pd.DataFrame) -> pd.Series:
+    """The main text's claims about Figures 8-10 as booleans (for
+    :func:`cmixlib.book.verdicts.claims_verdict`), from the ``result`` frame of the run:
+
+    1. (headline, :data:`FIGS8_10_HEADLINE`) at the last layer, attention rollout's mean
+       homogeneity is above ALTI's;
+    2. attention rollout's rows grow homogeneous with depth: its homogeneity at the last layer is
+       above that at the first;
+    3. attention rollout gives [CLS] and [SEP] more relevance than ALTI at the last layer (mean
+       special mass)."""
+    t = result.set_index(["method", "layer"])
+    last, first = int(result["layer"].max()), int(result["layer"].min())
+    h = t["homogeneity"]
+    s = t["special_mass"]
+    return pd.Series({
+        FIGS8_10_HEADLINE: bool(h["attention_rollout", last] > h["alti", last]),
+        "attention rollout's rows grow more homogeneous with depth (last layer above the first)":
+            bool(h["attention_rollout", last] > h["attention_rollout", first]),
+        "attention rollout gives [CLS] and [SEP] more relevance than ALTI at the last layer":
+            bool(s["attention_rollout", last] > s["alti", last]),
+    })
+
 
 
 def _run(name: str):
@@ -184,7 +243,7 @@ def alti_fig3_close_to_one() -> Outcome:
 
 def alti_fig3_rules() -> Outcome:
     """The other claims of §3 about Figure 3, by
-    :func:`cmixlib.experiments.alti.fig3_claims` (every one must hold)."""
+    :func:`fig3_claims` (every one must hold)."""
     c = fig3_claims(_run("alti-fig3").result)
     return Outcome("holds" if c.all() else "fails",
                    "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in c.items()),
@@ -192,7 +251,7 @@ def alti_fig3_rules() -> Outcome:
 
 
 def alti_figs8_10() -> Outcome:
-    """The homogeneity headline of :func:`cmixlib.experiments.alti_layers.figs8_10_claims`."""
+    """The homogeneity headline of :func:`figs8_10_claims`."""
     r = _run("alti-figs8-10").result
     c = figs8_10_claims(r)
     last = r[r["layer"] == r["layer"].max()].set_index("method")["homogeneity"]
