@@ -78,7 +78,8 @@ def plot_result(res, method: str | Sequence[str] | None = None,
                 per_row.append(1)
     panels = np.stack(arrays)
     one_row = len(idx) == 1 or len(names) == 1          # one method or one layer: a row of 4
-    ncols = kwargs.pop("ncols", min(4, len(panels)) if one_row and max(per_row) == 1
+    single = len(names) * len(idx) == 1                 # one map's heads: rows of 4 too
+    ncols = kwargs.pop("ncols", min(4, len(panels)) if single or (one_row and max(per_row) == 1)
                        else max(per_row) if max(per_row) > 1 else len(idx))
     return plot_layer_maps(panels, _labels(res), titles=titles, ncols=ncols, **kwargs)
 
