@@ -110,11 +110,15 @@ class MixingResult(dict):
         return importlib.import_module(VIEWS).results_html(self, **kwargs)
 
     # ------------------------------------------------------------------ aggregation
-    def aggregate(self, *, words: bool = False, layers: Sequence[int] | None = None
-                  ) -> "MixingResult":
+    def aggregate(self, *, words: bool = False, layers: Sequence[int] | None = None,
+                  heads: Sequence[int] | str | None = None) -> "MixingResult":
         """A new result: with ``words``, maps between words (module docstring: rows averaged
         over a word's pieces, columns summed), the tokens joined into words; with ``layers``,
-        only those layers (0-based indices into the maps, negative from the last).
+        only those layers (0-based indices into the maps, negative from the last); with
+        ``heads`` (a result of ``heads=True``, maps (L, H, n, n)), only those heads (indices),
+        or ``"mean"``: the mean over heads, :math:`\\bar C_{ij} = \\frac{1}{H}\\sum_h C^h_{ij}`,
+        (L, n, n) (for attention that is the per-layer map; for N, ALTI and Value Zeroing it is
+        the heads' average, not the per-layer method).
 
         The :attr:`extras` are not carried over (their terms are per token and per layer of the
         whole result). ``words=True`` needs :attr:`word_ids` (a result of raw text with a fast tokenizer); a
@@ -126,6 +130,18 @@ class MixingResult(dict):
             idx = check_positions(layers, len(self.layers), "layers", negative=True)
             out = {k: v[idx] for k, v in out.items()}
             kept = [self.layers[i] for i in idx]
+        if heads is not None:
+            if not self.options.get("heads") or any(np.ndim(v) != 4 for v in out.values()):
+                raise InputError("heads= needs per-head maps: compute them with "
+                                 "context_mixing(..., heads=True).")
+            if isinstance(heads, str):
+                if heads != "mean":
+                    raise InputError(f"heads must be head indices or 'mean', got {heads!r}.")
+                out = {k: v.mean(axis=1) for k, v in out.items()}
+            else:
+                n_heads = next(iter(out.values())).shape[1]
+                idx = check_positions(heads, n_heads, "heads", negative=True)
+                out = {k: v[:, idx] for k, v in out.items()}
         tokens, ids, word_ids = self.tokens, self.input_ids, self.word_ids
         if words:
             if self.word_ids is None:
@@ -141,7 +157,10 @@ class MixingResult(dict):
             if self.tokens is not None:
                 tokens = [_join_pieces([self.tokens[i] for i in g]) for g in groups]
             ids, word_ids = None, list(range(len(groups)))
-        opts = dict(self.options, aggregated={"words": bool(words), "layers": kept})
+        opts = dict(self.options, aggregated={"words": bool(words), "layers": kept,
+                                              "heads": heads})
+        if heads == "mean":
+            opts["heads"] = False
         return MixingResult(out, input_ids=ids, tokens=tokens, word_ids=word_ids,
                             model=self.model, options=opts, layers=kept, text=self.text,
                             family=self.family)

@@ -423,3 +423,29 @@ def test_decoder_refusals_and_unchanged_default():
     for name in ("alti", "attention"):
         assert a[name].shape == (3, 5, 5)
         np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_result_aggregates_heads():
+    """MixingResult.aggregate(heads=...): selected heads keep the (L, h, n, n) shape; "mean"
+    gives the mean over heads, which for attention is the per-layer map; a per-layer result is
+    refused."""
+    import torch
+    import cmixlib
+    from cmixlib.validation import InputError
+
+    model = cmixlib.random_model("bert", layers=2)
+    inputs = {"input_ids": torch.tensor([[1, 5, 6, 7, 2]])}
+    per_head = cmixlib.context_mixing(model, None, inputs, ["attention"], heads=True)
+    layer = cmixlib.context_mixing(model, None, inputs, ["attention"])
+    H = per_head["attention"].shape[1]
+    assert per_head.aggregate(heads=[0, -1])["attention"].shape == (2, 2, 5, 5)
+    np.testing.assert_array_equal(per_head.aggregate(heads=[-1])["attention"][:, 0],
+                                  per_head["attention"][:, H - 1])
+    mean = per_head.aggregate(heads="mean")
+    np.testing.assert_allclose(mean["attention"], layer["attention"], rtol=0,
+                               atol=8 * H * np.finfo(np.float32).eps)
+    assert mean.options["heads"] is False
+    with pytest.raises(InputError, match="heads=True"):
+        layer.aggregate(heads="mean")
+    with pytest.raises(InputError):
+        per_head.aggregate(heads="max")
