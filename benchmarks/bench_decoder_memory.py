@@ -39,9 +39,9 @@ ids = [b.bos_token_id]
 while len(ids) < n:
     ids += tok(sys.argv[3], add_special_tokens=False)["input_ids"]
 ids = torch.tensor(ids[:n])
-kw = {"logit_target": int(tok(" the", add_special_tokens=False)["input_ids"][0])} \
-    if "alti_logit" in methods else {}
-cmixlib.context_mixing(b.model, None, {"input_ids": ids[:8]}, methods, **kw)   # warm-up
+the = int(tok(" the", add_special_tokens=False)["input_ids"][0])
+methods = [cmixlib.AltiLogit(target=the) if m == "alti_logit" else m for m in methods]
+cmixlib.context_mixing(b.model, None, {"input_ids": ids[:8]}, methods)   # warm-up
 def status_kb(key):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith(key))
@@ -52,11 +52,11 @@ with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the c
 before = status_kb("VmRSS")
 t0, c0 = time.perf_counter(), time.process_time()
 with torch.no_grad():
-    maps = cmixlib.context_mixing(b.model, None, {"input_ids": ids}, methods, **kw)
+    maps = cmixlib.context_mixing(b.model, None, {"input_ids": ids}, methods)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 peak = status_kb("VmHWM")
 maps_mb = sum(v.nbytes for v in maps.values()) / 2 ** 20
-print(json.dumps({"n": n, "methods": methods, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+print(json.dumps({"n": n, "methods": list(maps), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                   "rss_before_mb": round(before / 1024), "peak_rss_mb": round(peak / 1024),
                   "extra_peak_mb": round((peak - before) / 1024), "maps_mb": round(maps_mb, 1),
                   "cmixlib": cmixlib.__file__}))

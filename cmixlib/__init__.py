@@ -25,6 +25,7 @@ from cmixlib.methods.aggregation import rollout, attention_flow, normalize_rows,
 from cmixlib.methods.dispatch import (METHODS, InputError, Method, check_methods, context_mixing,
                                       context_mixing_ratio, tokens)
 from cmixlib.methods.registry import describe_methods, method_color, method_label
+from cmixlib.methods.options import AltiLogit, MixingMethod, ValueZeroing
 from cmixlib.forward.points import capture
 from cmixlib.result import MixingResult
 from cmixlib.methods import registry
@@ -70,6 +71,8 @@ __all__ = [
     # context mixing: the entry point and the method registry
     "context_mixing", "MixingResult", "context_mixing_ratio", "tokens", "METHODS", "Method", "InputError",
     "check_methods", "describe_methods", "method_label", "method_color",
+    # a method with its options (``methods=[ValueZeroing(distance="euclidean"), "alti"]``)
+    "MixingMethod", "ValueZeroing", "AltiLogit",
     # one forward pass, every intermediate tensor by name
     "capture",
     # aggregation across layers

@@ -113,19 +113,19 @@ def test_context_mixing_passes_vz_options_to_both_families():
 
     dec = random_decoder("llama", dtype=torch.float64)
     ids = {"input_ids": torch.tensor([[1, 5, 9, 3, 7]])}
-    a = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_method="batched")
-    b = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_method="factored")
+    VZ = cmixlib.ValueZeroing
+    a = cmixlib.context_mixing(dec, None, ids, [VZ(implementation="batched")])
+    b = cmixlib.context_mixing(dec, None, ids, [VZ(implementation="factored")])
     assert np.allclose(a["value_zeroing"], b["value_zeroing"], atol=1e-10)
-    from cmixlib.methods.decoder import decoder_context_mixing
-    c = cmixlib.context_mixing(dec, None, ids, ["value_zeroing"], vz_convention="inseq")
-    d = decoder_context_mixing(dec, None, ids, ["value_zeroing"], vz_convention="inseq")
+    c = cmixlib.context_mixing(dec, None, ids, [VZ(convention="inseq")])
+    d = cmixlib.context_mixing(dec, None, ids, [VZ(convention="inseq",
+                                                   implementation="batched")])
     assert np.array_equal(c["value_zeroing"], d["value_zeroing"])
     enc = cmixlib.random_model("bert", layers=2)
-    e = cmixlib.context_mixing(enc, None, ids, ["value_zeroing"], vz_method="batched")
-    f = cmixlib.context_mixing(enc, None, ids, ["value_zeroing"], vz_method="factored")
+    e = cmixlib.context_mixing(enc, None, ids, [VZ(implementation="batched")])
+    f = cmixlib.context_mixing(enc, None, ids, [VZ(implementation="factored")])
     assert np.allclose(e["value_zeroing"], f["value_zeroing"], atol=1e-5)
-    for model in (enc, dec):
-        with pytest.raises(cmixlib.InputError, match="vz_method"):
-            cmixlib.context_mixing(model, None, ids, ["value_zeroing"], vz_method="fast")
-    with pytest.raises(cmixlib.InputError, match="vz_convention"):
-        cmixlib.context_mixing(enc, None, ids, ["value_zeroing"], vz_convention="inseq")
+    with pytest.raises(cmixlib.InputError, match="implementation"):
+        VZ(implementation="fast")
+    with pytest.raises(cmixlib.InputError, match=r"convention='inseq'\) is for decoder LMs"):
+        cmixlib.context_mixing(enc, None, ids, [VZ(convention="inseq")])

@@ -32,8 +32,7 @@ def test_result_is_a_dict_with_provenance(minilm):
 
 
 def test_save_and_load_round_trip(minilm, tmp_path):
-    res = cmixlib.context_mixing(minilm, None, "The keys are here.", ["alti", "value_zeroing"],
-                                 vz_standardize=None)
+    res = cmixlib.context_mixing(minilm, None, "The keys are here.", ["alti", "value_zeroing"])
     back = MixingResult.load(res.save(tmp_path / "keys"))
     assert list(back) == list(res) and back.tokens == res.tokens and back.model == res.model
     assert back.word_ids == res.word_ids and back.options == res.options

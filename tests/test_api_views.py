@@ -148,11 +148,11 @@ def test_views_leave_the_core_free_of_plotting():
 def test_a_decoder_returns_the_same_result_object():
     model = random_decoder("llama")
     ids = torch.arange(6)
-    res = cmixlib.context_mixing(model, None, {"input_ids": ids}, ["alti", "alti_logit"],
-                                 logit_target=3, logit_foil=4)
+    res = cmixlib.context_mixing(model, None, {"input_ids": ids}, ["alti", cmixlib.AltiLogit(target=3, foil=4)])
     assert isinstance(res, MixingResult) and res.family == "decoder"
     assert res.input_ids.tolist() == list(range(6)) and res.layers == [1, 2, 3]
-    assert res.options["methods"] == ["alti", "alti_logit"] and res.options["logit_target"] == 3
+    assert res.options["methods"] == ["alti", "alti_logit"]
+    assert res.options["method_options"]["alti_logit"] == {"target": 3, "foil": 4}
     ex = res.extras["alti_logit"]
     want = explain_logit(model, None, {"input_ids": ids}, target=3, foil=4)
     assert isinstance(ex, AltiLogit)
@@ -170,8 +170,7 @@ def test_a_decoder_returns_the_same_result_object():
 def test_a_decoder_batch_is_a_list_and_its_extras_are_saved(tmp_path):
     model = random_decoder("llama")
     ids = {"input_ids": torch.arange(12).reshape(2, 6)}
-    out = cmixlib.context_mixing(model, None, ids, ["alti_logit", "attention"],
-                                 logit_target=[3, 5])
+    out = cmixlib.context_mixing(model, None, ids, [cmixlib.AltiLogit(target=[3, 5]), "attention"])
     assert isinstance(out, list) and len(out) == 2
     assert all(isinstance(r, MixingResult) for r in out)
     assert out[1].input_ids.tolist() == list(range(6, 12))
@@ -198,7 +197,7 @@ def test_the_viewer_draws_a_result_without_source_or_heads(tmp_path):
     stub = Path(__file__).parent / "js" / "explorer_dom_stub.js"
     viewer = Path(cmixlib.__file__).parent / "plotting" / "explorer.js"
     res = cmixlib.context_mixing(random_decoder("llama"), None, {"input_ids": torch.arange(6)},
-                                 ["alti", "attention", "alti_logit"], logit_target=3)
+                                 ["alti", "attention", cmixlib.AltiLogit(target=3)])
 
     def run(result) -> str:
         path = tmp_path / "data.json"
@@ -234,8 +233,7 @@ def test_a_decoder_prompt_with_string_target_and_foil_has_tokens_and_words():
                            heads=4, intermediate=48, seed=3)
     tok = real.tokenizer
     prompts = ["The keys to the cabinet", "A dog"]
-    out = cmixlib.context_mixing(model, tok, prompts, ["alti", "alti_logit"],
-                                 logit_target=" are", logit_foil=" is")
+    out = cmixlib.context_mixing(model, tok, prompts, ["alti", cmixlib.AltiLogit(target=" are", foil=" is")])
     are, is_ = (tok(w, add_special_tokens=False)["input_ids"][0] for w in (" are", " is"))
     for r, text in zip(out, prompts):
         assert r.text == text and r.family == "decoder"

@@ -263,8 +263,8 @@ def test_cosine_distance_is_stable_for_nearly_equal_vectors():
 @pytest.mark.parametrize("distance", ["euclidean", "spearman"])
 def test_value_zeroing_other_distances(distance):
     model, ids = make("bert", torch.float64, n=5)
-    vz = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=["value_zeroing"],
-                                normalize=False, vz_distance=distance)["value_zeroing"]
+    vz = cmixlib.context_mixing(model, None, {"input_ids": ids}, normalize=False,
+                                methods=[cmixlib.ValueZeroing(distance=distance)])["value_zeroing"]
     base = hooked_forward(model, ids)
     from scipy.stats import spearmanr
     for layer in range(vz.shape[0]):
@@ -279,8 +279,8 @@ def test_value_zeroing_other_distances(distance):
 
 def test_value_zeroing_standardized():
     model, ids = make("bert", torch.float64, n=5)
-    vz = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=["value_zeroing"],
-                                normalize=False, vz_standardize=True)["value_zeroing"]
+    vz = cmixlib.context_mixing(model, None, {"input_ids": ids}, normalize=False,
+                                methods=[cmixlib.ValueZeroing(standardize=True)])["value_zeroing"]
     base = hooked_forward(model, ids)
     for layer in range(vz.shape[0]):
         orig = base["out"][layer][0]
@@ -453,7 +453,7 @@ def test_unknown_method_lists_valid_names():
 def test_wrong_distance():
     model, ids = make("bert", torch.float32)
     with pytest.raises(ValueError, match="cosine"):
-        cmixlib.context_mixing(model, None, {"input_ids": ids}, vz_distance="manhattan")
+        cmixlib.ValueZeroing(distance="manhattan")
 
 
 def test_empty_and_overlong_input(packaged_tokenizer):

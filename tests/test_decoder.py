@@ -382,8 +382,8 @@ def check_alti_logit(arch, seed=0):
     close(res.sources, sources, err_msg="sources")
     close(res.tracked, tracked, err_msg="tracked")
     close(res.reconstruction() - res.sources.sum((0, 2)), other, err_msg="other terms")
-    api = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods="alti_logit",
-                                 logit_target=target, logit_foil=foil)["alti_logit"]
+    api = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=cmixlib.AltiLogit(target=target, foil=foil)
+                                 )["alti_logit"]
     close(api, tracked, err_msg="API")
     return model, ids, res
 
@@ -433,10 +433,10 @@ def test_batch_rows_and_base_model():
     batch = {"input_ids": torch.stack([ids, torch.cat([short, torch.zeros(3, dtype=torch.long)])]),
              "attention_mask": torch.tensor([[1] * 7, [1] * 4 + [0] * 3])}
     names = ["alti", "value_zeroing", "alti_logit"]
-    got = cmixlib.context_mixing(model, None, batch, methods=names, logit_target=3)
+    asked = ["alti", "value_zeroing", cmixlib.AltiLogit(target=3)]
+    got = cmixlib.context_mixing(model, None, batch, methods=asked)
     for g, single in zip(got, (ids, short)):
-        want = cmixlib.context_mixing(model, None, {"input_ids": single}, methods=names,
-                                      logit_target=3)
+        want = cmixlib.context_mixing(model, None, {"input_ids": single}, methods=asked)
         for name in names:
             close(g[name], want[name], err_msg=name)
     part = cmixlib.context_mixing(model, None, {"input_ids": ids}, methods=["alti_layer", "alti"],
@@ -464,7 +464,8 @@ def test_methods_without_a_pre_ln_counterpart_raise_with_the_reason(name):
 def test_logit_target_is_refused_for_encoders():
     with pytest.raises(cmixlib.InputError, match="decoder"):
         cmixlib.context_mixing(cmixlib.random_model("bert"), None,
-                               {"input_ids": torch.tensor([[1, 5, 2]])}, logit_target=3)
+                               {"input_ids": torch.tensor([[1, 5, 2]])},
+                               cmixlib.AltiLogit(target=3))
 
 
 def test_decoder_families_in_the_arch_table():
@@ -522,3 +523,26 @@ def test_checks_catch_planted_bugs(plant, monkeypatch):
     for check in checks:
         with pytest.raises(caught):
             check()
+
+
+def test_final_rows_hold_on_decoders_as_on_encoders():
+    """final_rows: the last layer's other rows NaN in every map but attention flow, the rows
+    kept equal to a full run (it was silently ignored on decoders)."""
+    model, ids = make("llama", seed=3)
+    names = ["alti_layer", "alti", "attention_flow", "value_zeroing"]
+    full = cmixlib.context_mixing(model, None, {"input_ids": ids}, names)
+    part = cmixlib.context_mixing(model, None, {"input_ids": ids}, names, final_rows=[2, 4])
+    assert part.options["final_rows"] == [2, 4]
+    other = [i for i in range(len(ids)) if i not in (2, 4)]
+    for name in names:
+        np.testing.assert_array_equal(part[name][:-1], full[name][:-1], err_msg=name)
+        np.testing.assert_array_equal(part[name][-1, [2, 4]], full[name][-1, [2, 4]])
+        if name == "attention_flow":
+            np.testing.assert_array_equal(part[name], full[name])
+        else:
+            assert np.isnan(part[name][-1, other]).all(), name
+    heads = cmixlib.context_mixing(model, None, {"input_ids": ids}, "alti_layer", heads=True,
+                                   final_rows=0)["alti_layer"]
+    assert np.isnan(heads[-1, :, 1:]).all() and np.isfinite(heads[-1, :, 0]).all()
+    with pytest.raises(cmixlib.InputError, match="final_rows"):
+        cmixlib.context_mixing(model, None, {"input_ids": ids}, "alti", final_rows=[99])

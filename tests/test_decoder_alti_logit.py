@@ -89,4 +89,4 @@ def test_the_reconstruction_is_checked_at_run_time(monkeypatch):
     with pytest.raises(DecompositionError, match="do not add up to the logit"):
         dl.alti_logit(run_decoder(model, ids), model, target=5, foil=11)
     with pytest.raises(DecompositionError, match="LlamaForCausalLM"):
-        cmixlib.context_mixing(model, None, {"input_ids": ids}, "alti_logit", logit_target=5)
+        cmixlib.context_mixing(model, None, {"input_ids": ids}, cmixlib.AltiLogit(target=5))

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from cmixlib import InputError, context_mixing
+from cmixlib import AltiLogit, InputError, context_mixing
 from cmixlib.methods import decoder as dm
 from cmixlib.forward.decoder import random_decoder, run_decoder
 from cmixlib.metrics.evaluation import alignment_rows
@@ -276,8 +276,8 @@ def test_quick_run_numbers_against_a_direct_computation(quick_run):
         ratio.append(float(x[0] / x[1:].mean()))
         ids, p = ex["input_ids"], ex["target_index"]
         maps = context_mixing(bundle.model, None, {"input_ids": torch.tensor(ids)},
-                              ["value_zeroing", "alti", "alti_logit", "attention"],
-                              logit_target=ex["target_id"], logit_foil=ex["foil_id"])
+                              ["value_zeroing", "alti", "attention",
+                               AltiLogit(target=ex["target_id"], foil=ex["foil_id"])])
         cues = [c for c in ex["cue_indices"]                  # the word at p left out
                 if c not in ex["prediction_word_indices"]]
         if cues:

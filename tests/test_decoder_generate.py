@@ -7,7 +7,8 @@ import torch
 
 from cmixlib.forward.decoder import random_decoder
 from cmixlib.methods.generation import attribute_generation, greedy_continuation
-from cmixlib.methods.decoder import decoder_context_mixing
+import cmixlib
+from cmixlib import AltiLogit
 from cmixlib.validation import InputError
 
 METHODS = ["attention", "attention_rollout", "attn_norm", "attn_norm_res", "alti_layer", "alti",
@@ -37,8 +38,9 @@ def test_each_step_row_equals_the_prefix_run_alone(model):
     for t in range(4):
         prefix = torch.cat([prompt, gen[:t]])
         target = torch.cat([prefix[1:], gen[t:t + 1]])
-        ref = decoder_context_mixing(model, None, {"input_ids": prefix}, METHODS,
-                                     logit_target=target)
+        ref = cmixlib.context_mixing(model, None, {"input_ids": prefix},
+                                     [AltiLogit(target=target) if m == "alti_logit" else m
+                                      for m in METHODS])
         p = len(prefix) - 1
         for m in METHODS:
             got = res.maps[m][:, t]
@@ -171,9 +173,10 @@ def test_smollm2_text_prompts_padded_ids_and_a_text_continuation():
     assert given.tokens[given.n_prompt:] == dec.tokenizer.convert_ids_to_tokens(want)
     prefix = torch.cat([torch.as_tensor(given.prompt_ids),
                         torch.as_tensor(given.generated_ids[:1])])
-    ref = decoder_context_mixing(dec.model, None, {"input_ids": prefix}, methods,
-                                 logit_target=torch.cat([prefix[1:],
-                                                         torch.tensor(want[1:2])]))
+    target = torch.cat([prefix[1:], torch.tensor(want[1:2])])
+    ref = cmixlib.context_mixing(dec.model, None, {"input_ids": prefix},
+                                 [AltiLogit(target=target) if m == "alti_logit" else m
+                                  for m in methods])
     for m in methods:      # float32: bound from the row's scale and the model's depth
         got = given.maps[m][:, 1, : len(prefix)]
         err = np.abs(got - ref[m][:, -1]).max()

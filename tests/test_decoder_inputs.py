@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import cmixlib
+from cmixlib import AltiLogit
 from cmixlib.models import offline as om
 from cmixlib.models import smollm2 as sm
 from cmixlib.forward.decoder import random_decoder
@@ -91,31 +92,28 @@ def test_string_targets_are_one_token_or_refused(tiny):
     tok = tiny.tokenizer
     are, is_ = (tok(w, add_special_tokens=False)["input_ids"] for w in (" are", " is"))
     assert len(are) == len(is_) == 1
-    by_str = cmixlib.context_mixing(tiny, None, TEXTS[0], "alti_logit", logit_target=" are",
-                                    logit_foil=" is")
-    by_id = cmixlib.context_mixing(tiny, None, TEXTS[0], "alti_logit", logit_target=are[0],
-                                   logit_foil=is_[0])
+    by_str = cmixlib.context_mixing(tiny, None, TEXTS[0], AltiLogit(target=" are", foil=" is"))
+    by_id = cmixlib.context_mixing(tiny, None, TEXTS[0], AltiLogit(target=are[0], foil=is_[0]))
     np.testing.assert_array_equal(by_str["alti_logit"], by_id["alti_logit"])
     long = " unbelievably"
     assert len(tok(long, add_special_tokens=False)["input_ids"]) > 1
-    with pytest.raises(cmixlib.InputError, match="logit_target=' unbelievably' is [0-9]+ tokens"):
-        cmixlib.context_mixing(tiny, None, TEXTS[0], "alti_logit", logit_target=long)
-    with pytest.raises(cmixlib.InputError, match="logit_foil.*tokenizer"):
+    with pytest.raises(cmixlib.InputError, match="target=' unbelievably' is [0-9]+ tokens"):
+        cmixlib.context_mixing(tiny, None, TEXTS[0], AltiLogit(target=long))
+    with pytest.raises(cmixlib.InputError, match="foil.*tokenizer"):
         cmixlib.context_mixing(tiny.model, None, {"input_ids": torch.tensor([0, 5, 6])},
-                               "alti_logit", logit_target=3, logit_foil=" is")
+                               AltiLogit(target=3, foil=" is"))
 
 
 def test_out_of_range_and_wrongly_typed_targets_are_refused():
     model = random_decoder("llama", seed=1)                      # vocabulary 101
     ids = {"input_ids": torch.arange(5)}
-    for bad, match in ((10 ** 6, r"logit_target=1000000 is outside .*0\.\.100"),
+    for bad, match in ((10 ** 6, r"target=1000000 is outside .*0\.\.100"),
                        (-1, "outside"), (True, "not booleans"), (2.0, "float"),
                        ([1, 2], r"one per position \(5\)")):
         with pytest.raises(cmixlib.InputError, match=match):
-            cmixlib.context_mixing(model, None, ids, "alti_logit", logit_target=bad)
-    with pytest.raises(cmixlib.InputError, match=r"logit_foil\[2\]=101"):
-        cmixlib.context_mixing(model, None, ids, "alti_logit", logit_target=3,
-                               logit_foil=[1, 2, 101, 3, 4])
+            cmixlib.context_mixing(model, None, ids, AltiLogit(target=bad))
+    with pytest.raises(cmixlib.InputError, match=r"foil\[2\]=101"):
+        cmixlib.context_mixing(model, None, ids, AltiLogit(target=3, foil=[1, 2, 101, 3, 4]))
 
 
 def test_per_prompt_targets_apply_per_prompt_not_per_position():
@@ -124,19 +122,19 @@ def test_per_prompt_targets_apply_per_prompt_not_per_position():
     model = random_decoder("llama", seed=2)
     batch = {"input_ids": torch.tensor([[1, 5, 9], [2, 7, 4], [3, 8, 6]])}
     targets = [11, 22, 33]
-    got = cmixlib.context_mixing(model, None, batch, "alti_logit", logit_target=targets)
+    got = cmixlib.context_mixing(model, None, batch, AltiLogit(target=targets))
     for b, t in enumerate(targets):
         one = cmixlib.context_mixing(model, None, {"input_ids": batch["input_ids"][b]},
-                                     "alti_logit", logit_target=t)
+                                     AltiLogit(target=t))
         np.testing.assert_array_equal(got[b]["alti_logit"], one["alti_logit"])
     # one entry per prompt, each one per position of that prompt, is accepted too
     rows = [[11, 12, 13], 22, [31, 32, 33]]
-    got = cmixlib.context_mixing(model, None, batch, "alti_logit", logit_target=rows)
+    got = cmixlib.context_mixing(model, None, batch, AltiLogit(target=rows))
     one = cmixlib.context_mixing(model, None, {"input_ids": batch["input_ids"][2]},
-                                 "alti_logit", logit_target=[31, 32, 33])
+                                 AltiLogit(target=[31, 32, 33]))
     np.testing.assert_array_equal(got[2]["alti_logit"], one["alti_logit"])
     with pytest.raises(cmixlib.InputError, match="batch of 3 prompts"):
-        cmixlib.context_mixing(model, None, batch, "alti_logit", logit_target=[11, 22])
+        cmixlib.context_mixing(model, None, batch, AltiLogit(target=[11, 22]))
 
 
 # ------------------------------------------------------------------ dtypes

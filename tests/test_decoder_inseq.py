@@ -18,7 +18,7 @@ import torch
 
 from cmixlib.models import offline as om
 from cmixlib.models import smollm2 as sm
-from cmixlib.methods.decoder import decoder_context_mixing
+import cmixlib
 from cmixlib.methods.value_zeroing_decoder import INSEQ_MIN_SCORE
 from cmixlib.validation import InputError
 
@@ -83,10 +83,10 @@ def reference(case) -> np.ndarray:
     return full
 
 
-def vz(model, ids, convention, **kw):
-    return decoder_context_mixing(model, None, {"input_ids": torch.tensor(ids)},
-                                  ["value_zeroing"], vz_convention=convention,
-                                  **kw)["value_zeroing"]
+def vz(model, ids, convention, normalize=True, **kw):
+    return cmixlib.context_mixing(model, None, {"input_ids": torch.tensor(ids)},
+                                  [cmixlib.ValueZeroing(convention=convention, **kw)],
+                                  normalize=normalize)["value_zeroing"]
 
 
 def test_references_exist():
@@ -151,12 +151,15 @@ def test_default_convention_differs_where_documented(family_case):
 def test_inseq_convention_refuses_what_inseq_does_not_compute(family_case):
     family, model, ref = family_case
     ids = ref["cases"][0]["input_ids"]
-    for kw in (dict(vz_distance="euclidean"), dict(vz_standardize=True)):
+    for kw in (dict(distance="euclidean"), dict(standardize=True)):
         with pytest.raises(InputError, match="inseq"):
             vz(model, ids, "inseq", **kw)
     with pytest.raises(InputError, match="inseq"):
-        decoder_context_mixing(model, None, {"input_ids": torch.tensor(ids)},
-                               ["value_zeroing_rollout"], vz_convention="inseq")
+        cmixlib.ValueZeroing("value_zeroing_rollout", convention="inseq")
+    with pytest.raises(InputError, match="inseq"):     # the rollout beside it: refused too
+        cmixlib.context_mixing(model, None, {"input_ids": torch.tensor(ids)},
+                               [cmixlib.ValueZeroing(convention="inseq"),
+                                "value_zeroing_rollout"])
     with pytest.raises(InputError):
         vz(model, ids, "captum")
 

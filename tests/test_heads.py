@@ -347,14 +347,15 @@ def test_head_norms_bound_and_one_head_identities(family):
     total = per_head["attn_norm"].sum(axis=1)
     assert (layer["attn_norm"] <= total * (1 + 1e-12)).all()
     assert (layer["attn_norm"] < total * (1 - 1e-6)).any(), "heads are not all aligned here"
-    for name, kw in (("attn_norm", {}), ("value_zeroing", {}),
-                     ("value_zeroing", dict(vz_distance="euclidean", vz_standardize=True))):
-        a = cmixlib.context_mixing(one, None, ids, name, heads=True, **kw)[name]
-        b = cmixlib.context_mixing(one, None, ids, name, **kw)[name]
+    for name, asked in (("attn_norm", "attn_norm"), ("value_zeroing", "value_zeroing"),
+                        ("value_zeroing", cmixlib.ValueZeroing(distance="euclidean",
+                                                               standardize=True))):
+        a = cmixlib.context_mixing(one, None, ids, asked, heads=True)[name]
+        b = cmixlib.context_mixing(one, None, ids, asked)[name]
         assert a.shape[1] == 1
         # float64, the same terms summed in another order: rule 1 (K <= a few hundred
         # roundings of u = 1.1e-16 on row-normalised values <= 1) stays below 1e-12
-        np.testing.assert_allclose(a[:, 0], b, rtol=1e-9, atol=1e-12, err_msg=f"{name} {kw}")
+        np.testing.assert_allclose(a[:, 0], b, rtol=1e-9, atol=1e-12, err_msg=f"{name} {asked!r}")
 
 
 # --------------------------------------------------------------------------- API
@@ -406,9 +407,9 @@ def test_decoder_refusals_and_unchanged_default():
     ids = {"input_ids": torch.arange(5)}
     with pytest.raises(InputError, match="explain_logit"):
         cmixlib.context_mixing(model, None, ids, "alti_logit", heads=True)
-    with pytest.raises(InputError, match="no heads"):
-        cmixlib.context_mixing(model, None, ids, "value_zeroing", heads=True,
-                               vz_convention="inseq")
+    with pytest.raises(InputError, match="no per-head maps"):
+        cmixlib.context_mixing(model, None, ids, cmixlib.ValueZeroing(convention="inseq"),
+                               heads=True)
     with pytest.raises(InputError, match="'alti_layer'"):
         cmixlib.context_mixing(model, None, ids, "alti", heads=True)
     with pytest.raises(TypeError, match="heads"):

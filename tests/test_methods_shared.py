@@ -6,6 +6,7 @@ with a copy of the formula of its own). The same mistakes also raise the same er
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -61,8 +62,9 @@ def test_both_families_call_the_shared_function(module, name, methods, kind, mod
                                                 monkeypatch):
     for method in methods:
         calls = _counting(monkeypatch, module, name)
-        cmixlib.context_mixing(models[kind], None, INPUTS[kind], [method],
-                               vz_standardize=True)
+        asked = cmixlib.ValueZeroing(method, standardize=True) \
+            if method.startswith("value_zeroing") else method
+        cmixlib.context_mixing(models[kind], None, INPUTS[kind], [asked])
         assert calls[0] > 0, f"the {kind} route computes {method} without {name}"
         monkeypatch.undo()
 
@@ -89,8 +91,8 @@ def test_the_distance_is_looked_up_in_one_table(models, monkeypatch):
             return real(a, b)
 
         monkeypatch.setitem(vz_distances.DISTANCE_FUNCTIONS, "euclidean", counting)
-        cmixlib.context_mixing(models[kind], None, INPUTS[kind], ["value_zeroing"],
-                               vz_distance="euclidean")
+        cmixlib.context_mixing(models[kind], None, INPUTS[kind],
+                               [cmixlib.ValueZeroing(distance="euclidean")])
         assert calls[0] > 0, kind
         monkeypatch.undo()
 
@@ -110,11 +112,38 @@ def test_the_same_mistake_gives_the_same_error(kwargs, models):
     for layer, st in ((encoder_vz_layer, st_enc), (decoder_vz_layer, st_dec)):
         with pytest.raises(cmixlib.InputError, match="Unknown Value Zeroing"):
             layer(st, **kwargs)
+    with pytest.raises(cmixlib.InputError, match="Unknown Value Zeroing"):
+        cmixlib.ValueZeroing(**{"implementation" if k == "method" else k: v
+                                for k, v in kwargs.items()})
+
+
+MISTAKES = {      # what a user gets wrong in a call: the same error on either family
+    "an old keyword": dict(methods=["value_zeroing"], vz_distance="euclidean"),
+    "one method twice": dict(methods=["alti", cmixlib.MixingMethod("alti")]),
+    "two Value Zeroing settings": dict(methods=[
+        "value_zeroing", cmixlib.ValueZeroing("value_zeroing_rollout", standardize=True)]),
+    "standardize of the wrong size": dict(methods=[
+        cmixlib.ValueZeroing(standardize=(np.zeros(3), np.ones(3)))]),
+    "standardize a string": dict(methods=[cmixlib.ValueZeroing(standardize="yes")]),
+    "normalize a string": dict(methods=["alti"], normalize="yes"),
+    "heads an int": dict(methods=["alti_layer"], heads=1),
+    "a method with no per-head form": dict(methods=["alti"], heads=True),
+    "a negative row": dict(methods=["alti"], rows=[-1]),
+    "an unknown method": dict(methods=["alti_flow"]),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_call_mistake_gives_the_same_error_on_both_families(mistake, models):
+    """The same wrong call gives the same error type and message on an encoder and a decoder
+    (the hidden size, which the message names, aside)."""
+    got = []
     for kind in ("encoder", "decoder"):
-        arg = {"vz_distance": kwargs.get("distance", "cosine"),
-               "vz_method": kwargs.get("method", "auto")}
-        with pytest.raises(cmixlib.InputError):
-            cmixlib.context_mixing(models[kind], None, INPUTS[kind], ["value_zeroing"], **arg)
+        with pytest.raises((TypeError, ValueError)) as info:
+            cmixlib.context_mixing(models[kind], None, INPUTS[kind], **MISTAKES[mistake])
+        d = models[kind].get_input_embeddings().embedding_dim
+        got.append((type(info.value), str(info.value).replace(str(d), "<d>")))
+    assert got[0] == got[1]
 
 
 def test_a_model_in_training_mode_is_refused_alike(models):
@@ -138,8 +167,8 @@ def test_alti_logit_is_a_registered_decoder_only_method(models):
     assert cmixlib.check_methods("alti_logit") == ["alti_logit"]
     assert DECODER_ONLY_METHODS["alti_logit"] is ALL_METHODS["alti_logit"]
     assert "alti_logit" not in cmixlib.METHODS          # METHODS: what every model computes
-    maps = cmixlib.context_mixing(models["decoder"], None, INPUTS["decoder"], ["alti_logit"],
-                                  logit_target=3)
+    maps = cmixlib.context_mixing(models["decoder"], None, INPUTS["decoder"],
+                                  [cmixlib.AltiLogit(target=3)])
     assert maps["alti_logit"].shape == (2, 6, 6)
     with pytest.raises(cmixlib.InputError, match="need a decoder LM"):
         cmixlib.context_mixing(models["encoder"], None, INPUTS["encoder"], ["alti_logit"])

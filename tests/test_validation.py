@@ -128,21 +128,43 @@ CASES = [
          model=MODEL, tokenizer=None, text=IDS, methods=["alti_flow"]),
     case("normalize a string", cm, TypeError, r"normalize must be True or False; got str 'yes'",
          model=MODEL, tokenizer=None, text=IDS, normalize="yes"),
-    case("rollout_normalize an int", cm, TypeError, r"rollout_normalize must be True or False; got int 1",
-         model=MODEL, tokenizer=None, text=IDS, rollout_normalize=1),
-    case("vz_distance unknown", cm, InputError,
-         r"Unknown Value Zeroing distance 'manhattan': vz_distance must be one of 'cosine', 'euclidean'",
-         model=MODEL, tokenizer=None, text=IDS, vz_distance="manhattan"),
-    case("vz_distance None", cm, TypeError, r"vz_distance must be a string, one of 'cosine'", model=MODEL,
-         tokenizer=None, text=IDS, vz_distance=None),
-    case("vz_standardize wrong shape", cm, InputError,
-         r"vz_standardize's mean has shape \(3,\), but the model's hidden size is 32: it must be \(32,\)",
-         model=MODEL, tokenizer=None, text=IDS, vz_standardize=(np.zeros(3), np.ones(3))),
-    case("vz_standardize a string", cm, TypeError,
-         r"vz_standardize must be None, True/False or a \(mean, std\) pair of arrays of shape \(32,\); got str",
-         model=MODEL, tokenizer=None, text=IDS, vz_standardize="yes"),
-    case("vz_standardize zero std", cm, InputError, r"vz_standardize's std must be > 0", model=MODEL,
-         tokenizer=None, text=IDS, vz_standardize=(np.zeros(32), np.zeros(32))),
+    case("normalize_layers an int", cmixlib.MixingMethod, TypeError,
+         r"normalize_layers must be True or False; got int 1", name="globenc",
+         normalize_layers=1),
+    case("normalize_layers on a layer map", cmixlib.MixingMethod, InputError,
+         r"normalize_layers=False is an option of the rollouts of layer maps", name="alti_layer",
+         normalize_layers=False),
+    case("distance unknown", cmixlib.ValueZeroing, InputError,
+         r"Unknown Value Zeroing distance 'manhattan': distance must be one of 'cosine', 'euclidean'",
+         distance="manhattan"),
+    case("distance None", cmixlib.ValueZeroing, TypeError,
+         r"distance must be a string, one of 'cosine'", distance=None),
+    case("ValueZeroing for another method", cmixlib.ValueZeroing, InputError,
+         r"Unknown method 'alti': name must be one of 'value_zeroing', 'value_zeroing_rollout'",
+         name="alti"),
+    case("an old keyword", cm, TypeError,
+         r"context_mixing\(\) has no vz_distance= any more: .* Pass ValueZeroing\(distance=\.\.\.\)",
+         model=MODEL, tokenizer=None, text=IDS, vz_distance="euclidean"),
+    case("an unknown keyword", cm, TypeError,
+         r"context_mixing\(\) got an unexpected keyword argument 'distance'",
+         model=MODEL, tokenizer=None, text=IDS, distance="euclidean"),
+    case("one method twice", cm, InputError, r"methods asks for \['value_zeroing'\] more than once",
+         model=MODEL, tokenizer=None, text=IDS,
+         methods=["value_zeroing", cmixlib.ValueZeroing(distance="euclidean")]),
+    case("two Value Zeroing settings", cm, InputError, r"differ in their Value Zeroing settings",
+         model=MODEL, tokenizer=None, text=IDS,
+         methods=["value_zeroing", cmixlib.ValueZeroing("value_zeroing_rollout",
+                                                        distance="euclidean")]),
+    case("standardize wrong shape", cm, InputError,
+         r"standardize's mean has shape \(3,\), but the model's hidden size is 32: it must be \(32,\)",
+         model=MODEL, tokenizer=None, text=IDS,
+         methods=[cmixlib.ValueZeroing(standardize=(np.zeros(3), np.ones(3)))]),
+    case("standardize a string", cm, TypeError,
+         r"standardize must be None, True/False or a \(mean, std\) pair of arrays of shape \(32,\); got str",
+         model=MODEL, tokenizer=None, text=IDS, methods=[cmixlib.ValueZeroing(standardize="yes")]),
+    case("standardize zero std", cm, InputError, r"standardize's std must be > 0", model=MODEL,
+         tokenizer=None, text=IDS,
+         methods=[cmixlib.ValueZeroing(standardize=(np.zeros(32), np.zeros(32)))]),
     # --- context_mixing: rows -----------------------------------------------------------------
     case("rows negative", cm, InputError,
          r"rows=\[-1\] out of range for a sequence of 5 tokens \(0..4\); negative positions are not accepted",
@@ -415,10 +437,11 @@ def test_bundle_without_tokenizer_and_per_sentence_rows(objects):
 def test_vz_standardize_pair_and_true(objects):
     model = objects["model"]
     for stdz in (True, (np.zeros(32), np.ones(32)), (torch.zeros(32), torch.ones(32))):
-        maps = cm(model, None, IDS, ["value_zeroing"], vz_standardize=stdz)
+        maps = cm(model, None, IDS, [cmixlib.ValueZeroing(standardize=stdz)])
         assert np.isfinite(maps["value_zeroing"]).all()
     plain = cm(model, None, IDS, ["value_zeroing"])["value_zeroing"]
-    same = cm(model, None, IDS, ["value_zeroing"], vz_standardize=(np.zeros(32), np.ones(32)))["value_zeroing"]
+    same = cm(model, None, IDS, [cmixlib.ValueZeroing(standardize=(np.zeros(32), np.ones(32)))]
+              )["value_zeroing"]
     np.testing.assert_allclose(plain, same, rtol=1e-6)
 
 

@@ -249,8 +249,8 @@ def test_variant_maps_equal_context_mixing_per_variant(arch):
         got = vz_module.value_zeroing_variant_maps(model, ids, mask, rows, variants=variants)
         for v, (dist, std) in enumerate(variants):
             want = cmixlib.context_mixing(model, None, {"input_ids": ids, "attention_mask": mask},
-                                          "value_zeroing", rows=rows, vz_distance=dist,
-                                          vz_standardize=std)
+                                          cmixlib.ValueZeroing(distance=dist,
+                                                               standardize=std), rows=rows)
             for b, n in enumerate(LENGTHS):
                 sel = np.arange(n) if rows is None or rows[b] is None else np.array(rows[b])
                 assert got[b].shape == (len(variants), len(encoder_layers(model)), len(sel), n)

@@ -17,6 +17,7 @@ from cmixlib.gradients import ClassTarget, MLMTarget, batch_attribute, random_sc
 from cmixlib.gradients.erasure import blank_out_batch
 from cmixlib.methods import dispatch as core
 from cmixlib.methods.aggregation import rollout
+from cmixlib.methods.options import ValueZeroing
 
 __all__ = ["IG_STEPS", "GRADIENT_METHODS", "BATCH_SIZE", "pad_id", "padded_batch",
            "target_rows_batch", "target_rows", "batched_rows", "cls_rows_batch", "mlm_target",
@@ -134,10 +135,11 @@ def target_rows_batch(bundle, exs: list[dict], methods: list[str], settings: Map
     if need:
         rows = [[t] for t in pos] if not roll_bases and level == "layers" else None
         # the last layer is read at the target rows only (lower layers whole, for rollouts)
-        maps = core.context_mixing(model, tok, {"input_ids": ids, "attention_mask": mask}, methods=need, rows=rows,
-                                   final_rows=[[t] for t in pos],
-                                   vz_distance=settings.get("vz_distance", "cosine"),
-                                   vz_standardize=settings.get("vz_standardize"))
+        vz = dict(distance=settings.get("vz_distance", "cosine"),
+                  standardize=settings.get("vz_standardize"))
+        asked = [ValueZeroing(m, **vz) if m.startswith("value_zeroing") else m for m in need]
+        maps = core.context_mixing(model, tok, {"input_ids": ids, "attention_mask": mask},
+                                   methods=asked, rows=rows, final_rows=[[t] for t in pos])
         maps = maps if isinstance(maps, list) else [maps]
         for b, t in enumerate(pos):
             for m in cm_methods:

@@ -14,7 +14,7 @@ Without a known BOS id (no tokenizer, e.g. a raw model and ``{"input_ids": ...}`
 tokenizer with neither ``<|endoftext|>`` nor ``bos_token_id``) ids are used as given and text is
 tokenised with the tokenizer's own special tokens.
 
-**Logit targets** (``logit_target`` / ``logit_foil`` of ALTI-Logit): a token id or a string
+**Logit targets** (``AltiLogit(target=, foil=)``): a token id or a string
 that the tokenizer encodes as exactly one token (e.g. ``" are"``); for one sentence, also one
 id or string per position; for a batch (a list of texts, or ids of shape (B, n)), a list of
 B entries, entry b for prompt b (a scalar for every row of that prompt, or one per position).
@@ -29,7 +29,9 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from cmixlib.validation import InputError
+from cmixlib.models.smollm2 import decoder_bos_id
+from cmixlib.validation import (InputError, check_ids_and_mask, check_text,
+                                check_tokenizer)
 
 __all__ = ["TokenIds", "decoder_bos", "decoder_text_ids", "decoder_sentences",
            "per_row_ids", "resolve_targets"]
@@ -42,8 +44,6 @@ def decoder_bos(tokenizer: Any) -> int | None:
     """The BOS id of the rule (module docstring), None when unknown (no tokenizer)."""
     if tokenizer is None:
         return None
-    from cmixlib.models.smollm2 import decoder_bos_id
-
     bos = decoder_bos_id(tokenizer)
     return None if bos is None else int(bos)
 
@@ -62,8 +62,6 @@ def decoder_sentences(model: torch.nn.Module, tokenizer: Any, text: Any
                       ) -> tuple[list[torch.Tensor], bool]:
     """Unpadded id sequences of ``text`` under the BOS rule (each sentence alone: exact whatever
     the padding side) and whether it is a batch."""
-    from cmixlib.validation import check_ids_and_mask, check_text, check_tokenizer
-
     emb = model.get_input_embeddings()
     vocab = getattr(emb, "num_embeddings", None)
     bos = decoder_bos(check_tokenizer(tokenizer))
@@ -151,7 +149,7 @@ def per_row_ids(value: Any, n: int, name: str, tokenizer: Any, vocab: int) -> to
 
 def resolve_targets(value: TokenIds, name: str, tokenizer: Any, lengths: Sequence[int],
                     is_batch: bool, vocab: int) -> list[torch.Tensor | None]:
-    """One (n_b,) id tensor (or None) per sentence from ``logit_target`` / ``logit_foil``
+    """One (n_b,) id tensor (or None) per sentence from ALTI-Logit's ``target`` / ``foil``
     (module docstring): for a batch, a sequence of B entries is per prompt, entry b a scalar or
     one per position of prompt b; for one sentence, a scalar or one per position."""
     if value is None:

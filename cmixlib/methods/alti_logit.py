@@ -157,8 +157,8 @@ def alti_logit(capture: DecoderCapture, model: torch.nn.Module, target: TokenIds
     n = capture.input_ids.shape[0]
     head = decoder_unembed(model)                  # raises the "no LM head" error
     top = capture.logits.argmax(dim=-1).cpu()
-    target = _per_row_ids(target, n, "logit_target", top, head.weight.shape[0])
-    foil = _per_row_ids(foil, n, "logit_foil", None, head.weight.shape[0])
+    target = _per_row_ids(target, n, "target", top, head.weight.shape[0])
+    foil = _per_row_ids(foil, n, "foil", None, head.weight.shape[0])
     dev = capture.final_norm_in.device
     u = head.weight[target.to(dev)]                                        # (n, d)
     bias = head.bias[target.to(dev)] if head.bias is not None else \
@@ -250,7 +250,7 @@ def explain_logit(model: Any, tokenizer: Any, text: Any, target: TokenIds = None
     seqs, is_batch = decoder_sentences(model, tokenizer, text)
     lengths = [len(s) for s in seqs]
     tg, fl = (resolve_targets(v, name, tokenizer, lengths, is_batch, vocab)
-              for v, name in ((target, "logit_target"), (foil, "logit_foil")))
+              for v, name in ((target, "target"), (foil, "foil")))
     out = [alti_logit(run_decoder(model, s), model, t, f, heads=heads)
            for s, t, f in zip(seqs, tg, fl)]
     return out if is_batch else out[0]

@@ -81,15 +81,16 @@ from cmixlib.methods.registry import ALL_METHODS
 from cmixlib.methods.decoder_maps import (LAYER_FUNCTIONS, VECTOR_METHODS, decoder_head_maps,
                                           fixed_residual, vector_maps)
 from cmixlib.methods.layer_math import check_head_methods
-from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, VZ_CONVENTIONS,
-                                                   inseq_normalize, value_zeroing_layer)
-from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
+from cmixlib.methods.value_zeroing_decoder import (INSEQ_MIN_SCORE, inseq_normalize,
+                                                   value_zeroing_layer)
+from cmixlib.methods.vz_distances import check_standardize
 from cmixlib.models.arch import decoder_final_norm, decoder_unembed
 from cmixlib.result import MixingResult
-from cmixlib.validation import InputError, check_bool, check_choice, check_names, check_rows
+from cmixlib.validation import InputError, check_bool, check_names, check_rows
 
 __all__ = ["DECODER_METHOD_NAMES", "UNSUPPORTED", "UnsupportedMethodError",
-           "check_decoder_method", "check_decoder_methods", "decoder_context_mixing"]
+           "check_decoder_method", "check_decoder_methods", "decoder_context_mixing",
+           "last_layer_at"]
 
 #: Methods of :data:`cmixlib.METHODS` (and ``alti_logit``) that decoders support.
 DECODER_METHOD_NAMES = ("attention", "attention_rollout", "attention_flow", "attn_norm",
@@ -198,11 +199,20 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
             out[name] = place(res.tracked)
             extras[name] = res
         else:
-            norm = options["rollout_normalize"]
+            norm = options["rollout_normalize"].get(name, True)
             out[name] = aggregation.rollout(raw[base[name]], add_identity=False, normalize=norm)
             if not norm:
                 out[name] = normalize_rows(out[name])
     return out, extras
+
+
+def last_layer_at(maps: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``maps`` (L, n, n) or per head (L, H, n, n) with the last layer's rows other than
+    ``rows`` set to NaN (``final_rows``: the same NaN pattern as an encoder's)."""
+    out = maps.astype(np.result_type(maps.dtype, np.float32), copy=True)
+    other = np.setdiff1d(np.arange(maps.shape[-2]), rows)
+    out[-1, ..., other, :] = np.nan
+    return out
 
 
 def _word_ids(tokenizer: Any, text: str | None, ids: torch.Tensor) -> list[int | None] | None:
@@ -217,12 +227,9 @@ def _word_ids(tokenizer: Any, text: str | None, ids: torch.Tensor) -> list[int |
 
 
 def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
-                           methods: Sequence[str] | str | None = None, *,
-                           normalize: bool = True, rows: Any = None, vz_distance: str = "cosine",
-                           vz_standardize: Any = None, rollout_normalize: bool = True,
-                           logit_target: TokenIds = None, logit_foil: TokenIds = None,
-                           vz_method: str = "auto", vz_convention: str = "default",
-                           heads: bool = False) -> MixingResult | list[MixingResult]:
+                           methods: Sequence[str] | str | None, *, rows: Any = None,
+                           final_rows: Any = None, heads: bool = False,
+                           options: dict[str, Any]) -> MixingResult | list[MixingResult]:
     """:func:`cmixlib.context_mixing` for a pre-LN decoder (it dispatches here): a
     :class:`~cmixlib.result.MixingResult` per sentence (a list for a batch: a list of prompts,
     even of one, or ids of shape (B, n), B >= 2), name -> (L, n, n) array with the prompt's
@@ -233,12 +240,12 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
     aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
     normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
-    logit of ``logit_target`` (minus ``logit_foil``'s) at row i, carried to input token j by
+    logit of ``AltiLogit(target=)`` (minus ``foil``'s) at row i, carried to input token j by
     the ALTI rollout of the layers below. Summed over l it is the attention part of the
     explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
     and bias terms go to no token; :func:`explain_logit` returns all of them (the explanation,
-    the remainder, per-head terms). ``logit_target`` / ``logit_foil``: ids or one-token strings
-    (:mod:`cmixlib.forward.decoder_inputs`). ``vz_convention``: ``"default"`` (block outputs compared
+    the remainder, per-head terms). ``AltiLogit(target=, foil=)``: ids or one-token strings
+    (:mod:`cmixlib.forward.decoder_inputs`). ``ValueZeroing(convention=)``: ``"default"`` (block outputs compared
     at every layer; every row normalised by its sum) or ``"inseq"`` (inseq 0.7.1's outputs: the
     last layer compared after the final norm, 1 - cos taken in float32, distances below 1e-5
     set to 0, all-zero rows left at 0; cosine only; :mod:`cmixlib.methods.value_zeroing_decoder`). Text follows the BOS rule of
@@ -250,9 +257,10 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     --------
     >>> import numpy as np, torch, cmixlib
     >>> from cmixlib.forward.decoder import random_decoder
+    >>> from cmixlib.methods.options import AltiLogit
     >>> model = random_decoder("llama")          # 3 layers, 6 query heads, 2 key-value heads
     >>> maps = cmixlib.context_mixing(model, None, {"input_ids": torch.arange(6)},
-    ...                               ["alti", "value_zeroing", "alti_logit"], logit_target=3)
+    ...                               ["alti", "value_zeroing", AltiLogit(target=3)])
     >>> maps["alti"].shape, bool(np.all(np.triu(maps["value_zeroing"], 1) == 0))
     ((3, 6, 6), True)
     """
@@ -261,42 +269,42 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     has_head = hasattr(model, "lm_head")
     heads = check_bool(heads, "heads")       # per-head maps: cmixlib.methods.decoder_maps
     methods = check_decoder_methods(check_head_methods(methods) if heads else methods, has_head)
-    options = dict(normalize=check_bool(normalize, "normalize"),
-                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
-                   vz_distance=check_choice(vz_distance, DISTANCES,
-                                            "vz_distance", what="Value Zeroing distance"),
-                   vz_standardize=check_standardize(vz_standardize,
-                                                     model.get_input_embeddings().embedding_dim),
-                   vz_method=check_choice(vz_method, VZ_METHODS, "vz_method"),
-                   vz_convention=check_choice(vz_convention, VZ_CONVENTIONS, "vz_convention"))
-    if options["vz_convention"] == "inseq" and (
-            options["vz_distance"] != "cosine" or options["vz_standardize"] is not None
-            or "value_zeroing_rollout" in methods or heads):
-        raise InputError("vz_convention='inseq' reproduces inseq 0.7.1's decoder Value Zeroing: "
-                         "cosine distance, no standardisation, layer maps only (no rollout, "
-                         "no heads); "
-                         "use vz_convention='default' for the others.")
+    options = dict(options, vz_standardize=check_standardize(
+        options["vz_standardize"], model.get_input_embeddings().embedding_dim))
+    if heads and options["vz_convention"] == "inseq":
+        raise InputError("ValueZeroing(convention='inseq') has no per-head maps (inseq's "
+                         "decoder Value Zeroing is per layer); use convention='default'.")
     seqs, is_batch = decoder_sentences(model, tokenizer, text)
     lengths = [len(s) for s in seqs]
     vocab = decoder_unembed(model).weight.shape[0] if has_head else 0
-    if not has_head and (logit_target is not None or logit_foil is not None):
+    logit = (options["logit_target"], options["logit_foil"])
+    if not has_head and logit != (None, None):
         decoder_unembed(model)                     # raises the "no LM head" error
     targets = [resolve_targets(v, name, tokenizer, lengths, is_batch, vocab)
-               for v, name in ((logit_target, "logit_target"), (logit_foil, "logit_foil"))]
+               for v, name in zip(logit, ("target", "foil"))]
     per_rows = per_sentence_rows(rows, len(seqs))
     per_rows = [check_rows(r, len(s), f"rows[{b}]" if r is not rows else "rows")
                 for b, (r, s) in enumerate(zip(per_rows, seqs))]
+    per_final = [check_rows(r, len(s), f"final_rows[{b}]" if r is not final_rows else
+                            "final_rows")
+                 for b, (r, s) in enumerate(zip(per_sentence_rows(final_rows, len(seqs),
+                                                                   "final_rows"), seqs))]
     texts = [text] if isinstance(text, str) else \
         list(text) if isinstance(text, (list, tuple)) else [None] * len(seqs)
     results = []
-    for s, r, t, f, prompt in zip(seqs, per_rows, *targets, texts):
+    for s, r, last, t, f, prompt in zip(seqs, per_rows, per_final, *targets, texts):
         maps, extras = ((decoder_head_maps(model, s, methods, r, options), {}) if heads else
                         _one_sentence(model, s, methods, r, options, (t, f)))
+        if last is not None:        # final_rows: the last layer read at these rows only
+            maps = {m: last_layer_at(v, last) if m != "attention_flow" else v
+                    for m, v in maps.items()}
         ids = [int(i) for i in s]
         results.append(MixingResult(
             maps, input_ids=ids, text=prompt, family="decoder", extras=extras,
             tokens=(tokenizer.convert_ids_to_tokens(ids)
                     if hasattr(tokenizer, "convert_ids_to_tokens") else None),
             word_ids=_word_ids(tokenizer, prompt, s), model=describe_model(model),
-            options=dict(methods=methods, rows=None if r is None else r.tolist(), heads=heads)))
+            options=dict(methods=methods, normalize=options["normalize"], heads=heads,
+                         rows=None if r is None else r.tolist(),
+                         final_rows=None if last is None else last.tolist())))
     return results if is_batch else results[0]

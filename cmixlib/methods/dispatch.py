@@ -17,8 +17,10 @@ from cmixlib.methods import norms
 from cmixlib.methods.decoder import decoder_context_mixing
 from cmixlib.methods.encoder_maps import sentence_head_maps, sentence_maps
 from cmixlib.methods.layer_math import check_head_methods
+from cmixlib.methods.options import (MixingMethod, method_options, refuse_moved_options,
+                                     resolve_methods)
 from cmixlib.methods.registry import ALL_METHODS, MIXING_KINDS, Method
-from cmixlib.methods.vz_distances import DISTANCES, VZ_METHODS, check_standardize
+from cmixlib.methods.vz_distances import check_standardize
 from cmixlib.models.arch import is_decoder_lm
 from cmixlib.result import MixingResult
 from cmixlib.validation import InputError, check_bool, check_choice, check_names, check_rows
@@ -37,9 +39,9 @@ DECODER_ONLY_METHODS: dict[str, Method] = {n: m for n, m in ALL_METHODS.items() 
 #: Query rows: None (all), an int, or a list / array / tensor of ints (0-d tensors are ints); for
 #: a batch also one such entry per sentence.
 Rows = Union[None, int, Sequence[Any], np.ndarray, torch.Tensor]
-#: A decoder's ``logit_target`` / ``logit_foil`` (:mod:`cmixlib.methods.decoder`): None, a token
-#: id, a string, or one per prompt.
-TargetSpec = Union[None, int, str, Sequence[Any], torch.Tensor]
+#: ``methods``: None (all), a name or method object (:mod:`cmixlib.methods.options`), or a list
+#: of them.
+MethodSpec = Union[None, str, MixingMethod, Sequence[Union[str, MixingMethod]]]
 
 def check_methods(methods: Sequence[str] | str | None) -> list[str]:
     """Validate method names: one name or a list of names of :data:`METHODS` or
@@ -68,13 +70,9 @@ def check_methods(methods: Sequence[str] | str | None) -> list[str]:
 
 
 def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: TextInput,
-                   methods: Sequence[str] | str | None = None, *, normalize: bool = True,
-                   rows: Rows = None, vz_distance: str = "cosine",
-                   vz_standardize: bool | tuple[Any, Any] | None = None,
-                   rollout_normalize: bool = True, logit_target: TargetSpec = None,
-                   logit_foil: TargetSpec = None, final_rows: Rows = None,
-                   vz_method: str = "auto", vz_convention: str = "default",
-                   heads: bool = False) -> MixingResult | list[MixingResult]:
+                   methods: MethodSpec = None, *, normalize: bool = True,
+                   rows: Rows = None, final_rows: Rows = None, heads: bool = False,
+                   **moved: Any) -> MixingResult | list[MixingResult]:
     r"""Context-mixing maps of every requested method for one text (or a batch of texts).
 
     Each layer-wise method gives one map per layer, :math:`C^{\ell}_{ij}` = how much token
@@ -111,8 +109,15 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
         ids ((n,) or (1, n), what ``tokenizer(text, return_tensors="pt")``
         gives). Encoders and decoders alike.
     methods:
-        A name or a list of names from :data:`METHODS` (None = all of them); a decoder LM also
-        has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an encoder refuses.
+        A name, a method object, or a list of them, from :data:`METHODS` (None = all of
+        them); a decoder LM also has ``alti_logit`` (:data:`DECODER_ONLY_METHODS`), which an
+        encoder refuses. A method's options travel with it (:mod:`cmixlib.methods.options`):
+        ``ValueZeroing(distance=, standardize=, implementation=, convention=)`` (also
+        ``ValueZeroing("value_zeroing_rollout", ...)``), ``MixingMethod("globenc",
+        normalize_layers=False)`` (GlobEnc's original raw rollout; also ``alti`` and
+        ``value_zeroing_rollout``), ``AltiLogit(target=" are", foil=" is")``; a name is its
+        method with the defaults. The old keywords (``vz_distance=`` ...) raise a TypeError
+        that names the object to use.
     normalize:
         True or False: row-normalise layer-wise maps (rows sum to 1). Aggregated maps are always
         rollouts of row-normalised layer maps, without identity except
@@ -131,44 +136,26 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
         every rollout, is computed at these rows and NaN in the others; the layers below stay
         whole (rollouts need them). Attention flow stays whole. The rows computed are the same
         numbers as without it; methods that cost :math:`n^2` rows per layer (Value Zeroing, ALTI)
-        save a layer's worth of work. Encoders only: a decoder LM computes every row.
-    vz_distance, vz_standardize:
-        Value Zeroing distance (``"cosine"``, ``"euclidean"``, ``"spearman"``) and optional
-        standardisation of representations (None/False, True, or a (mean, std) pair of arrays of
-        shape (hidden size,), std > 0; Appendix A.1).
-    vz_method:
-        How Value Zeroing is computed, the same numbers either way: ``"auto"`` (the cheaper
-        form for the layer's size), ``"factored"`` or ``"batched"`` (the reference), encoders
-        and decoders alike.
-    vz_convention:
-        ``"default"``, or ``"inseq"`` on a decoder LM: inseq 0.7.1's decoder Value Zeroing
-        (:mod:`cmixlib.methods.value_zeroing_decoder` lists the differences). Encoders refuse ``"inseq"``.
-    rollout_normalize:
-        True or False. False multiplies the raw (un-normalised) layer maps in GlobEnc/ALTI/VZ
-        rollouts, as GlobEnc's original code does; the final rows are then normalised.
+        save a layer's worth of work. A decoder LM computes every row and returns the same
+        NaN pattern (no work saved).
     heads:
         True: per-head layer maps (L, H, n, n) of ``attention``, ``attn_norm``, ``alti_layer``
         and ``value_zeroing`` (None = these four; definitions in
         :mod:`cmixlib.methods.layer_math` and the Value Zeroing modules); other methods are
         refused with the reason (aggregated ones stay per layer).
-    logit_target, logit_foil:
-        Pre-LN decoder LMs only (Llama-style, GPT-2; :mod:`cmixlib.methods.decoder`, to which
-        such a model is routed): the token whose logit (difference) ``alti_logit``
-        explains: an id or a one-token string (``" are"`` against ``" is"``), one per position,
-        or for a batch one entry per prompt (:mod:`cmixlib.forward.decoder_inputs`); None: the
-        model's top prediction at each position.
-
     Raises
     ------
     TypeError
         An argument of the wrong kind (``text`` None, bytes or a number; a tokenizer that is not
-        callable; ``methods`` not strings; ``normalize`` not a bool);
+        callable; ``methods`` not names or method objects; ``normalize`` not a bool; a
+        keyword that is now a method's option);
         :class:`~cmixlib.UnsupportedModelError` (a TypeError) for a model that is not a
         supported encoder.
     InputError
         A bad value: empty text, ids outside the vocabulary, a mask of another shape or with
         values other than 0/1, negative, fractional or out-of-range ``rows``, an unknown method or
-        distance, a bad ``vz_standardize``, a text longer than the model accepts.
+        distance, a bad ``standardize``, a method asked twice, a text longer than the model
+        accepts.
 
     Returns
     -------
@@ -201,43 +188,36 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     >>> bundle = cmixlib.load_model()                    # doctest: +SKIP
     >>> maps = cmixlib.context_mixing(bundle, None, "The keys to the cabinet are here.")  # doctest: +SKIP
     """
+    refuse_moved_options("context_mixing", moved)
+    names, options = resolve_methods(methods)
     described = describe_model(model)
     model, tokenizer = unpack_model(model, tokenizer)
-    asked = dict(methods=methods, normalize=normalize, rows=rows, final_rows=final_rows,
-                 vz_distance=vz_distance, vz_standardize=vz_standardize,
-                 rollout_normalize=rollout_normalize, logit_target=logit_target,
-                 logit_foil=logit_foil, vz_method=vz_method, vz_convention=vz_convention,
-                 heads=heads)
     heads = check_bool(heads, "heads")
-    vz_method = check_choice(vz_method, VZ_METHODS, "vz_method", what="Value Zeroing method")
+    options["normalize"] = check_bool(normalize, "normalize")
+    if names is not None:                    # unknown names: one error for every family
+        check_methods(check_head_methods(names) if heads else names)
     if is_decoder_lm(model):                 # pre-LN decoders: cmixlib.methods.decoder
-        got = decoder_context_mixing(model, tokenizer, text, methods, normalize=normalize,
-                                     rows=rows, vz_distance=vz_distance,
-                                     vz_standardize=vz_standardize,
-                                     rollout_normalize=rollout_normalize,
-                                     logit_target=logit_target, logit_foil=logit_foil,
-                                     vz_method=vz_method, vz_convention=vz_convention,
-                                     heads=heads)
+        got = decoder_context_mixing(model, tokenizer, text, names, rows=rows,
+                                     final_rows=final_rows, heads=heads, options=options)
         for res in got if isinstance(got, list) else [got]:
-            res.model, res.options = described, dict(asked, **res.options)
+            res.model = described
+            res.options["method_options"] = method_options(methods, res.options["methods"])
         return got
-    if logit_target is not None or logit_foil is not None:
-        raise InputError("logit_target / logit_foil are for decoder LMs (alti_logit) only.")
-    if vz_convention != "default":
-        raise InputError(f"vz_convention={vz_convention!r} is for decoder LMs (inseq's decoder "
-                         "Value Zeroing); encoders take vz_convention='default'.")
-    methods = check_methods(check_head_methods(methods) if heads else methods)
-    decoder_only = [m for m in methods if m in DECODER_ONLY_METHODS]
+    if options["logit_target"] is not None or options["logit_foil"] is not None:
+        raise InputError("AltiLogit's target / foil are for decoder LMs (alti_logit) only.")
+    if options["vz_convention"] != "default":
+        raise InputError(f"ValueZeroing(convention={options['vz_convention']!r}) is for decoder "
+                         "LMs (inseq's decoder Value Zeroing); encoders take "
+                         "convention='default'.")
+    names = check_methods(check_head_methods(names) if heads else names)
+    decoder_only = [m for m in names if m in DECODER_ONLY_METHODS]
     if decoder_only:
         raise InputError(f"{decoder_only} need a decoder LM (Llama-style or GPT-2, with its LM "
                          f"head); {type(model).__name__} is an encoder: choose from "
                          f"{', '.join(METHODS)}.")
-    distance = check_choice(vz_distance, DISTANCES, "vz_distance", what="Value Zeroing distance")
-    options = dict(normalize=check_bool(normalize, "normalize"), vz_distance=distance,
-                   rollout_normalize=check_bool(rollout_normalize, "rollout_normalize"),
-                   vz_method=vz_method)
     mods = eval_encoder_layers(model)
-    options["vz_standardize"] = check_standardize(vz_standardize, mods[0].ln2.normalized_shape[-1])
+    options["vz_standardize"] = check_standardize(options["vz_standardize"],
+                                                  mods[0].ln2.normalized_shape[-1])
     enc = encode_inputs(model, tokenizer, text)
     lengths = enc.attention_mask.sum(dim=1).tolist()
     per_rows = per_sentence_rows(rows, len(lengths))
@@ -246,16 +226,17 @@ def context_mixing(model: torch.nn.Module | ModelBundle, tokenizer: Any, text: T
     per_final = [check_rows(r, n, f"final_rows[{b}]" if r is not final_rows else "final_rows")
                  for b, (r, n) in enumerate(zip(per_sentence_rows(final_rows, len(lengths),
                                                                    "final_rows"), lengths))]
+    asked = dict(methods=names, normalize=options["normalize"], heads=heads,
+                 method_options=method_options(methods, names))
     capture = run_and_capture(model, enc.input_ids, enc.attention_mask, **enc.extras)
     sentences = iter_sentences(capture)
-    asked["methods"] = methods
     texts = [text] if isinstance(text, str) else \
         list(text) if isinstance(text, (list, tuple)) else None
     results = []
     with torch.no_grad():
         for (b, keep), r, f in zip(enumerate(sentences), per_rows, per_final):
             maps = (sentence_head_maps if heads else sentence_maps)(mods, capture, b, keep,
-                                                                    methods, r, options, f)
+                                                                    names, r, options, f)
             ids = enc.input_ids[b].cpu()[keep.cpu()]        # the host copy: ids and words only
             words = None if enc.word_ids is None else [enc.word_ids[b][int(i)] for i in keep]
             results.append(MixingResult(

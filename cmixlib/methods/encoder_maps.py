@@ -38,7 +38,8 @@ LAYER_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 
 def layer_maps(states: list[LayerState], name: str, options: dict) -> torch.Tensor:
     """Un-normalised maps of layer-wise method ``name`` for ``states``, stacked (L, r, n);
-    ``options`` holds Value Zeroing's ``vz_distance``, ``vz_standardize`` and ``vz_method``."""
+    ``options`` holds Value Zeroing's ``vz_distance``, ``vz_standardize`` and ``vz_method``
+    (from :func:`cmixlib.methods.options.resolve_methods`)."""
     if name == "value_zeroing":
         return torch.stack([value_zeroing_layer(st, options["vz_distance"], options["vz_standardize"],
                                                 method=options["vz_method"])
@@ -118,9 +119,10 @@ def sentence_maps(mods, capture, b, keep, methods, rows, options,
             result[s.name] = normalize_rows(np.nan_to_num(flow)) if rows is None else \
                 place_rows(normalize_rows(flow[:, rows]), rows, n)
         else:
+            norm = options["rollout_normalize"].get(s.name, True)
             result[s.name] = aggregation.rollout(full[s.base], add_identity=False,
-                                     normalize=options["rollout_normalize"], rows=final)
-            if not options["rollout_normalize"]:
+                                                 normalize=norm, rows=final)
+            if not norm:
                 result[s.name] = normalize_rows(result[s.name])
     return result
 

@@ -7,8 +7,8 @@ Its attribution is, for every method M and layer l, the map row
 
     R^M_l[t, j] = M_l(s_0 .. s_{p_t})[p_t, j],   j <= p_t   (0 for j > p_t),
 
-i.e. the row of the predicting position of :func:`~cmixlib.methods.decoder.decoder_context_mixing`
-run on the prefix alone, and its step scores are the logit z_{p_t}(g_t) and the probability
+i.e. the row of the predicting position of :func:`cmixlib.context_mixing` run on the prefix
+alone, and its step scores are the logit z_{p_t}(g_t) and the probability
 softmax(z_{p_t})(g_t) of the generated token. ALTI-Logit's target at step t is g_t (its row is
 in logit units, not normalised).
 
@@ -31,7 +31,10 @@ import numpy as np
 import torch
 
 from cmixlib.forward.decoder_inputs import decoder_sentences
-from cmixlib.methods.decoder import check_decoder_methods, decoder_context_mixing
+from cmixlib.methods.decoder import check_decoder_methods
+from cmixlib.methods.dispatch import context_mixing
+from cmixlib.methods.options import (AltiLogit, MixingMethod, refuse_moved_options,
+                                     resolve_methods)
 from cmixlib.validation import InputError
 
 __all__ = ["GenerationAttribution", "greedy_continuation", "attribute_generation"]
@@ -132,7 +135,7 @@ def _continuations(continuation: Any, tokenizer: Any, count: int, vocab: int
 def attribute_generation(model: torch.nn.Module, tokenizer: Any, text: Any,
                          methods: Sequence[str] | str | None = None, *,
                          max_new_tokens: int = 5, continuation: Any = None,
-                         **options: Any
+                         normalize: bool = True, **moved: Any
                          ) -> GenerationAttribution | list[GenerationAttribution]:
     """Explain each generated token (module docstring: R^M_l[t, j] is the row of the
     predicting position p_t = n - 1 + t over the sources j <= p_t, as the prefix alone gives it).
@@ -141,9 +144,9 @@ def attribute_generation(model: torch.nn.Module, tokenizer: Any, text: Any,
     left or right; without a tokenizer used exactly as given). ``continuation=None``: greedy,
     ``max_new_tokens`` steps (:func:`greedy_continuation`); else the given continuation (text
     tokenized alone, or ids; one for all prompts or one per prompt). ``methods``: as
-    :func:`~cmixlib.methods.decoder.decoder_context_mixing` (None: every method, ALTI-Logit
-    with an LM head, its target the generated token); ``options``: its keyword options
-    (``normalize``, ``vz_distance``, ...; not ``rows`` or the logit targets, set here).
+    :func:`cmixlib.context_mixing`: names or method objects with their options (None: every
+    method, ALTI-Logit with an LM head, its target the generated token: an ``AltiLogit``
+    given here takes no target or foil); ``normalize`` as there.
     Returns one :class:`GenerationAttribution` (a list for a batch).
 
     Examples
@@ -156,13 +159,18 @@ def attribute_generation(model: torch.nn.Module, tokenizer: Any, text: Any,
     >>> res.maps["alti"].shape, res.step_row("alti", 2).shape
     ((3, 3, 7), (7,))
     """
-    bad = {"rows", "logit_target", "logit_foil"} & set(options)
-    if bad:
-        raise InputError(f"{sorted(bad)} are set by attribute_generation (the predicting "
-                         "rows and the generated tokens); leave them out.")
+    if "rows" in moved:
+        raise InputError("rows are set by attribute_generation (the predicting rows); leave "
+                         "them out.")
+    refuse_moved_options("attribute_generation", moved)
+    names, options = resolve_methods(methods)
+    if (options["logit_target"], options["logit_foil"]) != (None, None):
+        raise InputError("AltiLogit's target is set by attribute_generation (the generated "
+                         "tokens); pass AltiLogit() or 'alti_logit' without target or foil.")
     if model.training:
         raise InputError("model is in training mode (dropout is active): call model.eval().")
-    methods = check_decoder_methods(methods, hasattr(model, "lm_head"))
+    names = check_decoder_methods(names, hasattr(model, "lm_head"))
+    given = [methods] if isinstance(methods, (str, MixingMethod)) else methods or names
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) \
             or max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be a positive int; got {max_new_tokens!r}.")
@@ -183,10 +191,11 @@ def attribute_generation(model: torch.nn.Module, tokenizer: Any, text: Any,
             raise InputError(f"prompt + continuation has {len(seq) + 1} tokens; the model "
                              f"accepts at most {limit}.")
         rows = list(range(n - 1, n + k - 1))
-        kwargs: dict[str, Any] = dict(options, rows=rows)
-        if "alti_logit" in methods:
-            kwargs["logit_target"] = torch.cat([seq[1:], gen[-1:]])
-        maps = decoder_context_mixing(model, None, {"input_ids": seq}, methods, **kwargs)
+        target = torch.cat([seq[1:], gen[-1:]])       # each row's next (generated) token
+        asked = [AltiLogit(target=target) if name == "alti_logit" else m
+                 for m, name in zip(given, names)]
+        maps = context_mixing(model, None, {"input_ids": seq}, asked, rows=rows,
+                              normalize=normalize)
         logits = model(input_ids=seq.reshape(1, -1).to(device), use_cache=False
                        ).logits[0, n - 1:].double()
         z = logits.gather(1, gen.to(device).reshape(-1, 1))[:, 0]

@@ -1,4 +1,4 @@
-"""Hidden Token Attribution by automatic differentiation (``hta(method="autograd")``, and the
+r"""Hidden Token Attribution by automatic differentiation (``hta(method="autograd")``, and the
 fallback of the closed form of :mod:`cmixlib.methods.hta` for a layer it does not reproduce):
 the layer module re-run exactly as the model called it (:func:`replay_layer`) and the rows of
 its Jacobian taken as vmapped vector-Jacobian products (:func:`autograd_layer_hta`),

@@ -307,8 +307,7 @@ def value_zeroing_variant_maps(model, input_ids, attention_mask=None, rows=None,
               ``normalize``).
 
     Entry v of sentence b equals, row for row, ``cmixlib.context_mixing(model, None, ...,
-    methods="value_zeroing", rows=rows, vz_distance=variants[v][0],
-    vz_standardize=variants[v][1])`` (the same forward, states and operations; the Value
+    methods=ValueZeroing(distance=variants[v][0], standardize=variants[v][1]), rows=rows)`` (the same forward, states and operations; the Value
     Zeroing experiments' distance ablation reads four variants at the cost of one).
 
     Parameters

@@ -12,7 +12,7 @@ perturbed outputs are recomputed here because a pre-LN layer adds the attention 
 residual after LN1 (so m_i - F_ij goes through the MLP block only), while a post-LN encoder
 layer re-runs LN1, the FFN and LN2 (:mod:`cmixlib.methods.value_zeroing`).
 
-Conventions (``vz_convention`` of :func:`cmixlib.methods.decoder.decoder_context_mixing`).
+Conventions (``cmixlib.ValueZeroing(convention=)``).
 ``"default"``: distances between block outputs x' at every layer, the last included, in the
 model's dtype and a cancellation-free cosine; every row divided by its sum. ``"inseq"``:
 inseq 0.7.1's decoder ``value_zeroing`` (read with transformers 4.53; tested against its
@@ -43,14 +43,13 @@ import torch
 
 from cmixlib.forward.decoder import DecoderLayerState
 from cmixlib.methods import vz_distances
-from cmixlib.methods.vz_distances import VZ_METHODS
+from cmixlib.methods.vz_distances import VZ_CONVENTIONS, VZ_METHODS
 from cmixlib.validation import InputError
 
 __all__ = ["VZ_METHODS", "VZ_CONVENTIONS", "INSEQ_MIN_SCORE", "CHUNK_ELEMENTS",
            "mlp_head_maps", "factored_pays", "value_zeroing_layer", "value_zeroing_heads",
            "inseq_cosine_distance", "inseq_normalize"]
 
-VZ_CONVENTIONS = ("default", "inseq")
 #: inseq 0.7.1's ``min_score_threshold``: distances below it are set to 0 before normalising.
 INSEQ_MIN_SCORE = 1e-5
 #: Elements of the largest (keys x queries x d_ff) block of one chunk (kept cache-sized).

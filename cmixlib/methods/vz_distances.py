@@ -20,18 +20,20 @@ import torch
 
 from cmixlib.validation import InputError, check_maps, describe
 
-__all__ = ["DISTANCES", "VZ_METHODS", "DISTANCE_FUNCTIONS", "check_standardize",
+__all__ = ["DISTANCES", "VZ_METHODS", "VZ_CONVENTIONS", "DISTANCE_FUNCTIONS", "check_standardize",
            "cosine_distance", "euclidean_distance", "spearman_distance", "distance_function",
            "check_vz_method", "standardizer", "standardized"]
 
-#: The distances Value Zeroing offers (``vz_distance``).
+#: The distances Value Zeroing offers (``ValueZeroing(distance=)``).
 DISTANCES = ("cosine", "euclidean", "spearman")
-#: How Value Zeroing is computed (``vz_method``): the same numbers either way.
+#: How Value Zeroing is computed (``ValueZeroing(implementation=)``): the same numbers either way.
 VZ_METHODS = ("auto", "factored", "batched")
+#: Value Zeroing conventions (``ValueZeroing(convention=)``): ours, or inseq 0.7.1's decoder one.
+VZ_CONVENTIONS = ("default", "inseq")
 
 
 def check_standardize(value: Any, d: int) -> Any:
-    """``vz_standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
+    """``standardize``: None, a bool, or a (mean, std) pair of finite (d,) arrays, std > 0."""
     if value is None or isinstance(value, (bool, np.bool_)):
         return value
     what = f"None, True/False or a (mean, std) pair of arrays of shape ({d},)"
@@ -40,14 +42,14 @@ def check_standardize(value: Any, d: int) -> Any:
             raise TypeError
         mean, std = value
     except (TypeError, ValueError):
-        raise TypeError(f"vz_standardize must be {what}; got {describe(value)}.") from None
+        raise TypeError(f"standardize must be {what}; got {describe(value)}.") from None
     for label, arr in (("mean", mean), ("std", std)):
-        arr = check_maps(arr, f"vz_standardize's {label}", ndim=None, square=False)
+        arr = check_maps(arr, f"standardize's {label}", ndim=None, square=False)
         if arr.shape != (d,):
-            raise InputError(f"vz_standardize's {label} has shape {arr.shape}, but the model's hidden size "
+            raise InputError(f"standardize's {label} has shape {arr.shape}, but the model's hidden size "
                              f"is {d}: it must be ({d},).")
         if label == "std" and (arr <= 0).any():
-            raise InputError("vz_standardize's std must be > 0 in every dimension (it divides).")
+            raise InputError("standardize's std must be > 0 in every dimension (it divides).")
     return value
 
 
