@@ -148,7 +148,8 @@ def test_views_leave_the_core_free_of_plotting():
 def test_a_decoder_returns_the_same_result_object():
     model = random_decoder("llama")
     ids = torch.arange(6)
-    res = cmixlib.context_mixing(model, None, {"input_ids": ids}, ["alti", cmixlib.AltiLogit(target=3, foil=4)])
+    res = cmixlib.context_mixing(model, None, {"input_ids": ids},
+                                 ["alti", cmixlib.AltiLogit(target=3, foil=4)])
     assert isinstance(res, MixingResult) and res.family == "decoder"
     assert res.input_ids.tolist() == list(range(6)) and res.layers == [1, 2, 3]
     assert res.options["methods"] == ["alti", "alti_logit"]
@@ -159,7 +160,9 @@ def test_a_decoder_returns_the_same_result_object():
     for field in ("target", "foil", "logit", "tracked", "embedding", "mlp", "attn_bias"):
         np.testing.assert_array_equal(getattr(ex, field), getattr(want, field))
     np.testing.assert_array_equal(ex.remainder, want.remainder)
-    np.testing.assert_array_equal(res["alti_logit"], want.tracked)
+    # the map in the model's dtype like every map; the explanation keeps float64
+    assert res["alti_logit"].dtype == res["alti"].dtype == np.float32
+    np.testing.assert_array_equal(res["alti_logit"], want.tracked.astype(np.float32))
     fig = res.plot("alti_logit")                                # signed: drawn on a diverging scale
     assert len(_panels(fig)) == 1
     page = _page_data(res.to_html())["models"][0]

@@ -196,7 +196,9 @@ def _one_sentence(model, ids, methods, rows, options, targets=(None, None)
         elif name == "alti_logit":
             roll = aggregation.rollout(raw["alti_layer"].astype(np.float64), add_identity=False)
             res = alti_logit(cap, model, targets[0], targets[1], roll)
-            out[name] = place(res.tracked)
+            # the map in the model's dtype like every other map; the explanation (extras)
+            # keeps float64, in which its terms are summed and checked
+            out[name] = place(res.tracked.astype(raw["alti_layer"].dtype))
             extras[name] = res
         else:
             norm = options["rollout_normalize"].get(name, True)
@@ -238,8 +240,8 @@ def decoder_context_mixing(model: torch.nn.Module, tokenizer: Any, text: Any,
     terms, the embedding term, the remainder and the target and foil used per row). Rows i =
     receiving positions, columns
     j <= i, exactly 0 above the diagonal. Layer maps are row-normalised with ``normalize``;
-    aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units, never
-    normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
+    aggregated maps are rollouts as for encoders. ``alti_logit`` is in logit units (in the
+    model's dtype, like every map; its float64 explanation is in the extras), never normalised: ``maps["alti_logit"][l, i, j]`` is layer l's attention contribution to the
     logit of ``AltiLogit(target=)`` (minus ``foil``'s) at row i, carried to input token j by
     the ALTI rollout of the layers below. Summed over l it is the attention part of the
     explanation only: the authors' ALTI-Logit adds the embedding term at column i, and the MLP
