@@ -115,3 +115,14 @@ def test_the_reference_is_the_librarys_ratio(arch):
                                        norms.mixing_ratio(st, kind).detach().numpy(),
                                        rtol=1e-10, atol=1e-12)
             assert (R.reference_mixing_ratio(vec) <= R.length_share(vec) + 1e-12).all()
+
+
+@pytest.mark.parametrize("wrong, points", [
+    (lambda T: 1 - good_ratio(T), 3.0), (_with_diag, 2.0),
+    (lambda T: good_ratio(T.transpose(0, 1)), 2.0), (_whole_denominator, 2.0),
+    (_lengths, 1.0), (good_ratio, 4.0)])
+def test_the_rubric_gives_the_notes_partial_credit(wrong, points):
+    """The grading cell's rubric, run on the checker's own records (no kernel)."""
+    from tests.test_grading_partial import _grade
+
+    assert _grade("4.3", wrong).points == points

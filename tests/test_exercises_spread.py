@@ -118,3 +118,14 @@ def test_the_reference_is_row_spread_and_the_contraction_holds(seed):
     A, B = maps[0], maps[1]
     dA, dB = (S.reference_row_spread(M)["delta"] for M in (A, B))
     assert S.reference_row_spread(A @ B)["delta"] <= dA * dB + 1e-12
+
+
+@pytest.mark.parametrize("wrong, points", [
+    (_variant(off=True), 4.0), (_variant(no_half=True), 3.0), (_variant(axis=True), 3.0),
+    (_variant(cols=True), 2.0), (_variant(l2=True, no_half=True), 2.0),
+    (good_spread, 5.0)])
+def test_the_rubric_gives_the_notes_partial_credit(wrong, points):
+    """The grading cell's rubric, run on the checker's own records (no kernel)."""
+    from tests.test_grading_partial import _grade
+
+    assert _grade("6.3", wrong).points == points
