@@ -41,11 +41,17 @@ Exercises and their checkers
     ``fn(layer, hidden, i) -> (n,)``: row ``i`` of one layer's Value Zeroing map.
 ``check_nenc(fn)``
     ``fn(T, q, ln2) -> (n, n)``: GlobEnc's un-normalised N-Enc map from the LN1 vectors.
+``check_mixing_ratio(fn)``
+    ``fn(T) -> (n,)``: the context-mixing ratio r_i of every token of one layer from its
+    vectors T_i(x_j) (norm of the summed context against the token's own vector).
 ``check_value_bias(fn)``
     ``fn(alpha, b_V, W_O) -> (n, n, d)``: the value bias's part of every F_ij (its rows add up
     to b_V W_O).
 ``check_alti_row(fn)``
     ``fn(T, y) -> (n,)``: one row of ALTI's normalised contributions.
+``check_row_spread(fn)``
+    ``fn(C) -> {spread, delta, floor}``: the mean and largest total-variation distance between
+    the rows of a map and its common floor sum_j min_i C_ij (why rollout makes rows alike).
 ``check_grad_x_input(fn)``
     ``fn(model, ids, pos, t_id, f_id) -> (n,)``: gradient × input (L2) at the word embeddings.
 ``check_integrated_gradients(fn)``
@@ -69,7 +75,8 @@ Exercises and their checkers
 The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
 (chapters 3, 5, 6, 8), :mod:`.flow_exercises` (chapter 3: attention flow),
-:mod:`.bias_exercises` (chapter 5: the value bias), :mod:`.ig_exercises` (chapter 8:
+:mod:`.bias_exercises` (chapter 5: the value bias), :mod:`.ratio_exercises` (chapter 4: the
+context-mixing ratio), :mod:`.spread_exercises` (chapter 6: how alike a map's rows are), :mod:`.ig_exercises` (chapter 8:
 integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN),
 :mod:`.saliency_exercises` (chapters 13, 14: maps against saliency, blank-out),
 :mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
@@ -89,6 +96,8 @@ from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check
                                      reference_anisotropy, reference_faithfulness,
                                      reference_special_rank)
 from .bias_exercises import check_value_bias, reference_value_bias
+from .ratio_exercises import check_mixing_ratio, reference_mixing_ratio
+from .spread_exercises import check_row_spread, reference_row_spread
 from .flow_exercises import check_attention_flow, reference_flow
 from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
@@ -106,4 +115,5 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "check_anisotropy", "reference_faithfulness", "reference_special_rank",
            "reference_anisotropy", "check_attention_flow", "reference_flow",
            "check_integrated_gradients", "reference_integrated_gradients",
-           "check_value_bias", "reference_value_bias"]
+           "check_value_bias", "reference_value_bias", "check_mixing_ratio",
+           "reference_mixing_ratio", "check_row_spread", "reference_row_spread"]

@@ -122,6 +122,28 @@ def my_flow(maps, i, j, add_identity):
         T = ln1.weight * (z - z.mean(-1, keepdim=True)) / s
         rows.append(T.norm(dim=-1))
     return torch.stack(rows)''',
+    "my_mixing_ratio": '''def my_mixing_ratio(T):
+    n = T.shape[0]
+    ratios = []
+    for i in range(n):
+        context = torch.zeros(T.shape[-1], dtype=T.dtype)
+        for j in range(n):
+            if j != i:
+                context = context + T[i, j]
+        a = float((context ** 2).sum().sqrt())
+        b = float((T[i, i] ** 2).sum().sqrt())
+        ratios.append(a / (a + b))
+    return np.array(ratios)''',
+    "my_row_spread": '''def my_row_spread(C):
+    rows = [list(map(float, r)) for r in C]
+    n = len(rows)
+    dist = []
+    for i in range(n):
+        for k in range(n):
+            common = sum(min(a, b) for a, b in zip(rows[i], rows[k]))
+            dist.append(1.0 - common)                 # TV = 1 - sum_j min(p_j, q_j)
+    floor = sum(min(rows[i][j] for i in range(n)) for j in range(n))
+    return sum(dist) / len(dist), max(dist), floor''',
     "my_nenc": '''def my_nenc(T, u, ln2):
     out = torch.zeros(T.shape[0], T.shape[1], dtype=T.dtype)
     for i in range(T.shape[0]):
