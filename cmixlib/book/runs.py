@@ -143,12 +143,12 @@ BOOK_RUNS: dict[str, BookRun] = {
     # core (cost: CPU seconds measured). Its models are only loaded, never trained: any group
     "decoder-blimp": BookRun("decoder-blimp", 80, 2, cost=153, group="classifier"),
     # the papers' example sentences, scored by their claims (the status page): the models of
-    # "faithfulness" (fine-tuned MLM: same chain, see prewarm_chains), "alti-table2" and
-    # "globenc-correlations"; a fixed set of sentences, the same in quick mode
+    # "faithfulness" (fine-tuned MLM: same chain, see prewarm_chains) and "alti-table2"; a fixed
+    # set of sentences, the same in quick mode
     "paper-examples": BookRun("paper-example-claims", None, None, cost=6,
                                chain="mlm-finetuned",
                                borrows=(("faithfulness", "finetuned"), ("alti-table2", None),
-                                        ("alti-fig7", None), ("globenc-correlations", None))),
+                                        ("alti-fig7", None))),
     # ALTI Figures 8-10: the first 200 SST-2 test sentences (the figures show one sentence; the
     # claim is about the methods, so it is measured on many)
     "alti-figs8-10": BookRun("alti-figs8-10-homogeneity", 200, 2, cost=4,

@@ -13,20 +13,18 @@ runs (chapter 14 draws the maps):
   *pictures*; attention rollout's largest weight is on [CLS];
 * ALTI, Tables 1 and 3-9: Table 1's caption (the gradient methods rank the irrelevant "179", "-"
   and "on" higher than ALTI does) and the prediction each table names (the SST-2 class, or the
-  verb form chosen at [MASK]), on the tables' sentences (:data:`ALTI_TABLE_SENTENCES`);
-* GlobEnc, Figure 1: the caption's claim that N-Enc quantifies the [CLS] token's attribution
-  accurately, tested as the paper tests it (Spearman with gradient x input saliency, Table 1) on
-  the figure's sentence, against attention rollout (W).
+  verb form chosen at [MASK]), on the tables' sentences (:data:`ALTI_TABLE_SENTENCES`).
+
+GlobEnc's Figure 1 is not here: its claims (the paper's own words, :mod:`cmixlib.book.claims`)
+are tested on its two sentences by :func:`cmixlib.book.claims.rules_globenc.ge_fig1`.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from cmixlib import data
 from cmixlib.data import load_spacy
 from cmixlib.data.blimp_rules import annotate_pair
-from cmixlib.experiments.globenc import correlation_rows, rollout_variant
 from cmixlib.experiments.declaration import Experiment
 from cmixlib.experiments.runner import Context
 from cmixlib.experiments.common import predicted_classes
@@ -79,8 +77,6 @@ EXAMPLE_HEADLINES = {
     "VZ Figure 4": "Value Zeroing's rollout puts its largest weight on the cue 'pictures'",
     "ALTI Tables 1, 3-9": "every gradient method ranks '179', '-' and 'on' higher than ALTI "
                           "(Table 1)",
-    "GlobEnc Figure 1": "N-Enc's [CLS] row agrees with gradient x input on the figure's sentence "
-                        "(Spearman > 0)",
 }
 
 _GRADIENTS_T1 = ("grad_l2", "grad_x_input_abs", "integrated_gradients")
@@ -181,24 +177,6 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
     return claims, f"sst2: {clf.describe()} | sva: {mlm.describe()}"
 
 
-def _globenc_figure1(ctx: Context) -> tuple[list[dict], str]:
-    exp = "globenc-correlations"
-    s = experiment_settings(exp, ctx.settings[exp])
-    clf, _, _ = experiment_inputs(exp, s, "sst2", data=False, model=ctx.model,
-                                  sources=ctx.sources)
-    ex = find_example(data.load_sst2_inputs(clf.tokenizer, split="dev"),
-                      "a deep and meaningful film .")
-    level = {"embeddings": "layers", "input": "input"}[s["saliency_level"]]
-    rho = correlation_rows(clf, [ex], ["globenc_layer", "attention"], level)[0]
-    last = {m: float(rho[(rollout_variant(s), m, "rollout")][-1])
-            for m in ("globenc_layer", "attention")}
-    item = "GlobEnc Figure 1"
-    ev = f"Spearman N-Enc {last['globenc_layer']:+.2f}, W {last['attention']:+.2f}"
-    return [_claim(item, EXAMPLE_HEADLINES[item], last["globenc_layer"] > 0, ev),
-            _claim(item, "N-Enc agrees with it more than attention rollout (W) does",
-                   last["globenc_layer"] > last["attention"], ev)], clf.describe()
-
-
 def example_claims(ctx: Context) -> dict[str, pd.DataFrame]:
     """Every claim of the module docstring, on the papers' own example sentences (typed from the
     papers), with the models other experiments read, loaded with the settings given for them
@@ -206,26 +184,25 @@ def example_claims(ctx: Context) -> dict[str, pd.DataFrame]:
     :class:`~cmixlib.book.runs.BookRun` ``borrows``; each merged with that experiment's
     defaults): the fine-tuned MLM of
     ``vz-faithfulness`` (VZ Figure 4), the SST-2 classifier and pre-trained MLM of
-    ``alti-table2`` with IG at ``alti-fig7-consistency``'s steps (ALTI Tables 1, 3-9), the SST-2
-    classifier of ``globenc-correlations`` (GlobEnc Figure 1, raw rollout as its code). Frame
+    ``alti-table2`` with IG at ``alti-fig7-consistency``'s steps (ALTI Tables 1, 3-9). Frame
     ``result``: item,
     claim, holds, evidence, headline, model (the bundle's description; empty for the
     annotation)."""
     rows = [{**c, "model": ""} for c in _vz_table1()]      # no model: the annotation rules
     models = []
-    for part in (_vz_figure4, _alti_tables, _globenc_figure1):
+    for part in (_vz_figure4, _alti_tables):
         claims, desc = part(ctx)
         rows += [{**c, "model": desc} for c in claims]
         models.append(desc)
     ctx.info["model_description"] = " | ".join(dict.fromkeys(models))
-    ctx.info["data_size"] = len(VZ_TABLE1) + 1 + len(ALTI_TABLE_SENTENCES) + 1
+    ctx.info["data_size"] = len(VZ_TABLE1) + 1 + len(ALTI_TABLE_SENTENCES)
     return {"result": pd.DataFrame(rows)}
 
 
 EXAMPLES = Experiment(
     name="paper-example-claims",
     title="The claims the papers make about their example sentences, on those sentences",
-    paper="Value Zeroing (Table 1, Figure 4), ALTI (Tables 1, 3-9), GlobEnc (Figure 1)",
+    paper="Value Zeroing (Table 1, Figure 4), ALTI (Tables 1, 3-9)",
     compute=example_claims,
     defaults={"vz-faithfulness": {"condition": "finetuned"}, "alti-table2": {},
-              "alti-fig7-consistency": {}, "globenc-correlations": {}})
+              "alti-fig7-consistency": {}})
