@@ -246,3 +246,23 @@ def test_the_explanation_reference_is_alti_logits_with_the_foil():
         got = D.reference_logit_explanation(*terms, alone[0].rollout, p)
         np.testing.assert_allclose(got, both.explanation[p], atol=D._tolerance(3, 8, scale))
         assert abs(got.sum() + both.remainder[p] - both.logit[p]) < 1e-4 * abs(both.logit[p]) + 1e-5
+
+
+# --- partial credit: the grading notes' rubrics on these checkers (no kernel) ------------------
+
+@pytest.mark.parametrize("ex_id, fn, points", [
+    ("16.1", good_rollout, 4.0),
+    ("16.1", WRONG_ROLLOUT[0][0], 3.0),        # identity added: the cause's points
+    ("16.1", WRONG_ROLLOUT[2][0], 3.0),        # raw product: decoder case 1, cause 3
+    ("16.1", _softmax_rollout, 2.0),
+    ("16.1", lambda m: np.zeros_like(m), 0.0),
+    ("16.3", good_explanation, 4.0),
+    ("16.3", WRONG_EXPLANATION[0][0], 3.0),    # the foil's sign
+    ("16.3", WRONG_EXPLANATION[5][0], 2.0),    # not carried
+    ("16.3", lambda t, f, R, p: good_explanation(t, f, R, len(R[0]) - 1), 2.0),  # last row
+])
+def test_the_rubric_gives_the_notes_points(ex_id, fn, points):
+    from tests.test_grading_partial import _grade
+
+    g = _grade(ex_id, fn)
+    assert g.points == points, (g.points, g.feedback)
