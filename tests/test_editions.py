@@ -1,6 +1,7 @@
-"""Coursework editions (cmix_course.editions): the exercise format of chapters 2-14 and 16 (difficulty,
-minutes and points shown under each heading), the student edition (no solutions, up to date,
-runs with empty answers and is graded as not attempted) and the instructors' page."""
+"""Coursework editions (cmix_course.editions): the exercise format of chapters 2-14 and 16
+(difficulty, minutes and points shown under each heading), the student edition (no solutions,
+up to date, runs with empty answers and is graded as not attempted) and the instructors'
+page."""
 from __future__ import annotations
 
 import copy

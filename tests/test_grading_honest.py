@@ -1,8 +1,8 @@
 """No false positives, on the real artifacts: for every computational exercise of the
-chapters with exercises (2-14 and 16), (a) the instructor's solution pasted into the committed student edition (its real setup
-cell and all) and (b) a second honest solution in another style (other names, loops instead
-of vectorised code, locals that shadow the notebook's variables such as ``maps``, ``m``,
-``model``) both get full marks from ``python -m cmix_course grade``'s code path
+chapters with exercises (2-14 and 16), (a) the instructor's solution pasted into the committed
+student edition (its real setup cell and all) and (b) a second honest solution in another
+style (other names, loops instead of vectorised code, locals that shadow the notebook's
+variables such as ``maps``, ``m``, ``model``, ``ex``) both get full marks from ``python -m cmix_course grade``'s code path
 (:func:`cmix_course.gradebook.grade_class`), in quick mode with ``answers_only`` (the setup
 cell, the student's cells and the book's cells they need) and two submissions at a time.
 
