@@ -36,8 +36,8 @@ test: $(STAMP)
 #   JOBS processes (one queue; OMP_NUM_THREADS = cores // JOBS per kernel), with myst-nb's
 #   settings and cmix_nbdeps' keys, into _build/.jupyter_cache: Jupyter Book only renders. A
 #   notebook that fails stops `make book` here, its traceback printed.
-# - `python -m cmix_course site` then makes the download and Colab buttons of chapters 2-14 hand
-#   out the student edition (editions/student/: no solutions, no grading notes); on the pages the
+# - `python -m cmix_course site` then makes the download and Colab buttons of chapters 2-14 and
+#   16 hand out the student edition (editions/student/: no solutions, no grading notes); on the pages the
 #   solutions stay folded ("show" to open them), the grading notes are not there.
 # - tools/check_site.py then checks the site offline (links, no CDN scripts, no error outputs);
 #   it reports problems without failing the target (`--browser` adds a headless Chromium check).
@@ -70,7 +70,7 @@ book-clean:
 # Coursework (the package cmix_course, book/instructors.md): the student edition
 # (editions/student/, committed; solutions, model answers and grading notes removed by
 # nbconvert's TagRemovePreprocessor) and the instructor edition (_build/editions/instructor/) of
-# chapters 2-14, from the tagged chapter notebooks.
+# chapters 2-14 and 16, from the tagged chapter notebooks.
 editions: $(STAMP)
 	$(PY) -m cmix_course editions
 

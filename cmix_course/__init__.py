@@ -71,6 +71,12 @@ Exercises and their checkers
     ``fn(scores, tokens) -> float``: chapter 12's special-token rank (ALTI Figure 6) of one row.
 ``check_anisotropy(fn)``
     ``fn(T) -> (r,)``: chapter 12's mean pairwise cosine of each query's transformed vectors.
+``check_causal_rollout(fn)``
+    ``fn(maps) -> (L, n, n)``: chapter 16's rollout of causal maps that hold the residual (rows
+    normalised, no identity; lower-triangular, rows summing to 1).
+``check_logit_explanation(fn)``
+    ``fn(target, foil, rollout, p) -> (n,)``: chapter 16's row p of ALTI-Logit's explanation of
+    lambda_t - lambda_f from the target's and the foil's terms.
 
 The checkers: :mod:`.checking` (the report and comparison helpers shared by every checker),
 :mod:`.layer_exercises` (chapters 2 and 7: one encoder layer), :mod:`.method_exercises`
@@ -81,7 +87,8 @@ integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN),
 :mod:`.saliency_exercises` (chapters 13, 14: maps against saliency, blank-out),
 :mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
 :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness to blank-out, special-token
-ranks, anisotropy).
+ranks, anisotropy), :mod:`.decoder_exercises` (chapter 16: the causal rollout, ALTI-Logit's
+explanation).
 """
 from .checking import CheckResult
 from .saliency_exercises import (check_blank_out, check_cls_spearman, reference_blank_out,
@@ -98,6 +105,8 @@ from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check
 from .bias_exercises import check_value_bias, reference_value_bias
 from .ratio_exercises import check_mixing_ratio, reference_mixing_ratio
 from .spread_exercises import check_row_spread, reference_row_spread
+from .decoder_exercises import (check_causal_rollout, check_logit_explanation,
+                                reference_causal_rollout, reference_logit_explanation)
 from .flow_exercises import check_attention_flow, reference_flow
 from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
@@ -116,4 +125,6 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "reference_anisotropy", "check_attention_flow", "reference_flow",
            "check_integrated_gradients", "reference_integrated_gradients",
            "check_value_bias", "reference_value_bias", "check_mixing_ratio",
-           "reference_mixing_ratio", "check_row_spread", "reference_row_spread"]
+           "reference_mixing_ratio", "check_row_spread", "reference_row_spread",
+           "check_causal_rollout", "check_logit_explanation", "reference_causal_rollout",
+           "reference_logit_explanation"]

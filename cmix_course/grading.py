@@ -122,7 +122,7 @@ def load_assignment(path: str | Path) -> tuple[str, list[Exercise], set[str]]:
     found = exercises(nb, chapter_number(path))
     if not found:
         raise ValueError(f"{path} defines no exercises (no statement cell tagged 'exercise' "
-                         f"with cmix metadata): is it a chapter 2-14 notebook?")
+                         f"with cmix metadata): is it a chapter 2-14 or 16 notebook?")
     known = {c.source.strip() for c in nb.cells if c.cell_type == "markdown"}
     return path.name, found, known
 

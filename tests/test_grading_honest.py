@@ -1,21 +1,25 @@
-"""No false positives, on the real artifacts: for every computational exercise of chapters
-2-14, (a) the instructor's solution pasted into the committed student edition (its real setup
-cell and all) and (b) a second honest solution in another style (other names, loops instead
-of vectorised code, locals that shadow the notebook's variables such as ``maps``, ``m``,
-``model``) both get full marks from ``python -m cmix_course grade``'s code path
+"""No false positives, on the real artifacts: for every computational exercise of the
+chapters with exercises (2-14 and 16), (a) the instructor's solution pasted into the committed
+student edition (its real setup cell and all) and (b) a second honest solution in another
+style (other names, loops instead of vectorised code, locals that shadow the notebook's
+variables such as ``maps``, ``m``, ``model``, ``ex``) both get full marks from ``python -m cmix_course grade``'s code path
 (:func:`cmix_course.gradebook.grade_class`), in quick mode with ``answers_only`` (the setup
-cell, the student's cells and the book's cells they need) and two submissions at a time."""
+cell, the student's cells and the book's cells they need) and two submissions at a time.
+
+Graded one chapter at a time (the two styles of a chapter together), so that one chapter's
+tests can be selected: ``pytest tests/test_grading_honest.py -k ch16``."""
 from __future__ import annotations
 
 import time
 
 import pytest
 
+from cmix_course.editions import EXERCISE_CHAPTERS
 from cmix_course.gradebook import grade_class, write_gradebook
 from cmix_course.grading import PASSED
 from tests.test_grading_submissions import ROOT, chapter, instructor_solutions, submission
 
-CHAPTERS = list(range(2, 15))
+CHAPTERS = list(EXERCISE_CHAPTERS)
 
 #: The second honest solution of each exercise, in another style.
 OTHER_STYLE = {
@@ -102,6 +106,29 @@ def my_flow(maps, i, j, add_identity):
         f(z).backward()
         acc = acc + z.grad
     return (diff * acc).sum(dim=1).numpy() / n_steps''',
+    "my_causal_rollout": '''def my_causal_rollout(maps):
+    # torch, float32, a loop over the rows (the checker accepts float32's rounding)
+    m = torch.as_tensor(np.asarray(maps), dtype=torch.float32)
+    L, n, _ = m.shape
+    rolled = torch.zeros(L, n, n)
+    for l in range(L):
+        step = torch.zeros(n, n)
+        for i in range(n):
+            step[i] = m[l, i] / m[l, i].sum()
+        rolled[l] = step if l == 0 else step @ rolled[l - 1]
+    return rolled''',
+    "my_logit_explanation": '''def my_logit_explanation(target, foil, rollout, p):
+    L, n = len(rollout), len(rollout[0])
+    ex = [0.0] * n                     # shadows the chapter's example `ex`
+    for l in range(L):
+        s = [float(a - b) for a, b in zip(target["sources"][l][p], foil["sources"][l][p])]
+        if l == 0:
+            ex = [x + y for x, y in zip(ex, s)]
+            continue
+        for j in range(n):
+            ex[j] += sum(s[k] * float(rollout[l - 1][k][j]) for k in range(n))
+    ex[p] += float(target["embedding"][p] - foil["embedding"][p])
+    return np.array(ex)''',
     "my_value_bias": '''def my_value_bias(alpha, b_V, W_O):
     heads, n = alpha.shape[0], alpha.shape[1]
     size = b_V.shape[0] // heads
@@ -284,21 +311,21 @@ def test_every_exercise_has_a_second_style():
     assert names == set(OTHER_STYLE), names ^ set(OTHER_STYLE)
 
 
-@pytest.fixture(scope="module")
-def honest(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("honest")
-    paths = []
-    for ch in CHAPTERS:
-        sol = instructor_solutions(ch)
-        paths.append(submission(ch, sol, tmp / f"inst{ch:02d}_{chapter(ch)}"))
-        paths.append(submission(ch, {n: OTHER_STYLE[n] for n in sol},
-                                tmp / f"other{ch:02d}_{chapter(ch)}"))
+@pytest.fixture(scope="module", params=CHAPTERS, ids=[f"ch{ch:02d}" for ch in CHAPTERS])
+def honest(request, tmp_path_factory):
+    ch = request.param
+    tmp = tmp_path_factory.mktemp(f"honest{ch:02d}")
+    sol = instructor_solutions(ch)
+    paths = [submission(ch, sol, tmp / f"inst{ch:02d}_{chapter(ch)}"),
+             submission(ch, {n: OTHER_STYLE[n] for n in sol},
+                        tmp / f"other{ch:02d}_{chapter(ch)}")]
     start = time.monotonic()
     grades = grade_class(paths, root=ROOT, quick=True, batch_seed=38, random_tests=2,
                          answers_only=True, jobs=2, check_timeout=120)
     seconds = time.monotonic() - start
     write_gradebook(grades, tmp / "out")
-    print(f"\nhonest submissions: {len(paths)} graded in {seconds:.0f} s (2 at a time): "
+    print(f"\nchapter {ch}, honest submissions: {len(paths)} graded in {seconds:.0f} s "
+          "(2 at a time): "
           + ", ".join(f"{g.student} {g.seconds:.0f} s" for g in grades))
     return grades
 
