@@ -100,7 +100,7 @@ def _baseline_mistakes(n: int, c: int) -> dict[str, list[tuple[str, float]]]:
              (c - 1) / (n - 1) + (n - c) * H / (n - 1)),
             ("H_n instead of H_n / n: E[1/r] over r = 1..n divides the harmonic sum by n.", H),
             (one_cue + "AP averages the precision at EVERY cue token, and the other c - 1 "
-             "cue tokens raise it: E[AP] = (c-1)/(n-1) + (n-c) H_n / (n(n-1)).", H / n),
+             "cue tokens above a cue token raise its precision.", H / n),
             ("the harmonic sum stops one short: the ranks run from 1 to n, "
              "H_n = 1 + 1/2 + ... + 1/n.",
              (c - 1) / (n - 1) + (n - c) * harmonic(n - 1) / (n * (n - 1))),
