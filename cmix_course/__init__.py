@@ -65,6 +65,12 @@ Exercises and their checkers
     ``fn(scores, cue_indices) -> (dot, ap, probes_needed)``: chapter 9's scores of one row.
 ``check_online_codelength(fn)``
     ``fn(probs, labels, bounds) -> (codelength, compression)``: chapter 10's online MDL code.
+``check_random_baselines(fn)``
+    ``fn(n, c) -> (dot, ap, probes_needed)``: chapter 9's scores of a uniformly random row with
+    ``c`` cue tokens, in closed form (the level of the method *Random*).
+``check_prior_code(fn)``
+    ``fn(labels, bounds, n_classes) -> (codelength, compression)``: chapter 10's online code
+    with the add-one rule of the label frequencies in place of a probe.
 ``check_faithfulness(fn)``
     ``fn(s_method, s_bo, t) -> float``: chapter 11's Spearman of one example with blank-out.
 ``check_special_rank(fn)``
@@ -86,6 +92,7 @@ context-mixing ratio), :mod:`.spread_exercises` (chapter 6: how alike a map's ro
 integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN),
 :mod:`.saliency_exercises` (chapters 13, 14: maps against saliency, blank-out),
 :mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
+:mod:`.chance_exercises` (chapters 9, 10: the random row's scores, the label-frequency code),
 :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness to blank-out, special-token
 ranks, anisotropy), :mod:`.decoder_exercises` (chapter 16: the causal rollout, ALTI-Logit's
 explanation).
@@ -107,6 +114,8 @@ from .ratio_exercises import check_mixing_ratio, reference_mixing_ratio
 from .spread_exercises import check_row_spread, reference_row_spread
 from .decoder_exercises import (check_causal_rollout, check_logit_explanation,
                                 reference_causal_rollout, reference_logit_explanation)
+from .chance_exercises import (check_prior_code, check_random_baselines, reference_prior_code,
+                               reference_random_baselines)
 from .flow_exercises import check_attention_flow, reference_flow
 from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
@@ -127,4 +136,5 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "check_value_bias", "reference_value_bias", "check_mixing_ratio",
            "reference_mixing_ratio", "check_row_spread", "reference_row_spread",
            "check_causal_rollout", "check_logit_explanation", "reference_causal_rollout",
-           "reference_logit_explanation"]
+           "reference_logit_explanation", "check_random_baselines",
+           "reference_random_baselines", "check_prior_code", "reference_prior_code"]

@@ -240,6 +240,29 @@ def my_online_code(probs, labels, bounds):
     for i in range(first, n):
         bits -= math.log2(float(probs[i][int(labels[i])]))
     return bits, n * math.log2(k) / bits''',
+    "my_random_baselines": '''from fractions import Fraction
+
+def my_random_baselines(n, c):
+    # exact rational arithmetic, AP as the mean over ranks of P(cue at r) E[Prec@r]
+    ap = Fraction(0)
+    for r in range(1, n + 1):
+        ap += Fraction(1, n) * (1 + Fraction((c - 1) * (r - 1), n - 1)) / r
+    return {"dot": float(Fraction(c, n)), "ap": float(ap),
+            "probes_needed": float(Fraction(n - c, c + 1))}''',
+    "my_prior_code": '''import math
+
+def my_prior_code(labels, bounds, n_classes):
+    labels = [int(v) for v in labels]
+    seen = [0] * n_classes
+    total, start = 0.0, 0
+    for end in bounds:
+        block = labels[start:end]
+        for v in block:                      # counts of the blocks before this one
+            total += math.log2((start + n_classes) / (seen[v] + 1))
+        for v in block:
+            seen[v] += 1
+        start = end
+    return total, len(labels) * math.log2(n_classes) / total''',
     "my_faithfulness": '''def my_faithfulness(s_method, s_bo, t):
     n = len(s_method)
     idx = [j for j in range(1, n - 1) if j != t]
