@@ -45,7 +45,10 @@ LN2 stay per pair: o_i^(not j) = LN2(W2 act(W1 y_i^(not j) + b1) + b2 + y_i^(not
 taken from p°_ij itself, which the residual y_i^(not j) needs anyway (2 r n H d FLOPs to form):
 LayerNorm's own computation, so no cancellation can occur. (The same value follows from Gram matrices of centred vectors,
 ``d (sigma_ij^2 - eps) = |p°_i|^2 - 2 sum_h alpha^h_ij <p°_i, f°^h_j> + sum_hh' alpha^h_ij alpha^h'_ij <f°^h_j, f°^h'_j>``,
-cheaper by a factor d / H but cancelling in float32 when ``|p°_ij| << |p°_i|``; not needed here.)
+about a factor H cheaper (the inner products read through the rank-d_h maps W_O^h cost r n d,
+not the r n H d of forming p°_ij; the per-pair sums r n H^2) but cancelling in float32 when
+``|p°_ij| << |p°_i|``, its error growing with the square of their ratio; not needed here.
+Exercise 7.3 of the book counts both routes.)
 
 Which is cheaper: on CPU the factored form saves about 2 d_ff [r n (d - H) - (r + n) d] FLOPs per
 layer, i.e. it wins from two query rows on and loses slightly for one row (``rows=[i]``). On a
