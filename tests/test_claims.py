@@ -205,3 +205,28 @@ def test_every_claims_args_fit_its_test():
 
     for c in load_claims():
         inspect.signature(rules.TESTS[c.test]).bind(**c.args)      # raises on a wrong name
+
+
+def test_an_example_item_is_told_apart_by_the_models_predictions(monkeypatch):
+    """Where the run states no accuracy (the papers' example sentences), the why's alternative
+    is told apart by the model's predictions on those sentences (the run's rows), and an
+    annotation item with no model says that it is not told apart: never 'not stated'."""
+    import pandas as pd
+
+    from cmixlib.book.claims import status as S
+
+    frame = pd.DataFrame([
+        {"item": "ALTI Tables 1, 3-9", "claim": "headline", "holds": False, "evidence": "e"},
+        {"item": "ALTI Tables 1, 3-9", "claim": "Table 4: the classifier predicts positive",
+         "holds": True, "evidence": "positive"},
+        {"item": "ALTI Tables 1, 3-9", "claim": "Table 8: the MLM picks 'appear' over "
+         "'appears'", "holds": False, "evidence": "p = 0.351"},
+        {"item": "VZ Table 1", "claim": "ana: the annotation marks exactly 'x'", "holds": True,
+         "evidence": "ours: x"}])
+    res = SimpleNamespace(result=frame)
+    alti = S.example_alternative(res, "ALTI", "Tables 1, 3-9")
+    assert "told apart by its predictions there: 1 of 2 as the paper says" in alti
+    assert "Table 8: the MLM picks 'appear' over 'appears' (p = 0.351)" in alti
+    vz = S.example_alternative(res, "Value Zeroing", "Table 1")
+    assert "not told apart" in vz and "annotation" in vz
+    assert "not told apart" in S.example_alternative(res, "GlobEnc", "Figure 9")

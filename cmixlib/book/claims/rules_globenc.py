@@ -209,8 +209,9 @@ def ge_fig1(claim: str) -> Outcome:
         if claim == "focus":
             row = enc[-1, 0, content]
             ok = content[int(np.argmax(row))] == w
+            top = content[int(np.argmax(row))]
             texts.append(f"'{word}': {enc[-1, 0, w]:.2f}, top content token "
-                         f"'{tokens[content[int(np.argmax(row))]]}'")
+                         f"'{tokens[top]}' ({enc[-1, 0, top]:.2f})")
         elif claim == "self":
             row = enc[0, 0]
             ok = bool(row[0] > np.delete(row, 0).max())

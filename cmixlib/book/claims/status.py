@@ -15,7 +15,8 @@ from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status
 from cmixlib.book.runs import run
 from cmixlib.book.verdicts import with_model_condition
 
-__all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why"]
+__all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why",
+           "EXAMPLE_ITEMS", "example_alternative"]
 
 
 def claim_rows(paper: str, item: str) -> list:
@@ -77,18 +78,53 @@ def fig7_models(res) -> str:
             f"of A ({int(m.loc['B', 'layers'])} layers; the paper's B: DistilBERT)")
 
 
+#: The papers' example items of the ``paper-examples`` run, by (paper, item): the run's item.
+EXAMPLE_ITEMS = {("Value Zeroing", "Table 1"): "VZ Table 1",
+                 ("Value Zeroing", "Figure 4, Figures A.5-A.18"): "VZ Figure 4",
+                 ("ALTI", "Tables 1, 3-9"): "ALTI Tables 1, 3-9"}
+#: Words of the run's rows that state what the model predicts on an example sentence.
+_PREDICTION_WORDS = (" predicts ", " picks ", " prefers ")
+
+
+def example_alternative(res, paper: str, item: str) -> str:
+    """The alternative cause of an item whose run states no accuracy: for the papers' example
+    sentences (:data:`EXAMPLE_ITEMS`), that the model does not do the task on them, told apart
+    by its predictions there (the run's prediction rows); for an item with no prediction rows
+    (VZ Table 1: an annotation, no model), that the parse differs from the authors', which the
+    run cannot tell apart (said so)."""
+    frame = getattr(res, "result", None)
+    key = EXAMPLE_ITEMS.get((paper, item))
+    if key is None or frame is None or "claim" not in getattr(frame, "columns", ()):
+        return "Alternative cause: not told apart: the run states no accuracy."
+    rows = frame[frame["item"] == key]
+    pred = rows[rows["claim"].map(lambda c: any(w in f" {c} " for w in _PREDICTION_WORDS))]
+    if pred.empty:
+        return ("Alternative cause: another parse or other annotation rules than the authors' "
+                "(the paper names spaCy, not its model, version or rules); not told apart: "
+                "the run has no annotation of theirs beyond these examples.")
+    held = pred["holds"].astype(bool)
+    wrong = "; ".join(f"not: {c} ({e})" for c, e in zip(pred.loc[~held, "claim"],
+                                                        pred.loc[~held, "evidence"]))
+    return (f"Alternative cause: the model does not do the task on these sentences; told apart "
+            f"by its predictions there: {int(held.sum())} of {len(pred)} as the paper says"
+            + (f" ({wrong})." if wrong else "."))
+
+
 def claims_why(paper: str, item: str, name: str, condition: str | None = None):
     """``(sentence, evidence)`` for an item decided by its claims: the claims that fail or are
     reversed, each with our numbers, and the alternative cause that the model does not do the
     task the claims assume, told apart by its accuracy (the status row's, beside the paper's
-    where it prints one). Evidence: every claim with its outcome."""
+    where it prints one; for the papers' example sentences, its predictions on them:
+    :func:`example_alternative`). Evidence: every claim with its outcome."""
     rows = claim_rows(paper, item)
     bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")]
-    acc = status_row(run(name, condition), ("", ""))["accuracy"] or "not stated by the run"
+    res = run(name, condition)
+    acc = status_row(res, ("", ""))["accuracy"]
     text = ("; ".join(f"{o.outcome}: {c.where} ({c.id}): {o.ours}" for c, o in bad)
             or "no claim fails") + "."
-    text += (f" Alternative cause: the model does not do the task the claims assume; told apart "
-             f"by its accuracy: {acc}.")
+    text += " " + (f"Alternative cause: the model does not do the task the claims assume; told "
+                   f"apart by its accuracy: {acc}." if acc else example_alternative(res, paper,
+                                                                                   item))
     ev = pd.DataFrame([{"claim": c.id, "where": c.where, "headline": c.headline,
                         "outcome": o.outcome, "ours": o.ours} for c, o in rows])
     return text, ev.set_index("claim")
