@@ -32,7 +32,12 @@ def test_alignment_why_locates_the_failing_layers_and_tests_noise():
     assert "within sampling noise" in text
     # nothing fails
     text, _ = D.alignment_why(_alignment({"value_zeroing": [0.3, 0.4], "attention": [0.1, 0.2]}))
-    assert text.startswith("Value Zeroing is above every other method in every layer")
+    assert text == "Value Zeroing is above every other method in every layer."
+    # ahead everywhere, but within noise in one layer: said to be a tie there
+    text, _ = D.alignment_why(_alignment({"value_zeroing": [0.3, 0.4], "attention": [0.1, 0.39]},
+                                         std=0.1, n=10))
+    assert "but within sampling noise of the next in layer(s) 2" in text
+    assert "smallest lead 0.010 over Attention in layer 2" in text and "a tie there" in text
 
 
 def test_probes_vs_n_why_names_the_layers_where_n_ties_or_beats():

@@ -81,7 +81,14 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
     ev = pd.DataFrame(rows).set_index("layer")
     bad = ev.index[ev["gap"] > 0]
     if not len(bad):
-        return f"{method_label(method)} is above every other method in every layer.", ev
+        close = ev.index[-ev["z"] <= Z_NOISE]            # ahead, but within sampling noise
+        if not len(close):
+            return f"{method_label(method)} is above every other method in every layer.", ev
+        least = ev.loc[close, "gap"].idxmax()            # the smallest lead
+        return (f"{method_label(method)} is above every other method in every layer, but within "
+                f"sampling noise of the next in layer(s) {_layers(close)} (smallest lead "
+                f"{-ev.loc[least, 'gap']:.3f} over {ev.loc[least, 'best other']} in layer "
+                f"{least}, z = {-ev.loc[least, 'z']:.1f}): a tie there.", ev)
     worst = ev.loc[bad, "gap"].idxmax()
     leaders = sorted({m for s in ev.loc[bad, "above it"] for m in s.split(", ")})
     z = ev.loc[worst, "z"]
@@ -166,7 +173,7 @@ def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
     the gap in standard errors (z, the evidence table; |z| <= :data:`Z_NOISE` cannot be told
     from noise)."""
     keep = [*context_mixing, method]
-    parts, evs, noise = [], [], []
+    parts, evs, noise, ties = [], [], [], 0
     for metric in ("dot", "ap"):
         r = result[result["method"].isin(keep)]
         text, ev = alignment_why(r, metric=metric, method=method)
@@ -177,9 +184,12 @@ def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
                      + (f"; at or below Random in layer(s) {_layers(low)}" if low else ""))
         bad = ev[ev["gap"] > 0]
         noise += [bool(z <= Z_NOISE) for z in bad["z"]]
+        ties += int(((ev["gap"] <= 0) & (-ev["z"] <= Z_NOISE)).sum())
         evs.append(ev.assign(metric=metric))
     verdict = ("every such layer is within noise" if noise and all(noise) else
-               "at least one is not" if noise else "no layer to explain")
+               "at least one is not" if noise else
+               f"no layer where another method leads; {ties} layer-metric lead(s) within noise "
+               "(ties)" if ties else "no layer to explain")
     return ("; ".join(parts) + "." + _alt("sampling noise", "the gap in standard errors (z)",
                                            verdict), pd.concat(evs))
 
