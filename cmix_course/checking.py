@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -290,3 +291,17 @@ def _check_normalised_row(res: CheckResult, got: np.ndarray | None, want: np.nda
         return True
     _report_diff(res, got, want, lambda ix: f"{label}, token j={ix[0]}", atol)
     return False
+
+
+def as_values(out, keys: Sequence[str]):
+    """A dict with ``keys`` or a sequence of ``len(keys)`` numbers -> a list in ``keys`` order.
+
+    Anything else is returned unchanged (``_call`` then reports what it could not read).
+    """
+    if isinstance(out, Mapping):
+        missing = [k for k in keys if k not in out]
+        if missing:
+            raise KeyError(f"your dict has no key(s) {missing}; return a dict with the keys "
+                           f"{list(keys)} or a tuple of {len(keys)} numbers in that order")
+        return [float(out[k]) for k in keys]
+    return out

@@ -7,12 +7,12 @@ normalisation, ties, natural logarithms, a forgotten first block) give different
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
 
-from .checking import CheckResult, _call, _close, _report_diff
+from .checking import CheckResult, _call, _close, _report_diff, as_values
 
 #: The three cue-alignment scores, in the order the reader's function returns them.
 ALIGNMENT_KEYS = ("dot", "ap", "probes_needed")
@@ -20,22 +20,8 @@ ALIGNMENT_KEYS = ("dot", "ap", "probes_needed")
 CODE_KEYS = ("codelength", "compression")
 
 
-def _as_values(out, keys: Sequence[str]):
-    """A dict with ``keys`` or a sequence of ``len(keys)`` numbers -> a list in ``keys`` order.
-
-    Anything else is returned unchanged (``_call`` then reports what it could not read).
-    """
-    if isinstance(out, Mapping):
-        missing = [k for k in keys if k not in out]
-        if missing:
-            raise KeyError(f"your dict has no key(s) {missing}; return a dict with the keys "
-                           f"{list(keys)} or a tuple of {len(keys)} numbers in that order")
-        return [float(out[k]) for k in keys]
-    return out
-
-
 def _values_call(res: CheckResult, fn: Callable, keys: Sequence[str], *args) -> np.ndarray | None:
-    got = _call(res, lambda *a: _as_values(fn(*a), keys), *args)
+    got = _call(res, lambda *a: as_values(fn(*a), keys), *args)
     if got is None:
         return None
     got = got.reshape(-1)

@@ -19,12 +19,11 @@ two inequalities on the reader's numbers and names the usual slips per number.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
 
-from .checking import CheckResult, _call, _close, _report_diff
+from .checking import CheckResult, _call, _close, _report_diff, as_values
 
 #: The three numbers, in the order the reader's function may return them as a tuple.
 KEYS = ("spread", "delta", "floor")
@@ -113,16 +112,6 @@ def mistakes(C: np.ndarray) -> dict[str, list[tuple[str, float]]]:
     }
 
 
-def _three_numbers(out):
-    if isinstance(out, Mapping):
-        missing = [k for k in KEYS if k not in out]
-        if missing:
-            raise KeyError(f"your dict has no key(s) {missing}; return a dict with the keys "
-                           f"{list(KEYS)} or a tuple of three numbers in that order")
-        return [float(out[k]) for k in KEYS]
-    return out
-
-
 def _consistent_cause(rows: list[tuple[np.ndarray, np.ndarray]], k: int) -> str | None:
     """The first cause of number ``KEYS[k]`` whose value equals the reader's in every case
     (``rows``: the map and the reader's three numbers)."""
@@ -149,7 +138,7 @@ def check_row_spread(student_fn: Callable, *, seed: int = 0,
         res.begin(label)
         want_d = reference_row_spread(C)
         want = np.array([want_d[k] for k in KEYS])
-        got = _call(res, lambda m: _three_numbers(student_fn(m)), C.copy())
+        got = _call(res, lambda m: as_values(student_fn(m), KEYS), C.copy())
         if got is None:
             break
         got = got.reshape(-1)

@@ -148,7 +148,8 @@ def test_each_solution_passes_the_hidden_seeds(ex_id, checker, answer, source):
 
     def spy(*args):
         seen.append([np.asarray(a.detach() if isinstance(a, torch.Tensor) else a, dtype=float).round(12).tobytes()
-                     for a in args if isinstance(a, (np.ndarray, torch.Tensor))])
+                     for a in args if isinstance(a, (np.ndarray, torch.Tensor, int, float))
+                     and not isinstance(a, bool)])      # sizes count: 9.3 draws n per seed
         return fn(*args)
 
     check(spy, seed=0, verbose=False)
