@@ -216,13 +216,14 @@ def test_an_example_item_is_told_apart_by_the_models_predictions(monkeypatch):
     from cmixlib.book.claims import status as S
 
     frame = pd.DataFrame([
-        {"item": "ALTI Tables 1, 3-9", "claim": "headline", "holds": False, "evidence": "e"},
+        {"item": "ALTI Tables 1, 3-9", "claim": "headline", "value": 1, "op": "==",
+         "expected": 3, "evidence": "e"},
         {"item": "ALTI Tables 1, 3-9", "claim": "Table 4: the classifier predicts positive",
-         "holds": True, "evidence": "positive"},
+         "value": "positive", "op": "==", "expected": "positive", "evidence": "positive"},
         {"item": "ALTI Tables 1, 3-9", "claim": "Table 8: the MLM picks 'appear' over "
-         "'appears'", "holds": False, "evidence": "p = 0.351"},
-        {"item": "VZ Table 1", "claim": "ana: the annotation marks exactly 'x'", "holds": True,
-         "evidence": "ours: x"}])
+         "'appears'", "value": 0.351, "op": ">", "expected": 0.5, "evidence": "p = 0.351"},
+        {"item": "VZ Table 1", "claim": "ana: the annotation marks exactly 'x'", "value": "x",
+         "op": "==", "expected": "x", "evidence": "ours: x"}])
     res = SimpleNamespace(result=frame)
     alti = S.example_alternative(res, "ALTI", "Tables 1, 3-9")
     assert "told apart by its predictions there: 1 of 2 as the paper says" in alti

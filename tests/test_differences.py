@@ -153,10 +153,12 @@ def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
     from cmixlib.book.claims import rules
 
     frame = pd.DataFrame([
-        {"item": "VZ Table 1", "claim": "head", "holds": True, "evidence": "e1", "headline": True},
-        {"item": "VZ Table 1", "claim": "other", "holds": False, "evidence": "e2",
-         "headline": False},
-        {"item": "VZ Figure 4", "claim": "head", "holds": True, "evidence": "e3", "headline": True},
+        {"item": "VZ Table 1", "claim": "head", "value": 5, "op": "==", "expected": 5,
+         "evidence": "e1", "headline": True},
+        {"item": "VZ Table 1", "claim": "other", "value": "hospitals", "op": "==",
+         "expected": "white hospitals", "evidence": "e2", "headline": False},
+        {"item": "VZ Figure 4", "claim": "head", "value": 0.998, "op": ">", "expected": 0.5,
+         "evidence": "e3", "headline": True},
     ])
     monkeypatch.setattr(rules, "run", lambda name: types.SimpleNamespace(result=frame))
     assert rules.TESTS["example_item"]("VZ Table 1").outcome == "holds"
@@ -165,3 +167,21 @@ def test_example_claims_read_the_named_row_or_the_headline(monkeypatch):
     o = rules.TESTS["example_all"]("VZ Table 1")
     assert o.outcome == "fails" and "0 of 1 hold" in o.ours
     assert rules.TESTS["example_item"]("VZ Figure 4", claim="nope").outcome == "not tested"
+
+
+def test_example_claims_are_decided_by_the_rule_from_the_runs_measurements():
+    """The paper-examples run measures (value, op, expected); the status page's rule decides,
+    alike for the run's own values and for those read back from its CSV."""
+    from cmixlib.book.claims.rules import example_holds
+
+    rows = [({"value": "pictures", "op": "==", "expected": "pictures"}, True),
+            ({"value": "hat", "op": "==", "expected": "pictures"}, False),
+            ({"value": 0.998, "op": ">", "expected": 0.5}, True),
+            ({"value": "0.351", "op": ">", "expected": "0.5"}, False),     # read from CSV
+            ({"value": 5, "op": "==", "expected": "5"}, True),
+            ({"value": 3.0, "op": "==", "expected": 3}, True),
+            ({"value": float("nan"), "op": "==", "expected": "white hospitals"}, False)]
+    for row, want in rows:
+        assert example_holds(row) is want, row
+    with pytest.raises(ValueError):
+        example_holds({"value": 1, "op": "<", "expected": 2})

@@ -92,9 +92,12 @@ def _top(tokens: list[str], v: np.ndarray, skip: int | None = None) -> str:
     return tokens[keep[int(np.argmax(np.asarray(v)[keep]))]]
 
 
-def _claim(item: str, claim: str, holds: bool, evidence: str) -> dict:
-    return {"item": item, "claim": claim, "holds": bool(holds), "evidence": evidence,
-            "headline": claim == EXAMPLE_HEADLINES[item]}
+def _claim(item: str, claim: str, value, op: str, expected, evidence: str) -> dict:
+    """One claim's measurement: ``value`` (what the run measured), ``op`` and ``expected``
+    (what the claim says it should be); whether it holds is decided by the status page's rules
+    (:func:`cmixlib.book.claims.rules.example_holds`), not here."""
+    return {"item": item, "claim": claim, "value": value, "op": op, "expected": expected,
+            "evidence": evidence, "headline": claim == EXAMPLE_HEADLINES[item]}
 
 
 def _vz_table1() -> list[dict]:
@@ -108,11 +111,13 @@ def _vz_table1() -> list[dict]:
         usable = rec["drop_reason"] is None
         nouns.append(usable and ex["cues"][-1] in cues)
         claims.append(_claim(item, f"{ex['uid']}: the annotation marks exactly "
-                                   f"'{' '.join(ex['cues'])}'", usable and cues == ex["cues"],
+                                   f"'{' '.join(ex['cues'])}'",
+                             " ".join(cues) if usable else "", "==", " ".join(ex["cues"]),
                              f"ours: {' '.join(cues) or rec['drop_reason']}"))
     found = "; ".join(f"{ex['uid']} {c['evidence'].removeprefix('ours: ')}"
                       for ex, c in zip(VZ_TABLE1, claims))
-    return [_claim(item, EXAMPLE_HEADLINES[item], all(nouns), found), *claims]
+    return [_claim(item, EXAMPLE_HEADLINES[item], int(sum(nouns)), "==", len(VZ_TABLE1),
+                   found), *claims]
 
 
 def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
@@ -129,18 +134,18 @@ def _vz_figure4(ctx: Context) -> tuple[list[dict], str]:
     grads = ["grad_x_input", "integrated_gradients", "deeplift"]
     above = [m for m in grads if rows[m][attractor] > rows[m][cue]]
     item = "VZ Figure 4"
+    vz_top = _top(tok, rows["value_zeroing_rollout"], t)
+    bo_top, att_top = _top(tok, rows["blank_out"], t), _top(tok, rows["attention_rollout"], t)
     claims = [
-        _claim(item, EXAMPLE_HEADLINES[item], _top(tok, rows["value_zeroing_rollout"], t)
-               == "pictures", f"top: {_top(tok, rows['value_zeroing_rollout'], t)}"),
-        _claim(item, "the model prefers the target 'were' over 'is'", p > 0.5, f"p = {p:.3f}"),
-        _claim(item, "blank-out's largest score is on 'pictures'",
-               _top(tok, rows["blank_out"], t) == "pictures",
-               f"top: {_top(tok, rows['blank_out'], t)}"),
+        _claim(item, EXAMPLE_HEADLINES[item], vz_top, "==", "pictures", f"top: {vz_top}"),
+        _claim(item, "the model prefers the target 'were' over 'is'", p, ">", 0.5,
+               f"p = {p:.3f}"),
+        _claim(item, "blank-out's largest score is on 'pictures'", bo_top, "==", "pictures",
+               f"top: {bo_top}"),
         _claim(item, "most gradient methods rank the attractor 'hat' above 'pictures'",
-               2 * len(above) > len(grads), f"{len(above)} of {len(grads)}"),
-        _claim(item, "attention rollout's largest weight is on [CLS]",
-               _top(tok, rows["attention_rollout"], t) == tok[0],
-               f"top: {_top(tok, rows['attention_rollout'], t)}"),
+               len(above), ">", len(grads) / 2, f"{len(above)} of {len(grads)}"),
+        _claim(item, "attention rollout's largest weight is on [CLS]", att_top, "==", tok[0],
+               f"top: {att_top}"),
     ]
     return claims, bundle.describe()
 
@@ -159,7 +164,8 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
     pos = [ex["tokens"].index(w) for w in ("179", "-", "on")]
     mean_rank = {m: float(_ranks(v)[pos].mean()) for m, v in rows.items()}
     claims.append(_claim(item, EXAMPLE_HEADLINES[item],
-                         all(mean_rank[m] < mean_rank["alti"] for m in _GRADIENTS_T1),
+                         sum(mean_rank[m] < mean_rank["alti"] for m in _GRADIENTS_T1), "==",
+                         len(_GRADIENTS_T1),
                          "mean rank " + ", ".join(f"{method_label(m)} {r:.1f}"
                                                   for m, r in mean_rank.items())))
     for sent in ALTI_TABLE_SENTENCES:
@@ -167,13 +173,13 @@ def _alti_tables(ctx: Context) -> tuple[list[dict], str]:
             ex = text_example(clf.tokenizer, sent["text"])
             got = LABELS["sst2"][int(predicted_classes(clf, [ex])[0])]
             claims.append(_claim(item, f"{sent['tables']}: the classifier predicts "
-                                       f"{sent['label']}", got == sent["label"], f"{got}"))
+                                       f"{sent['label']}", got, "==", sent["label"], f"{got}"))
         else:
             ex = text_example(mlm.tokenizer, sent["text"], target_word=sent["target"],
                               foil_word=sent["foil"])
             p = float(target_probabilities(mlm, [ex])[0])
             claims.append(_claim(item, f"{sent['tables']}: the MLM picks '{sent['target']}' "
-                                       f"over '{sent['foil']}'", p > 0.5, f"p = {p:.3f}"))
+                                       f"over '{sent['foil']}'", p, ">", 0.5, f"p = {p:.3f}"))
     return claims, f"sst2: {clf.describe()} | sva: {mlm.describe()}"
 
 
@@ -182,12 +188,13 @@ def example_claims(ctx: Context) -> dict[str, pd.DataFrame]:
     papers), with the models other experiments read, loaded with the settings given for them
     (one setting per experiment, the book run's settings,
     :class:`~cmixlib.book.runs.BookRun` ``borrows``; each merged with that experiment's
-    defaults): the fine-tuned MLM of
+    defaults), as measurements: what each claim is about (``value``) beside what the claim says
+    it is (``op``, ``expected``); the status page's rules decide whether it holds. The
+    fine-tuned MLM of
     ``vz-faithfulness`` (VZ Figure 4), the SST-2 classifier and pre-trained MLM of
     ``alti-table2`` with IG at ``alti-fig7-consistency``'s steps (ALTI Tables 1, 3-9). Frame
-    ``result``: item,
-    claim, holds, evidence, headline, model (the bundle's description; empty for the
-    annotation)."""
+    ``result``: item, claim, value, op, expected, evidence, headline, model (the bundle's
+    description; empty for the annotation)."""
     rows = [{**c, "model": ""} for c in _vz_table1()]      # no model: the annotation rules
     models = []
     for part in (_vz_figure4, _alti_tables):

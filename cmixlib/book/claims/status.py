@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pandas as pd
 
 from cmixlib.book.claims import claims_for
-from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, outcome_line,
+from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, example_holds,
+                                       outcome_line,
                                        table_verdict)
 from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
 from cmixlib.book.runs import run
@@ -102,7 +103,7 @@ def example_alternative(res, paper: str, item: str) -> str:
         return ("Alternative cause: another parse or other annotation rules than the authors' "
                 "(the paper names spaCy, not its model, version or rules); not told apart: "
                 "the run has no annotation of theirs beyond these examples.")
-    held = pred["holds"].astype(bool)
+    held = pred.apply(example_holds, axis=1).astype(bool)
     wrong = "; ".join(f"not: {c} ({e})" for c, e in zip(pred.loc[~held, "claim"],
                                                         pred.loc[~held, "evidence"]))
     return (f"Alternative cause: the model does not do the task on these sentences; told apart "
