@@ -70,7 +70,7 @@ book-clean:
 # Coursework (the package cmix_course, book/instructors.md): the student edition
 # (editions/student/, committed; solutions, model answers and grading notes removed by
 # nbconvert's TagRemovePreprocessor) and the instructor edition (_build/editions/instructor/) of
-# chapters 2-14 and 16, from the tagged chapter notebooks.
+# chapters 2-16, from the tagged chapter notebooks.
 editions: $(STAMP)
 	$(PY) -m cmix_course editions
 

@@ -77,6 +77,12 @@ Exercises and their checkers
     ``fn(scores, tokens) -> float``: chapter 12's special-token rank (ALTI Figure 6) of one row.
 ``check_anisotropy(fn)``
     ``fn(T) -> (r,)``: chapter 12's mean pairwise cosine of each query's transformed vectors.
+``check_word_map(fn)``
+    ``fn(C, word_ids) -> (m, m)``: chapter 15's word map of a token map (what a word receives
+    averaged over its pieces, what it gives summed).
+``check_row_entropy(fn)``
+    ``fn(C) -> (n,)``: chapter 15's entropy (nats) of every row of a map, a summary of how
+    focused a method is.
 ``check_causal_rollout(fn)``
     ``fn(maps) -> (L, n, n)``: chapter 16's rollout of causal maps that hold the residual (rows
     normalised, no identity; lower-triangular, rows summing to 1).
@@ -90,6 +96,8 @@ The checkers: :mod:`.checking` (the report and comparison helpers shared by ever
 :mod:`.bias_exercises` (chapter 5: the value bias), :mod:`.ratio_exercises` (chapter 4: the
 context-mixing ratio), :mod:`.spread_exercises` (chapter 6: how alike a map's rows are), :mod:`.ig_exercises` (chapter 8:
 integrated gradients), :mod:`.norm_exercises` (chapter 4: N-ResLN),
+:mod:`.word_exercises` and :mod:`.entropy_exercises` (chapter 15: a token map aggregated
+to words, the entropy of a row),
 :mod:`.saliency_exercises` (chapters 13, 14: maps against saliency, blank-out),
 :mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
 :mod:`.chance_exercises` (chapters 9, 10: the random row's scores, the label-frequency code),
@@ -116,6 +124,8 @@ from .decoder_exercises import (check_causal_rollout, check_logit_explanation,
                                 reference_causal_rollout, reference_logit_explanation)
 from .chance_exercises import (check_prior_code, check_random_baselines, reference_prior_code,
                                reference_random_baselines)
+from .word_exercises import check_word_map, reference_word_map
+from .entropy_exercises import check_row_entropy, reference_row_entropy
 from .flow_exercises import check_attention_flow, reference_flow
 from .ig_exercises import check_integrated_gradients, reference_integrated_gradients
 from .method_exercises import (check_alti_row, check_grad_x_input, check_nenc, check_rollout,
@@ -137,4 +147,6 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "reference_mixing_ratio", "check_row_spread", "reference_row_spread",
            "check_causal_rollout", "check_logit_explanation", "reference_causal_rollout",
            "reference_logit_explanation", "check_random_baselines",
-           "reference_random_baselines", "check_prior_code", "reference_prior_code"]
+           "reference_random_baselines", "check_prior_code", "reference_prior_code",
+           "check_word_map", "reference_word_map", "check_row_entropy",
+           "reference_row_entropy"]

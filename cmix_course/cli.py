@@ -83,7 +83,7 @@ def site_command(html_dir: str, no_solutions: str | None) -> int:
         print(f"site without solutions: {no_solutions} ({n} solution blocks removed)")
     else:
         changed = serve_student_edition(html_dir)
-        print(f"download and Colab buttons of chapters 2-14 and 16 serve the student "
+        print(f"download and Colab buttons of chapters 2-16 serve the student "
               f"edition ({len(changed)} files changed)")
     return 0
 
@@ -104,7 +104,7 @@ def build_parser(prog: str = "python -m cmix_course") -> argparse.ArgumentParser
 
 def add_editions(sub) -> None:
     eds = sub.add_parser("editions", help="write the student and instructor editions of "
-                                          "chapters 2-14 and 16")
+                                          "chapters 2-16")
     eds.add_argument("--check", action="store_true", help="only check the exercise format")
 
 

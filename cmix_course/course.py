@@ -28,7 +28,7 @@ def colab_url(name: str, edition_dir: Path = STUDENT_DIR, branch: str = "main") 
 
 
 def chapters(root: str | Path = ".") -> pd.DataFrame:
-    """One row per chapter with exercises (2-14 and 16): number, file, title, minutes,
+    """One row per chapter with exercises (2-16): number, file, title, minutes,
     objectives, prerequisites, exercise counts by kind and the student edition's Colab link."""
     import nbformat
 
@@ -48,7 +48,7 @@ def chapters(root: str | Path = ".") -> pd.DataFrame:
 
 
 def exercise_table(root: str | Path = ".") -> pd.DataFrame:
-    """One row per exercise of chapters 2-14 and 16: id, chapter, kind, title, difficulty (stars),
+    """One row per exercise of chapters 2-16: id, chapter, kind, title, difficulty (stars),
     setting, minutes, points and how it is graded (the checker's name with its hidden tests, or
     by hand against the model answer)."""
     import nbformat

@@ -61,10 +61,10 @@ DIFFICULTIES = (1, 2, 3)
 #: Hidden tests of a computational exercise when its grading notes do not say: one fixed
 #: checker seed and two seeds drawn anew for each grading batch (randomised inputs).
 DEFAULT_TESTS = {"visible": [0], "hidden": [7], "random": 2}
-#: Chapters that must carry exercises (file-name prefixes): 2-14 and the decoders' chapter 16
-#: (chapter 15, the explorer, has none yet). The editions, the grader, the instructors' page
+#: Chapters that must carry exercises (file-name prefixes): 2-16, the explorer (15) and the
+#: decoders (16) included. The editions, the grader, the instructors' page
 #: and the site's student-edition buttons all take their chapters from here.
-EXERCISE_CHAPTERS = (*range(2, 15), 16)
+EXERCISE_CHAPTERS = tuple(range(2, 17))
 #: The committed student edition (Colab links point here) and the default instructor folder.
 STUDENT_DIR = Path("editions") / "student"
 INSTRUCTOR_DIR = Path("_build") / "editions" / "instructor"
@@ -343,7 +343,7 @@ def instructor_edition(nb, source_name: str = ""):
 
 
 def chapter_notebooks(root: str | Path = ".") -> list[Path]:
-    """The chapter notebooks that carry exercises (:data:`EXERCISE_CHAPTERS`: 2-14 and 16), in
+    """The chapter notebooks that carry exercises (:data:`EXERCISE_CHAPTERS`: 2-16), in
     order."""
     paths = sorted(Path(root, "notebooks").glob("*.ipynb"))
     return [p for p in paths if chapter_number(p) in EXERCISE_CHAPTERS]
@@ -351,7 +351,7 @@ def chapter_notebooks(root: str | Path = ".") -> list[Path]:
 
 def write_editions(root: str | Path = ".", student_dir: str | Path | None = None,
                    instructor_dir: str | Path | None = None) -> dict[str, list[Path]]:
-    """Write both editions of every chapter 2-14 and 16 (refuses a chapter with format
+    """Write both editions of every chapter 2-16 (refuses a chapter with format
     problems)."""
     import nbformat
 

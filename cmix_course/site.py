@@ -1,7 +1,7 @@
 """The built book, as students get it (run by ``make book`` after Jupyter Book, and by
 ``make book-student``).
 
-:func:`serve_student_edition` makes the buttons of chapters 2-14 and 16 (the chapters with
+:func:`serve_student_edition` makes the buttons of chapters 2-16 (the chapters with
 exercises, :data:`cmix_course.editions.EXERCISE_CHAPTERS`) hand out the student
 edition: Jupyter Book's download button serves ``_build/html/_sources/notebooks/<chapter>.ipynb``,
 a copy of the chapter's source with its solutions and grading notes, which is replaced by
@@ -27,7 +27,7 @@ COLAB = re.compile(r"(https://colab\.research\.google\.com/github/[^\"'\s<>]+?/b
 
 
 def serve_student_edition(html_dir: str | Path, root: str | Path = ".") -> list[Path]:
-    """Point the download and Colab buttons of chapters 2-14 and 16 at the student edition; returns
+    """Point the download and Colab buttons of chapters 2-16 at the student edition; returns
     the files changed. Chapters without a student edition are left alone."""
     html_dir, root = Path(html_dir), Path(root)
     changed = []
@@ -138,7 +138,7 @@ def reindex(html_dir: str | Path, pages: dict[str, str]) -> bool:
 
 def strip_solutions(html_dir: str | Path, out_dir: str | Path, root: str | Path = ".") -> int:
     """Copy the site ``html_dir`` to ``out_dir`` without solutions (the chapter pages of
-    chapters 2-14 and 16 stripped, their downloads and Colab links the student edition), the
+    chapters 2-16 stripped, their downloads and Colab links the student edition), the
     instructors' page replaced by a stub (its source too) and the search index rewritten
     for the changed pages (:func:`reindex`); returns the number of solution blocks removed."""
     html_dir, out_dir = Path(html_dir), Path(out_dir)

@@ -1,5 +1,5 @@
 """No false positives, on the real artifacts: for every computational exercise of the
-chapters with exercises (2-14 and 16), (a) the instructor's solution pasted into the committed
+chapters with exercises (2-16), (a) the instructor's solution pasted into the committed
 student edition (its real setup cell and all) and (b) a second honest solution in another
 style (other names, loops instead of vectorised code, locals that shadow the notebook's
 variables such as ``maps``, ``m``, ``model``, ``ex``) both get full marks from ``python -m cmix_course grade``'s code path
@@ -161,6 +161,17 @@ def my_flow(maps, i, j, add_identity):
         b = float((T[i, i] ** 2).sum().sqrt())
         ratios.append(a / (a + b))
     return np.array(ratios)''',
+    "my_word_map": '''def my_word_map(C, word_ids):
+    C = np.asarray(C, dtype=float)
+    starts = [i for i, w in enumerate(word_ids)
+              if i == 0 or w is None or word_ids[i - 1] is None or w != word_ids[i - 1]]
+    bounds = list(zip(starts, starts[1:] + [len(word_ids)]))   # each word's pieces a..b-1
+    return np.array([[C[a:b, c:d].sum() / (b - a) for c, d in bounds]
+                     for a, b in bounds])''',
+    "my_row_entropy": '''from scipy.special import xlogy
+
+def my_row_entropy(C):
+    return np.array([-xlogy(row, row).sum() for row in np.asarray(C, dtype=float)])''',
     "my_row_spread": '''def my_row_spread(C):
     rows = [list(map(float, r)) for r in C]
     n = len(rows)
