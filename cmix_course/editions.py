@@ -14,9 +14,9 @@ The cells of one exercise, in order (tags in brackets)::
 version, compared with the library), that code comes *after* the exercise: the code cell has the
 metadata ``cmix = {"worked": "<exercise id>"}`` and the tag ``hide-input`` (folded on the site;
 both editions keep it). :func:`check_notebook` refuses a worked cell above or inside its
-exercise, or unfolded, and :func:`answer_leaks` lists every code cell of an edition that shows a
-computational exercise's answer above it (a function named like the answer or like a function
-of its worked cells, or one of its worked cells); see :mod:`.worked`.
+exercise, or unfolded, and :func:`~cmix_course.worked.answer_leaks` lists every code cell of
+an edition that shows a computational exercise's answer above it (a function named like the
+answer or like a function of its worked cells, or one of its worked cells); see :mod:`.worked`.
 
 The statement's heading is ``### Exercise <id> (<kind>): <title>``, and its second line shows
 the difficulty (★ to ★★★), the expected minutes and the points

@@ -209,7 +209,7 @@ def run_submission(nb, spec: dict, *, timeout: float = 600, cell_timeout: float 
     """Run the submission ``nb`` (outputs cleared) in a sandboxed kernel (:mod:`.sandbox`),
     then the instructor's tests in this process (:mod:`.harness`); return the executed
     notebook, the test records by exercise id and notes (cells that timed out).
-    ``only``: run just this code (quick grading, :func:`scan.needed_code`)."""
+    ``only``: run just this code (quick grading, :func:`cmix_course.scan.needed_code`)."""
     import shutil
 
     from . import harness
@@ -375,7 +375,7 @@ def grade_submission(path: str | Path, assignment: str | Path | None = None, *,
     """Grade one submitted notebook (see the module docstring); never raises on a bad
     submission. ``assignment``: the instructor's copy (default: found by
     ``find_assignment`` under ``root``). ``random_seeds``: the batch's random checker seeds
-    (default: drawn now). ``answers_only``: quick grading (:func:`scan.needed_code`).
+    (default: drawn now). ``answers_only``: quick grading (:func:`cmix_course.scan.needed_code`).
     ``cache``: a result cache for the kernel (trusted notebooks only, see :mod:`.sandbox`)."""
     import nbformat
 

@@ -7,7 +7,7 @@ The grading notes' metadata (``cmix.rubric`` of the grading cell, read by
                "causes": {"<part of a likely cause>": points, ...}}
 
 ``cases``: a checker's test cases are labelled (``check_rollout``'s "random maps,
-add_identity=False", ...; :attr:`cmix_course.checking.CheckResult.cases`). An entry earns its
+add_identity=False", ...; :attr:`cmix_course.CheckResult.cases`). An entry earns its
 points when, in **every** test the grader ran (the visible seed, the hidden ones, the batch's
 random ones), at least one case whose label contains the key was run and every such case
 matched the reference. The entries' points add up to the exercise's points.

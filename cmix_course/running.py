@@ -17,7 +17,7 @@ def execute(nb, cwd: str | Path, quick: bool = False, timeout: int = 900, *,
     (the kernel inherits this process's environment, restored afterwards). ``cell_timeout``:
     a function of the cell giving its time limit (else ``timeout`` for every cell);
     ``interrupt_on_timeout``: interrupt a cell past its limit and go on (else raise).
-    ``client_options`` go to :class:`nbclient.NotebookClient` (hooks, ``skip_cells_with_tag``)."""
+    ``client_options`` go to ``nbclient.NotebookClient`` (hooks, ``skip_cells_with_tag``)."""
     from nbclient import NotebookClient
 
     old = dict(os.environ)

@@ -1,7 +1,7 @@
 """The student's side of grading: a kernel in its own process, folder and environment.
 
 A submission runs in a fresh ``python3`` kernel (its own process, started by
-:mod:`jupyter_client` through :mod:`nbclient`) whose
+``jupyter_client`` through ``nbclient``) whose
 
 * **folder** is a new temporary directory outside the repository (``cmix-sandbox-*`` under
   the system's temporary folder): ``work/`` (the kernel's working directory), ``home/`` (its
@@ -204,8 +204,8 @@ class CallFailed(BaseException):
 class Kernel:
     """A running kernel for one submission: :meth:`run_notebook`, then :meth:`call`.
 
-    ``wrapper``: the command the kernel is started under (default :func:`namespace_wrapper`;
-    ``[]`` for local mode)."""
+    ``wrapper``: the command the kernel is started under (default
+    :func:`cmix_course.isolation.namespace_wrapper`; ``[]`` for local mode)."""
 
     def __init__(self, nb, box: Sandbox, *, timeout: float, cell_timeout: float,
                  wrapper: list[str] | None = None):

@@ -34,7 +34,7 @@ FORMAT = "cmixlib.MixingResult/1"
 #: (as pandas finds its plotting backend): the views are presentation
 #: (:mod:`cmixlib.plotting`), which no computing module imports, and need the ``plot`` extra.
 VIEWS = "cmixlib.plotting.result_views"
-#: The types an entry of :attr:`MixingResult.extras` may have (saved field by field).
+#: The types an entry of ``MixingResult.extras`` may have (saved field by field).
 EXTRA_TYPES = {"AltiLogit": AltiLogit}
 
 
@@ -120,8 +120,8 @@ class MixingResult(dict):
         (L, n, n) (for attention that is the per-layer map; for N, ALTI and Value Zeroing it is
         the heads' average, not the per-layer method).
 
-        The :attr:`extras` are not carried over (their terms are per token and per layer of the
-        whole result). ``words=True`` needs :attr:`word_ids` (a result of raw text with a fast tokenizer); a
+        The ``extras`` are not carried over (their terms are per token and per layer of the
+        whole result). ``words=True`` needs ``word_ids`` (a result of raw text with a fast tokenizer); a
         result of ids is refused (:class:`~cmixlib.InputError`) rather than guessed from token
         strings."""
         out = {k: np.asarray(v) for k, v in self.items()}

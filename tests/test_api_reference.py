@@ -219,6 +219,14 @@ def test_short_docstring_references_find_the_nearest_documented_object():
             == "cmixlib.gradients.captum_methods.GRADIENT_METHODS")
     assert xref.nearest_object(objects, "load_sva", "cmixlib.data", data) is None     # wrong kind
     assert xref.nearest_object(objects, "no_such_name", "cmixlib", None) is None
+    # unresolved: another library's object, a built-in (a type alias's ``alias of int | None``)
+    # or a private helper is plain code; a cmixlib path or an unknown name stays a dead link
+    for target, kind in [("torch.Tensor", "func"), ("int", "class"), ("None", "obj"),
+                         ("builtins.str", "class"), ("_helper", "func"), ("x._y", "func")]:
+        assert xref.is_plain_code(target, kind), target
+    for target, kind in [("cmixlib.no_such_name", "func"), ("no_such_name", "class"),
+                         ("cmixlib._private", "func"), ("print", "func")]:
+        assert not xref.is_plain_code(target, kind), target
 
 
 def test_api_pages_show_short_type_names_and_no_long_values():

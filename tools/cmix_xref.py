@@ -8,6 +8,8 @@ stays dead and ``tools/check_site.py`` reports it.
 """
 from __future__ import annotations
 
+import builtins
+
 from docutils import nodes
 from sphinx.util.nodes import make_refnode
 
@@ -19,6 +21,9 @@ OBJ_TYPES = {"func": ("function", "method", "staticmethod", "classmethod"),
 EXTERNAL = {"torch", "nn", "numpy", "np", "scipy", "sklearn", "pandas", "pd", "transformers", "captum",
             "datasets", "matplotlib", "spacy", "networkx", "IPython", "ipywidgets", "nbformat",
             "nbconvert", "typing", "collections", "pathlib", "json", "os", "re", "warnings"}
+#: Python's built-in names (``int``, ``str``, ``None``, ...): autodoc writes a type alias's
+#: ``alias of int | None`` with references to them, which no page of this offline book documents.
+BUILTINS = {name for name in dir(builtins) if not name.startswith("_")}
 
 
 def _shared_prefix(a: str, b: str) -> int:
@@ -43,6 +48,18 @@ def nearest_object(objects: dict, target: str, modname: str | None, kinds) -> st
         return None
     here = modname or "cmixlib"
     return min(found, key=lambda name: (-_shared_prefix(name, here), name.count("."), name))
+
+
+def is_plain_code(target: str, reftype: str = "obj") -> bool:
+    """Whether an unresolved ``target`` is shown as plain code rather than a dead link: another
+    library's object (:data:`EXTERNAL`), a private helper (``_name``) or, as a type (the
+    ``class``/``obj`` references autodoc writes in signatures and aliases), a built-in
+    (:data:`BUILTINS`); never a ``cmixlib`` path. A docstring writes built-ins as literals."""
+    target = target.lstrip(".~")
+    if target.startswith("cmixlib"):
+        return False
+    return (target.split(".")[-1].startswith("_") or target.split(".")[0] in EXTERNAL
+            or (reftype in ("class", "obj") and target.removeprefix("builtins.") in BUILTINS))
 
 
 def plain_literal(contnode):
@@ -73,9 +90,9 @@ def missing_reference(app, env, node, contnode):
                               kinds)
     if name is None:
         # Other libraries' objects (torch, numpy, scipy, ...: the book builds offline, without
-        # intersphinx) and private helpers (``_name``) are not on the API pages: plain code.
-        if not target.startswith("cmixlib") and (target.split(".")[-1].startswith("_")
-                                                 or target.split(".")[0] in EXTERNAL):
+        # intersphinx), built-ins and private helpers (``_name``) are not on the API pages:
+        # plain code.
+        if is_plain_code(target, reftype):
             return plain_literal(contnode)
         return None
     entry = domain.objects[name]

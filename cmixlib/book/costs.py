@@ -10,7 +10,7 @@ weighted sum):
     \\phi(n) = 2n\\,(4d^2 + 2df) + 4n^2 d, \\qquad F(n) = L\\,\\phi(n)
 
 for a forward pass of ``L`` layers. A book run is a sum of three kinds of work per sentence
-(:data:`RUN_WORK`, read from each run's methods and settings):
+(:class:`Work`, read from each run's methods and settings):
 
 * ``passes``: forward-pass equivalents (a gradient costs 3: forward + backward; Integrated
   Gradients with ``s`` steps costs ``3 s``), :math:`k\\,F(n)`;
@@ -57,7 +57,8 @@ __all__ = ["ModelSize", "MODEL_SIZES", "DATA_TOKENS", "Work", "run_flops", "fit_
            "predict", "device_scale", "gemm_flops", "loadable", "human", "ANNOUNCE_ABOVE_S",
            "BUILD_GEMM_FLOPS", "QUICK_SWITCH"]
 
-#: Runs estimated above this many seconds are announced before they start (:func:`announce_run`).
+#: Runs estimated above this many seconds are announced before they start
+#: (:func:`cmixlib.book.runs.announce`).
 ANNOUNCE_ABOVE_S = 60.0
 #: The one-line switch to quick mode (:func:`cmixlib.book.notebook.quick_mode`).
 QUICK_SWITCH = "import os; os.environ['CMIX_QUICK'] = '1'   (or CMIX_QUICK=1 in the shell)"

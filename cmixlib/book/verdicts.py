@@ -43,11 +43,11 @@ NO_CLAIM = "no claim to test"
 #: The mark of a verdict on another model than the paper's (:func:`with_model_condition`).
 OTHER_MODEL = " (other model)"
 _BASE = ("reproduced", "same ranking", "same direction", "too few methods", "differs")
+_CLAIM_WORDS = ("claims hold", "headline holds", "most claims hold", "not decided", "reversed")
 #: The verdict vocabulary of the reproduction status: the ranking words (tables of numbers) best
 #: first, then the claim words (:func:`claims_verdict`, :mod:`cmixlib.book.claims.rules`); every
 #: assessed verdict but "reproduced" has an "(other model)" form (the run's model is not the
 #: paper's).
-_CLAIM_WORDS = ("claims hold", "headline holds", "most claims hold", "not decided", "reversed")
 VERDICTS = tuple(w for b in _BASE + _CLAIM_WORDS
                  for w in ((b,) if b == "reproduced" else (b, b + OTHER_MODEL))) + ("not run",)
 #: "same ranking": Spearman of our values with the paper's over the methods at least this (and

@@ -23,8 +23,8 @@ of the module that produces ``hidden_states[ℓ]``.
 :func:`cmixlib.forward.encoder.record_layer_calls`), then the head at the target position only:
 :math:`f(h_\ell) = \mathrm{score}(\mathrm{block}_{L-1} \circ \dots \circ
 \mathrm{block}_\ell(h_\ell))`, the last block's FFN at the target row only
-(:func:`.target_rows.target_row_ffn`). Every call checks it against the model's own logits
-(:func:`check_tail`, on the batch's first row). For a classifier the whole model runs with
+(``target_rows.target_row_ffn``). Every call checks it against the model's own logits
+(``check_tail``, on the batch's first row). For a classifier the whole model runs with
 ``hidden_states[ℓ]`` replaced by :math:`h_\ell` (heads differ too much between architectures to
 call them directly).
 """

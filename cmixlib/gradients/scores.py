@@ -3,7 +3,7 @@ model's real forward and returns each row's :func:`~cmixlib.gradients.targets.ta
 computed only where it is needed: an MLM from the final hidden state of the target position only,
 :math:`\lambda_t = \mathrm{transform}(o_{pos})\cdot W_t + b_t` (:func:`mlm_score`), a classifier
 from its logits (:func:`class_score`); the last block's FFN may run at the scored row only
-(:mod:`cmixlib.gradients.target_rows`). :func:`target_tensors` gives its extra arguments.
+(``cmixlib.gradients.target_rows``, internal). :func:`target_tensors` gives its extra arguments.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class ScoreModule(nn.Module):
     ``("token_type_ids",)``), passed to the model's forward (captum expands them with the batch
     as it does the mask); ``score`` overrides the targets' score kind (blank-out: ``"prob"``).
     ``target_rows_only``: the last block's FFN runs at the scored row only
-    (:func:`.target_rows.target_row_ffn`; exact, for heads that read only that row)."""
+    (``target_rows.target_row_ffn``; exact, for heads that read only that row)."""
 
     def __init__(self, model: nn.Module, targets: Sequence[Target], score: str | None = None,
                  target_rows_only: bool = False, extra_names: Sequence[str] = ()):

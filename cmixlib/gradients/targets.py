@@ -5,10 +5,10 @@ Notation as in the book's conventions page: logits :math:`\lambda`, the explaine
 
 Owns :class:`MLMTarget`, :class:`ClassTarget`, :func:`target_score` (:math:`\phi` from full
 logits), :func:`target_probability` (blank-out's :math:`P(t \mid w)`), :func:`resolve_target`,
-:func:`special_positions`, :func:`token_id`, and the batch validation every method of
-:mod:`cmixlib.gradients` runs (:func:`prepare_batch`, :func:`single_sequence`,
-:func:`attribution_errors`). The same :math:`\phi` as the forward function captum differentiates
-is :class:`cmixlib.gradients.scores.ScoreModule`.
+:func:`special_positions`, ``token_id``, and the batch validation every method of
+:mod:`cmixlib.gradients` runs (``prepare_batch``, ``single_sequence``, ``attribution_errors``;
+internal). The same :math:`\phi` as the forward function captum differentiates is
+:class:`cmixlib.gradients.scores.ScoreModule`.
 
 * :class:`MLMTarget` (``*ForMaskedLM``), at token ``position`` with logits :math:`\lambda`:
   ``"logit"``: :math:`\phi = \lambda_t`; ``"logit_diff"``: :math:`\phi = \lambda_t - \lambda_f`;

@@ -83,6 +83,7 @@ def spearman_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 1.0 - rho
 
 
+#: Each distance of :data:`DISTANCES` by name -> its function ``(a, b) -> distance``.
 DISTANCE_FUNCTIONS = {"cosine": cosine_distance, "euclidean": euclidean_distance, "spearman": spearman_distance}
 
 

@@ -41,6 +41,7 @@ class OfflineModel:
     tasks: tuple[str, ...]
 
 
+#: The offline models by key -> :class:`OfflineModel`.
 OFFLINE_MODELS = {
     "smollm2": OfflineModel("smollm2", SMOLLM2_HUB, "SmolLM2-135M-Instruct", "causal-lm",
                             ("causal-lm", "base", "sequence-classification")),

@@ -23,6 +23,7 @@ from cmixlib.cache import cache_root, file_sha256
 
 #: Bump to invalidate every conversion written by an older version of this module.
 FORMAT_VERSION = "1"
+#: The file of a cache folder that records its key, format and kind.
 MANIFEST = "cmix-offline-manifest.json"
 CACHE_SUBDIR = "offline_models"
 

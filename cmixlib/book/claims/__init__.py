@@ -6,7 +6,8 @@ its text that the book tests: the verbatim quote, where it is (section or captio
 (methods, layers, tasks, metric, model condition) and the id of the test that decides it
 (:data:`cmixlib.book.claims.rules.TESTS`). One claim per item is the item's headline (``"headline":
 true``): the paper's main claim about it, which the item's verdict weights
-(:func:`cmixlib.book.claims.rules.item_verdict`).
+(:func:`cmixlib.book.claims.rules.claims_verdict`,
+:func:`cmixlib.book.claims.rules.table_verdict`).
 
 Every quote is checked against the papers' texts (:func:`quote_in_text`, tests/test_claims.py):
 only whitespace and hyphenated line breaks are normalised. The texts live beside the clone in

@@ -65,6 +65,7 @@ def fig3_claims(result: pd.DataFrame, threshold: float = FIG3_ISOTROPY_THRESHOLD
     return pd.Series(claims)
 
 
+#: Figures 8-10's headline claim, the key of its outcome in :func:`figs8_10_claims`.
 FIGS8_10_HEADLINE = "attention rollout's last-layer rows are more homogeneous than ALTI's"
 
 

@@ -26,7 +26,9 @@ __all__ = ["TABLE2_METHODS", "FIG3_HEADLINE", "TABLE2_HEADLINE", "FIG1_SENTENCES
 
 #: GlobEnc's Table 2 methods (N, N-Res, N-Enc), in the book's names.
 TABLE2_METHODS = ("attn_norm", "attn_norm_res", "globenc_layer")
+#: Figure 3's headline claim (its caption), the key of its outcome in :func:`fig3_claims`.
 FIG3_HEADLINE = "N-Enc has the highest correlation in almost every layer"
+#: Table 2's headline claim, the key of its outcome in :func:`table2_claims`.
 TABLE2_HEADLINE = ("rollout correlates more than the single layer at the last layer, for N, "
                    "N-Res and N-Enc")
 #: Figure 1's sentences and the sentiment word the text names for each.

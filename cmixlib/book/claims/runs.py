@@ -120,6 +120,11 @@ def _mlm_accuracy(condition: str) -> str:
 
 
 def status_row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -> dict:
+    """The common columns of a status row for result ``res``: ``verdict`` (the pair verdict,
+    detail), the paper's value and ours as given, the models that ran (:func:`short_models`),
+    the run's size beside the paper's (:data:`PAPER_RUN_SIZES`) and the accuracy (a Value
+    Zeroing run: the MLM's BLiMP agreement accuracy beside the paper's; else
+    :func:`accuracies`)."""
     exp = res.meta.get("experiment", "")
     cond = (res.meta.get("settings") or {}).get("condition")
     acc = (_mlm_accuracy(cond) if exp.startswith("vz-") and cond in CONDITION_LABELS
