@@ -75,6 +75,9 @@ Exercises and their checkers
     ``fn(s_method, s_bo, t) -> float``: chapter 11's Spearman of one example with blank-out.
 ``check_special_rank(fn)``
     ``fn(scores, tokens) -> float``: chapter 12's special-token rank (ALTI Figure 6) of one row.
+``check_identity_rollout(fn)``
+    ``fn(maps, i) -> (L, n)``: chapter 11's row i of the rollout of ½C + ½I up to each layer
+    (its self weight is at least 2^-l).
 ``check_anisotropy(fn)``
     ``fn(T) -> (r,)``: chapter 12's mean pairwise cosine of each query's transformed vectors.
 ``check_word_map(fn)``
@@ -83,6 +86,9 @@ Exercises and their checkers
 ``check_row_entropy(fn)``
     ``fn(C) -> (n,)``: chapter 15's entropy (nats) of every row of a map, a summary of how
     focused a method is.
+``check_raw_cls_row(fn)``
+    ``fn(norm_maps, row_sums) -> (L, n)``: chapter 13's [CLS] row of GlobEnc's raw rollout,
+    rebuilt from the row-normalised maps and their row sums.
 ``check_causal_rollout(fn)``
     ``fn(maps) -> (L, n, n)``: chapter 16's rollout of causal maps that hold the residual (rows
     normalised, no identity; lower-triangular, rows summing to 1).
@@ -102,7 +108,8 @@ to words, the entropy of a row),
 :mod:`.evaluation_exercises` (chapters 9, 10: cue alignment, online codelength),
 :mod:`.chance_exercises` (chapters 9, 10: the random row's scores, the label-frequency code),
 :mod:`.faithfulness_exercises` (chapters 11, 12: faithfulness to blank-out, special-token
-ranks, anisotropy), :mod:`.decoder_exercises` (chapter 16: the causal rollout, ALTI-Logit's
+ranks, anisotropy), :mod:`.rollout_variant_exercises` (chapters 11, 13: rollout with the
+identity, the raw rollout's row sums), :mod:`.decoder_exercises` (chapter 16: the causal rollout, ALTI-Logit's
 explanation).
 """
 from .checking import CheckResult
@@ -117,6 +124,9 @@ from .evaluation_exercises import (check_cue_alignment, check_online_codelength,
 from .faithfulness_exercises import (check_anisotropy, check_faithfulness, check_special_rank,
                                      reference_anisotropy, reference_faithfulness,
                                      reference_special_rank)
+from .rollout_variant_exercises import (check_identity_rollout, check_raw_cls_row,
+                                        reference_identity_rollout_row,
+                                        reference_raw_cls_row)
 from .bias_exercises import check_value_bias, reference_value_bias
 from .ratio_exercises import check_mixing_ratio, reference_mixing_ratio
 from .spread_exercises import check_row_spread, reference_row_spread
@@ -149,4 +159,6 @@ __all__ = ["CheckResult", "check_cls_spearman", "check_blank_out", "reference_cl
            "reference_logit_explanation", "check_random_baselines",
            "reference_random_baselines", "check_prior_code", "reference_prior_code",
            "check_word_map", "reference_word_map", "check_row_entropy",
-           "reference_row_entropy"]
+           "reference_row_entropy",
+           "check_identity_rollout", "reference_identity_rollout_row", "check_raw_cls_row",
+           "reference_raw_cls_row"]

@@ -337,6 +337,25 @@ def my_blank_out(model, ids, pos, t_id, f_id, r_id):
         x[0, j] = r_id
         out.append(float(base - margin(x)))
     return out''',
+    "my_identity_rollout_row": '''def my_identity_rollout_row(maps, i):
+    n = len(maps[0])
+    R = np.eye(n)
+    out = []
+    for m in maps:
+        step = np.array(m, dtype=float) / 2
+        step[np.diag_indices(n)] += 0.5
+        R = step.dot(R)
+        out.append(R[i, :])
+    return np.array(out)''',
+    "my_raw_cls_row": '''def my_raw_cls_row(norm_maps, row_sums):
+    L, n = len(norm_maps), len(norm_maps[0])
+    out = []
+    for top in range(L):
+        v = row_sums[top][0] * np.array(norm_maps[top][0], dtype=float)   # e_0 D C~
+        for below in range(top - 1, -1, -1):
+            v = (v * np.array(row_sums[below], dtype=float)) @ np.array(norm_maps[below])
+        out.append(v)
+    return np.vstack(out)''',
 }
 
 
