@@ -186,7 +186,7 @@ def describe_alignment_by_paradigm(by_paradigm: pd.DataFrame, drops: pd.DataFram
 def describe_logit_parts(parts: pd.DataFrame, model: str) -> str:
     """ALTI-Logit's remainder in words. Rule, over the rows of ``logit_parts`` (one per example:
     the logit difference, the part the explanation gives to tokens, the remainder left to MLPs
-    and biases): the mean of |remainder| / (|tokens| + |remainder|), its range, and the share
+    and biases): the mean of ``|remainder| / (|tokens| + |remainder|)``, its range, and the share
     of examples where the remainder is larger in magnitude than the tokens' part."""
     if not len(parts):
         return f"In {model}, no example was explained."

@@ -170,7 +170,7 @@ def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
     metrics the paper plots (dot product, average precision): per metric the layers and the
     method that ties or beats it (:func:`alignment_why` restricted to ``context_mixing``), and
     the layers where it is at or below Random. Alternative cause: sampling noise, told apart by
-    the gap in standard errors (z, the evidence table; |z| <= :data:`Z_NOISE` cannot be told
+    the gap in standard errors (z, the evidence table; ``|z| <=`` :data:`Z_NOISE` cannot be told
     from noise)."""
     keep = [*context_mixing, method]
     parts, evs, noise, ties = [], [], [], 0

@@ -80,7 +80,7 @@ def check_capture(cap: Any, model: torch.nn.Module) -> None:
 
     - the declared norms: LN1(x_i) = ln1_out_i, LN2(m_i) = ln2_out_i, final_norm(x^L_i) =
       final_norm_out_i (within gamma_(d+8) max|out|);
-    - the residual adds: m_i = x_i + r a_i and x'_i = m_i + r g_i (within gamma_2 |terms|);
+    - the residual adds: m_i = x_i + r a_i and x'_i = m_i + r g_i (within ``gamma_2 |terms|``);
     - the decomposition: sum_j F_ij + r b_O = r a_i (within gamma_(n + H d_h + 2) times the sum
       of the absolute terms);
     - the logits at the first and last rows: (final_norm_out_i U^T + b) / s = logits_i (within

@@ -109,7 +109,7 @@ class AltiLogit:
         """Row ``row``'s logit and its parts: ``logit``; ``tokens`` (the explanation's sum:
         attention terms and embedding); ``embedding``; ``mlp``; ``biases`` (attention output
         and final biases); ``remainder`` (mlp + biases, attributed to no token) and
-        ``remainder_share`` = |remainder| / (|tokens| + |remainder|)."""
+        ``remainder_share`` = ``|remainder| / (|tokens| + |remainder|)``."""
         i = range(len(self.logit))[row]
         tokens = float(self.explanation[i].sum())
         rem = float(self.remainder[i])

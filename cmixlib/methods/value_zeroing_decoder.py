@@ -258,7 +258,7 @@ def inseq_cosine_distance(a: torch.Tensor, b: torch.Tensor, last: bool = False
     the model's output without the cast, so there a' = a and the cosine is torch's of the
     float32-rounded b and a in the model's dtype. Near-parallel states lose their distance to
     cancellation (an absolute error of a few float32 ulps of 1); the default's
-    :func:`cmixlib.methods.vz_distances.cosine_distance`, ||a/|a| - b/|b|||^2 / 2 in the model's
+    :func:`cmixlib.methods.vz_distances.cosine_distance`, ``||a/|a| - b/|b|||^2 / 2`` in the model's
     dtype, keeps full relative precision."""
     if not last:
         a = a.float()

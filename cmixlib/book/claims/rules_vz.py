@@ -32,7 +32,7 @@ CONTEXT_MIXING = ("attention", "attn_norm", "attn_norm_res", "attn_norm_res_ln",
 GRADIENTS = ("grad_x_input", "integrated_gradients", "deeplift")
 _VZ = "value_zeroing"
 _METRICS = {"dot": "dot product", "ap": "average precision"}
-#: "highly positively/negatively correlated": |Spearman| at least this.
+#: "highly positively/negatively correlated": ``|Spearman|`` at least this.
 HIGHLY = 0.5
 #: "the same pattern" (Figure A.1): the variant's [MASK] rows rank like cosine's, mean Spearman
 #: over layers at least this.
