@@ -329,8 +329,7 @@ def test_further_model_rows_are_cached_by_model_and_text(further_bundles, tmp_pa
     ME.example_layer_rows(further_bundles[1], "a remarkable meditation .")   # another model
     assert len(list((tmp_path / "model_examples").glob("*.json"))) == 3
     # changed library code (another code version) never reads the old entry
-    import cmixlib.experiments as E
-    monkeypatch.setattr(E, "code_version", lambda *a: "another-version")
+    monkeypatch.setattr(ME, "code_version", lambda *a: "another-version")   # the name it reads
     ME.example_layer_rows(b, "a remarkable meditation .")
     assert len(list((tmp_path / "model_examples").glob("*.json"))) == 4
     with pytest.raises(ValueError, match="non-empty"):
