@@ -153,7 +153,7 @@ WORDING = [
     ("12_alti_evaluations.ipynb", None, "ALTI itself is computed from the layer maps",
      "all computed with captum in the paper and here"),
     ("13_globenc_evaluations.ipynb", None, "Figure 5 above", "Figure 5 below"),
-    ("13_globenc_evaluations.ipynb", "f697d0fe", "reads the **pre-trained** encoder's weights",
+    ("13_globenc_evaluations.ipynb", "2d776b62", "reads the **pre-trained** encoder's weights",
      None),
     ("14_paper_examples.ipynb", None, "classifier described above", "trained briefly on a small"),
     ("07_value_zeroing.ipynb", "f5cb7200", "$d / H = d_h$ times fewer", "$d / H = 64$ times fewer for"),
