@@ -342,7 +342,9 @@ def _alti_sva():
     p = pn.alti_table2()
     paper = p[(p.task == "SVA") & (p.cmix_method == "alti")
               & (p.model == "bert-base-uncased")]["value"].iloc[0]
-    return sva_why(run("alti-table2").result, float(paper), sva_accuracy(quick_mode()))
+    text, ev = sva_why(run("alti-table2").result, float(paper), sva_accuracy(quick_mode()))
+    claims, _ = claims_outcome_why("ALTI", "Table 2 (SVA)", "alti-table2")
+    return (text if claims.startswith("no claim fails") else f"{text} Claims: {claims}"), ev
 
 
 def _globenc_table2():

@@ -278,7 +278,7 @@ ITEMS: list[Item] = [
     Item(GE, "Figure 4", "single layers vs HTA × input", "13_globenc_evaluations",
          _C(GE, "Figure 4", "globenc-fig4")),
     Item(GE, "Figure 5", "LayerNorm outlier weights", "13_globenc_evaluations",
-         _C(GE, "Figure 5", "globenc-correlations")),
+         _C(GE, "Figure 5", "globenc-fig5")),
     Item(GE, "Figure 1", "N-Enc [CLS] rows of SST-2 examples", "14_paper_examples",
          _C(GE, "Figure 1", "globenc-correlations")),
     Item(GE, "Figure 2", "the encoder layer sketched", "05_globenc", None,
@@ -324,6 +324,12 @@ def covered_items(item: str) -> set[str]:
     return out
 
 
+def _a_claim_fails(row: dict) -> bool:
+    """Whether one of the row's claims fails or is reversed (its why is then printed even where
+    the headline holds)."""
+    return any(k in str(row.get("claims") or "") for k in ("-> FAILS", "-> REVERSED"))
+
+
 def status_table(items: list[Item] | None = None) -> pd.DataFrame:
     """One row per item: paper, item, what it shows, chapter, paper value, ours, model, n,
     verdict, the rule's detail and, where investigated, why (Value Zeroing's Table 3:
@@ -339,8 +345,8 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
         else:
             row = {**base, **it.assess()}
             why = ITEM_WHYS.get((it.paper, it.item))
-            if why is not None and "why" not in row and str(row["verdict"]).startswith(
-                    ("differs", "reversed", "not decided")):
+            if why is not None and "why" not in row and (str(row["verdict"]).startswith(
+                    ("differs", "reversed", "not decided")) or _a_claim_fails(row)):
                 row["why"] = why()[0]
             rows.append(row)
     cols = ["paper", "item", "shows", "paper value", "ours", "model", "accuracy", "n",

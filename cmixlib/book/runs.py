@@ -134,6 +134,8 @@ BOOK_RUNS: dict[str, BookRun] = {
     "globenc-fig4": BookRun(
         "globenc-fig4-hta", 256, 1, cost=494, quick_settings={**_QUICK_CLS, "max_tokens": 8},
         group="classifier"),
+    # the LayerNorm gains of the pre-trained model (weights only: no data)
+    "globenc-fig5": BookRun("globenc-fig5-ln-outliers", None, None, cost=1, group="classifier"),
     # every HateXplain test post with a majority rationale (1,106), the committed classifier
     "plausibility": BookRun(
         "hatexplain-plausibility", None, 2, cost=373, quick_settings={**_QUICK_CLS, **_QUICK_IG},

@@ -300,7 +300,7 @@ def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,
 
     * "reproduced": the model is the paper's and every value is within :data:`TOLERANCE`;
     * "too few methods": no order of our values could reach p <= :data:`ALPHA` (m <= 3): the
-      ranking is not tested, whatever rho is;
+      ranking is not tested, whatever rho is, and the detail prints no rho;
     * "same ranking": rho >= :data:`RANKING_AGREEMENT`, p <= :data:`ALPHA`, and the same best
       method: the methods within :data:`TIE_TOLERANCE` of the best (ours, the paper's) share
       at least one method;
@@ -328,7 +328,9 @@ def ranking_verdict(ours: Mapping[str, float], paper: Mapping[str, float], *,
         verdict = "differs"
     elif p_min > ALPHA + _EPS:
         verdict = "too few methods"
-        detail += f" (no order of {len(shared)} methods reaches p <= {ALPHA:g})"
+        detail = (f"ranking not tested: no order of {len(shared)} methods reaches p <= "
+                  f"{ALPHA:g}; best: ours {_show_best(best_o)}, paper {_show_best(best_p)}; "
+                  f"largest |difference| {gap:.2f}")
     elif rho >= RANKING_AGREEMENT - _EPS and significant and set(best_o) & set(best_p):
         verdict = "same ranking"
     elif rho > DIRECTION_AGREEMENT + _EPS and significant:

@@ -43,7 +43,10 @@ PAPER_FILES = {"Value Zeroing": "value_zeroing.json", "ALTI": "alti.json",
 class Claim:
     """One claim of a paper: ``quote`` (verbatim), ``where`` (section or caption), ``scope``
     (methods, layers, tasks, metric, condition: what the claim is about), ``test`` (the id of
-    its test) with ``args``, and whether it is its item's ``headline``."""
+    its test) with ``args``, and whether it is its item's ``headline``. ``alternative``: where
+    the claim can fail on our run, the cause other than the one the status page reads off our
+    numbers, and the measurement that tells the two apart: ``{"cause": ..., "test": <id in
+    cmixlib.book.claims.rules.ALTERNATIVES>, "args": {...}}``."""
 
     id: str
     paper: str
@@ -54,6 +57,7 @@ class Claim:
     scope: dict[str, Any] = field(default_factory=dict)
     args: dict[str, Any] = field(default_factory=dict)
     headline: bool = False
+    alternative: dict[str, Any] = field(default_factory=dict)
 
     def scope_text(self) -> str:
         """The scope for reading: "methods: ...; layers: ...; ..."."""

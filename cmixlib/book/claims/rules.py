@@ -88,6 +88,7 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "vz_above_resln": V.vz_above_resln,
     "vz_gradients_early": V.vz_gradients_early,
     "vz_rollout_benefit": V.vz_rollout_benefit,
+    "vz_layerwise_not_good": V.vz_layerwise_not_good,
     "vz_probes_best_among_mixing": V.vz_probes_best_among_mixing,
     "vz_distance_agrees": V.vz_distance_agrees,
     "vz_compression_rises": V.vz_compression_rises,
@@ -142,8 +143,10 @@ def claims_verdict(outcomes: Sequence[tuple[Claim, Outcome]]) -> tuple[str, str]
     * the headline "tie" or "not tested" -> "not decided";
     * the headline holds and every other claim holds (those not tested left out, and named) ->
       "claims hold";
-    * the headline holds and at least half of the other tested claims hold -> "headline
-      holds"; else "differs"."""
+    * the headline holds and others fail: "differs" when at least two of them fail and they are
+      more than half of the other tested claims; else "headline holds" (one secondary claim
+      alone does not overrule a headline that holds: the failing claim is named in the detail
+      and explained in the item's why)."""
     heads = [(c, o) for c, o in outcomes if c.headline]
     if len(heads) != 1:
         raise ValueError(f"an item needs exactly one headline claim, not {len(heads)}")
@@ -164,7 +167,8 @@ def claims_verdict(outcomes: Sequence[tuple[Claim, Outcome]]) -> tuple[str, str]
         return "not decided", detail
     if held == len(tested):
         return "claims hold", detail
-    return ("headline holds" if 2 * held >= len(tested) else "differs"), detail
+    failed = len(tested) - held
+    return ("differs" if failed >= 2 and 2 * held < len(tested) else "headline holds"), detail
 
 
 def table_verdict(ranking: str, headline: Outcome | None) -> str:

@@ -11,18 +11,18 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, not_tested,
-                                         paired_bootstrap, relation)
+from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layers_text,
+                                         not_tested, paired_bootstrap, relation)
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.runs import run, run_arguments
-from cmixlib.experiments import run_experiment
 from cmixlib.experiments.globenc import GLOBENC_METHODS
 from cmixlib.experiments.saliency import experiment_inputs, rollout_maps, text_example
 from cmixlib.methods.registry import method_label
 
 __all__ = ["TABLE2_METHODS", "FIG3_HEADLINE", "TABLE2_HEADLINE", "FIG1_SENTENCES",
            "almost_every_layer", "fig3_claims", "table2_claims", "ge_table1_best", "ge_table2",
-           "ge_fig3", "ge_fig4", "ge_fig5", "ge_fig1", "fig1_maps"]
+           "ge_fig3", "ge_fig4", "ge_fig5", "ge_fig1", "fig1_maps", "fig3_headline",
+           "content_positions", "TASKS", "FIG4_READINGS", "LARGE_R", "FLATTEN_SHARE"]
 
 #: GlobEnc's Table 2 methods (N, N-Res, N-Enc), in the book's names.
 TABLE2_METHODS = ("attn_norm", "attn_norm_res", "globenc_layer")
@@ -34,7 +34,7 @@ TABLE2_HEADLINE = ("rollout correlates more than the single layer at the last la
 #: Figure 1's sentences and the sentiment word the text names for each.
 FIG1_SENTENCES = (("a deep and meaningful film .", "meaningful"),
                   ("big fat waste of time .", "waste"))
-_TASKS = ("SST-2", "MNLI", "HateXplain")
+TASKS = ("SST-2", "MNLI", "HateXplain")
 _REL = {"above": "holds", "below": "fails", "tie": "tie"}
 
 
@@ -49,12 +49,17 @@ def almost_every_layer(flags: pd.Series) -> bool:
     return bool(len(flags)) and int((~flags).sum()) <= 1
 
 
+#: "flatten out after only a few layers": the share of the rise made by the middle layer.
+FLATTEN_SHARE = 0.75
+
+
 def fig3_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Series:
     """Figure 3's claims on ``globenc-correlations``'s result (rollout rows of ``task``): the
     caption's headline (:data:`FIG3_HEADLINE`, :func:`almost_every_layer`); N above W and N-Res
     above W-Res almost in all layers, one claim each; "the correlation curves flatten out after
-    only a few layers": N-Enc rises less from the middle layer to the last than from the first
-    to the middle (layers 1, ceil(L/2), L)."""
+    only a few layers": N-Enc's curve has made at least :data:`FLATTEN_SHARE` of its rise from
+    layer 1 to L by the middle layer ceil(L/2) (the paper's BERT, Table 2: -0.47, +0.74, +0.77
+    at layers 1, 6, 12, 98%)."""
     r = result[(result.task == task) & (result.aggregation == "rollout")]
     t = r.pivot(index="layer", columns="method", values="mean").sort_index()
     enc = t["globenc_layer"]
@@ -64,8 +69,8 @@ def fig3_claims(result: pd.DataFrame, task: str = "SST-2") -> pd.Series:
         "N above W in almost every layer": almost_every_layer(t["attn_norm"] > t["attention"]),
         "N-Res above W-Res in almost every layer":
             almost_every_layer(t["attn_norm_res"] > t["w_res"]),
-        "the N-Enc curve flattens (rises less from the middle layer to the last than before)":
-            bool(enc[L] - enc[mid] < enc[mid] - enc[1]),
+        "the N-Enc curve flattens (reaches at least 3/4 of its rise by the middle layer)":
+            bool(enc[mid] - enc[1] >= FLATTEN_SHARE * (enc[L] - enc[1])),
     })
 
 
@@ -123,48 +128,113 @@ def ge_table2() -> Outcome:
                    "means over the dev set; point comparison (the paper prints no spread)")
 
 
+def fig3_headline(result: pd.DataFrame, task: str) -> tuple[str, str, pd.DataFrame]:
+    """Figure 3's caption, "N-Enc achieves the highest correlation in almost every layer", on
+    ``task``'s rollout rows, with sampling noise: per layer, N-Enc against every other setting by
+    :func:`~cmixlib.book.claims.compare.relation` (2 standard errors): "highest" when above
+    every one, "below" when one is clearly above it, else "tie". Rule: holds when at most one
+    layer is not "highest"; fails when more than one is "below"; else tie. Returns
+    ``(outcome, text, per-layer table)``."""
+    r = result[(result.task == task) & (result.aggregation == "rollout")]
+    rows = []
+    for layer, g in r.groupby("layer"):
+        g = g.set_index("method")
+        rel = {m: relation(*gap_z(g.loc["globenc_layer"], g.loc[m]))
+               for m in g.index if m != "globenc_layer"}
+        best = g.drop(index="globenc_layer")["mean"].idxmax()
+        gap, z = gap_z(g.loc["globenc_layer"], g.loc[best])
+        state = ("below" if "below" in rel.values() else
+                 "highest" if all(v == "above" for v in rel.values()) else "tie")
+        rows.append({"layer": int(layer), "N-Enc": float(g.loc["globenc_layer", "mean"]),
+                     "best other": method_label(best), "its value": float(g.loc[best, "mean"]),
+                     "z": z, "state": state})
+    t = pd.DataFrame(rows).set_index("layer")
+    not_top = t.index[t.state != "highest"]
+    below = t.index[t.state == "below"]
+    outcome = ("holds" if len(not_top) <= 1 else "fails" if len(below) > 1 else "tie")
+    parts = [f"{s} in layer(s) {layers_text(list(t.index[t.state == s]))}"
+             for s in ("highest", "tie", "below") if (t.state == s).any()]
+    detail = "; ".join(f"layer {k}: N-Enc {t.loc[k, 'N-Enc']:+.3f} vs {t.loc[k, 'best other']} "
+                       f"{t.loc[k, 'its value']:+.3f} (z = {t.loc[k, 'z']:+.1f})"
+                       for k in not_top)
+    return outcome, f"{task}: " + ", ".join(parts) + (f" [{detail}]" if detail else ""), t
+
+
 def ge_fig3(claim: int) -> Outcome:
-    """Claim ``claim`` (0: the headline, 1: norm-based above weight-based (both pairs), 2: the
-    curve flattens) of :func:`fig3_claims`, on every task of the run; holds when it holds on
-    each task."""
+    """Claim ``claim`` (0: the headline, by :func:`fig3_headline`, with sampling noise; 1:
+    norm-based above weight-based (both pairs), 2: the curve flattens, by :func:`fig3_claims`,
+    point comparisons) on every task of the run, combined
+    (:func:`~cmixlib.book.claims.compare.combine`)."""
     r = _run("globenc-correlations").result
     parts, texts = [], []
-    for task in [t for t in _TASKS if t in set(r.task)]:
+    for task in [t for t in TASKS if t in set(r.task)]:
+        if claim == 0:
+            outcome, text, _ = fig3_headline(r, task)
+            parts.append(outcome)
+            texts.append(text)
+            continue
         c = fig3_claims(r, task)
-        ok = bool(c.iloc[1] and c.iloc[2]) if claim == 1 else bool(c.iloc[0 if claim == 0 else 3])
+        ok = bool(c.iloc[1] and c.iloc[2]) if claim == 1 else bool(c.iloc[3])
         parts.append("holds" if ok else "fails")
         texts.append(f"{task}: {'yes' if ok else 'no'}")
     return Outcome(combine(parts), "; ".join(texts),
+                   SE_NOTE if claim == 0 else
                    "per-layer means; point comparison per layer (the rule counts layers)")
+
+
+#: The readings of Figure 4 the run computes (:data:`cmixlib.experiments.globenc.FIG4_VARIANTS`),
+#: described: the caption says "Pearson correlation of HTA maps with attribution maps"; the
+#: authors' code correlates row by row (each attending token), with Spearman.
+FIG4_READINGS = {"map_raw": "whole maps", "rows": "row by row",
+                 "rows_off_diagonal": "row by row without the diagonal"}
 
 
 def ge_fig4() -> Outcome:
     """"N-ResLN shows considerably less association with HTA": per sentence, the mean over
-    layers of each method's Pearson with HTA (whole maps); N-ResLN below N-Res and below N-Enc,
-    each by a seeded paired bootstrap over the sentences (95% interval of the difference above
-    0: holds; below 0: fails; else tie)."""
-    res = _run("globenc-fig4")
-    per = res.frames["per_example"]
-    per = per[per.variant == "map_raw"]
-    w = per.groupby(["example", "method"])["value"].mean().unstack("method")
+    layers of each method's Pearson with HTA; N-ResLN below N-Res and below N-Enc, each by a
+    seeded paired bootstrap over the sentences (95% interval of the difference above 0: holds;
+    below 0: fails; else tie), in each reading of :data:`FIG4_READINGS` (whole maps, as the
+    caption; row by row, as the authors' code), combined
+    (:func:`~cmixlib.book.claims.compare.combine`): the claim holds when it holds however the
+    maps are compared."""
+    per = _run("globenc-fig4").frames["per_example"]
     rels, texts = [], []
-    for m in ("attn_norm_res", "globenc_layer"):
-        d, lo, hi = paired_bootstrap(w[m].to_numpy(), w["attn_norm_res_ln"].to_numpy())
-        rels.append("holds" if lo > 0 else "fails" if hi < 0 else "tie")
-        texts.append(f"{method_label(m)} {w[m].mean():.2f} minus N-ResLN "
-                     f"{w['attn_norm_res_ln'].mean():.2f}: {d:+.2f} (95% {lo:+.2f} to {hi:+.2f})")
-    return Outcome(combine(rels), "; ".join(texts),
-                   f"seeded paired bootstrap over {len(w)} sentences")
+    for variant, label in FIG4_READINGS.items():
+        v = per[per.variant == variant]
+        if v.empty:
+            continue
+        w = v.groupby(["example", "method"])["value"].mean().unstack("method")
+        parts = []
+        for m in ("attn_norm_res", "globenc_layer"):
+            d, lo, hi = paired_bootstrap(w[m].to_numpy(), w["attn_norm_res_ln"].to_numpy())
+            rels.append("holds" if lo > 0 else "fails" if hi < 0 else "tie")
+            parts.append(f"{method_label(m)} {w[m].mean():.3f} minus N-ResLN "
+                         f"{w['attn_norm_res_ln'].mean():.3f}: {d:+.3f} "
+                         f"(95% {lo:+.3f} to {hi:+.3f}, {rels[-1]})")
+        texts.append(f"{label}: " + "; ".join(parts))
+    n = per["example"].nunique()
+    return Outcome(combine(rels), " | ".join(texts),
+                   f"seeded paired bootstrap over {n} sentences, per reading")
+
+
+#: "Large" for a correlation: |r| of at least this (Cohen's convention for a large effect).
+LARGE_R = 0.5
 
 
 def ge_fig5() -> Outcome:
-    """"The large negative correlations": the LN1/LN2 outlier gains correlate negatively in
-    more than half of the layers."""
-    p = run_experiment("globenc-fig5-ln-outliers", progress=False).result["pearson"].dropna()
-    k = int((p < 0).sum())
-    return Outcome("holds" if 2 * k > len(p) else "fails",
-                   f"negative in {k} of {len(p)} layers (median {p.median():+.2f})",
-                   "the classifier's weights: no sampling")
+    """"The large negative correlations": the LN#1/LN#2 outlier gains correlate at r <=
+    -:data:`LARGE_R` in more than half of the layers where the correlation is defined (at least
+    3 outlier dimensions). Each r is a Pearson over that layer's few outlier dimensions (their
+    number printed beside): no resampling."""
+    r = _run("globenc-fig5").result
+    d = r.dropna(subset=["pearson"])
+    large = d[d["pearson"] <= -LARGE_R]
+    per = ", ".join(f"layer {int(x.layer)} {x.pearson:+.2f} ({int(x.n_outlier_dims)} dims)"
+                    if x.pearson == x.pearson else f"layer {int(x.layer)} undefined "
+                    f"({int(x.n_outlier_dims)} dims)" for x in r.itertuples())
+    return Outcome("holds" if 2 * len(large) > len(d) else "fails",
+                   f"r <= -{LARGE_R:g} in {len(large)} of {len(d)} layers with a defined r: "
+                   + per, "Pearson over each layer's outlier dimensions: no resampling")
 
 
 @lru_cache(maxsize=2)
@@ -182,7 +252,7 @@ def fig1_maps(quick: bool) -> tuple[tuple[list[str], dict[str, np.ndarray], int]
     return tuple(out)
 
 
-def _content(tokens: list[str]) -> list[int]:
+def content_positions(tokens: list[str]) -> list[int]:
     return [i for i, t in enumerate(tokens) if t not in ("[CLS]", "[SEP]", "<s>", "</s>")]
 
 
@@ -206,7 +276,7 @@ def ge_fig1(claim: str) -> Outcome:
         return not_tested(f"the SST-2 classifier could not be loaded ({err})")
     parts, texts = [], []
     for tokens, m, w in maps:
-        enc, content = m["globenc_layer"], _content(tokens)
+        enc, content = m["globenc_layer"], content_positions(tokens)
         word = tokens[w]
         if claim == "focus":
             row = enc[-1, 0, content]

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pandas as pd
 
 from cmixlib.book.claims import claims_for
+from cmixlib.book.claims.alternatives import alternative_text
 from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, example_holds,
-                                       outcome_line,
-                                       table_verdict)
+                                       outcome_line, table_verdict)
 from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
 from cmixlib.book.runs import run
 from cmixlib.book.verdicts import with_model_condition
@@ -104,8 +104,8 @@ def example_alternative(res, paper: str, item: str) -> str:
                 "(the paper names spaCy, not its model, version or rules); not told apart: "
                 "the run has no annotation of theirs beyond these examples.")
     held = pred.apply(example_holds, axis=1).astype(bool)
-    wrong = "; ".join(f"not: {c} ({e})" for c, e in zip(pred.loc[~held, "claim"],
-                                                        pred.loc[~held, "evidence"]))
+    wrong = "; ".join(f"not as the paper says: {c} (ours: {e})" for c, e in zip(
+        pred.loc[~held, "claim"], pred.loc[~held, "evidence"]))
     return (f"Alternative cause: the model does not do the task on these sentences; told apart "
             f"by its predictions there: {int(held.sum())} of {len(pred)} as the paper says"
             + (f" ({wrong})." if wrong else "."))
@@ -113,19 +113,26 @@ def example_alternative(res, paper: str, item: str) -> str:
 
 def claims_why(paper: str, item: str, name: str, condition: str | None = None):
     """``(sentence, evidence)`` for an item decided by its claims: the claims that fail or are
-    reversed, each with our numbers, and the alternative cause that the model does not do the
-    task the claims assume, told apart by its accuracy (the status row's, beside the paper's
-    where it prints one; for the papers' example sentences, its predictions on them:
-    :func:`example_alternative`). Evidence: every claim with its outcome."""
+    reversed (none: those that tie), each with our numbers; then, for each of them that declares
+    an alternative cause (:attr:`cmixlib.book.claims.Claim.alternative`), that cause and the
+    measurement that tells it apart (:func:`cmixlib.book.claims.rules.alternative_text`). Where
+    none declares one: the model does not do the task the claims assume, told apart by its
+    accuracy (the status row's) or, for the papers' example sentences, by its predictions on
+    them (:func:`example_alternative`). Evidence: every claim with its outcome."""
     rows = claim_rows(paper, item)
-    bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")]
-    res = run(name, condition)
-    acc = status_row(res, ("", ""))["accuracy"]
+    bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")] or [
+        (c, o) for c, o in rows if o.outcome == "tie"]
     text = ("; ".join(f"{o.outcome}: {c.where} ({c.id}): {o.ours}" for c, o in bad)
             or "no claim fails") + "."
-    text += " " + (f"Alternative cause: the model does not do the task the claims assume; told "
-                   f"apart by its accuracy: {acc}." if acc else example_alternative(res, paper,
-                                                                                   item))
+    alts = [t for t in (alternative_text(c) for c, _ in bad) if t]
+    if alts:
+        text += " " + " ".join(a if a.endswith(".") else a + "." for a in alts)
+    else:
+        res = run(name, condition)
+        acc = status_row(res, ("", ""))["accuracy"]
+        text += " " + (f"Alternative cause: the model does not do the task the claims assume; "
+                       f"told apart by its accuracy: {acc}." if acc
+                       else example_alternative(res, paper, item))
     ev = pd.DataFrame([{"claim": c.id, "where": c.where, "headline": c.headline,
                         "outcome": o.outcome, "ours": o.ours} for c, o in rows])
     return text, ev.set_index("claim")

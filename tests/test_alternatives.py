@@ -1,0 +1,209 @@
+"""Alternative causes (cmixlib.book.claims.alternatives) and the claim rules issue 39's review
+changed: every declared alternative has a measurement, the why prints it instead of the generic
+accuracy line, and each rule decides right on hand-made frames (and can fail)."""
+import inspect
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cmixlib.book.claims import Claim, load_claims
+from cmixlib.book.claims import alternatives as ALT
+from cmixlib.book.claims import rules
+from cmixlib.book.claims.compare import Outcome
+
+
+def _claims(*outcomes: str) -> list:
+    return [(Claim(id=f"c{i}", paper="p", item="i", quote="q", where="w", test="not_tested",
+                   headline=i == 0), Outcome(o)) for i, o in enumerate(outcomes)]
+
+
+# ---- the registry -------------------------------------------------------------------------------
+def test_every_declared_alternative_names_a_cause_and_a_known_measurement():
+    declared = [c for c in load_claims() if c.alternative]
+    assert len(declared) >= 10
+    for c in declared:
+        alt = c.alternative
+        assert set(alt) <= {"cause", "test", "args"} and alt["cause"].strip(), c.id
+        assert alt["test"] in ALT.ALTERNATIVES, c.id
+        inspect.signature(ALT.ALTERNATIVES[alt["test"]]).bind(**alt.get("args", {}))
+
+
+def test_parts_margin_names_the_parts_that_fail_outside_noise(monkeypatch):
+    outcomes = {"a": Outcome("holds", "x"), "b": Outcome("fails", "ours b"),
+                "c": Outcome("tie", "y")}
+    monkeypatch.setattr(ALT, "claim_by_id", lambda i: Claim(
+        id=i, paper="p", item=f"item {i}", quote="q", where="w", test="not_tested"))
+    monkeypatch.setattr(ALT, "evaluate", lambda c: outcomes[c.id])
+    text = ALT.parts_margin(["a", "b", "c"])
+    assert "item b: fails (ours b)" in text and "item a: holds;" in text
+    assert text.endswith("1 part(s) fail outside noise (item b): not a near miss")
+    assert ALT.parts_margin(["a", "c"]).endswith("no part fails outside noise")
+
+
+def test_the_why_prints_the_declared_alternative_not_the_generic_accuracy(monkeypatch):
+    from cmixlib.book.claims import status as S
+
+    with_alt = Claim(id="c1", paper="p", item="i", quote="q", where="w", test="not_tested",
+                     alternative={"cause": "a cause", "test": "m", "args": {"k": 2}})
+    head = Claim(id="c0", paper="p", item="i", quote="q", where="w", test="not_tested",
+                 headline=True)
+    monkeypatch.setitem(ALT.ALTERNATIVES, "m", lambda k: f"measured {k}: told apart")
+    monkeypatch.setattr(S, "claim_rows", lambda paper, item: [
+        (head, Outcome("holds")), (with_alt, Outcome("fails", "numbers"))])
+    text, _ = S.claims_why("p", "i", "any-run")
+    assert text == ("fails: w (c1): numbers. Alternative cause (c1): a cause; told apart by "
+                    "measured 2: told apart.")
+    assert "accuracy" not in text
+
+
+def test_one_failing_secondary_claim_does_not_overrule_a_headline_that_holds():
+    v = lambda *o: rules.claims_verdict(_claims(*o))[0]  # noqa: E731
+    assert v("holds", "fails") == "headline holds"
+    assert v("holds", "fails", "holds", "holds") == "headline holds"
+    assert v("holds", "fails", "fails") == "differs"
+    assert v("holds", "fails", "fails", "holds", "holds") == "headline holds"   # 2 of 4
+    assert v("holds", "fails", "fails", "fails", "holds") == "differs"
+
+
+# ---- ALTI Table 2: "with lower overall correlation values" ------------------------------------
+def _table2(sst: dict, sva: dict, std: float = 0.2, n: int = 500) -> pd.DataFrame:
+    return pd.DataFrame([{"task": t, "method": m, "mean": v, "std": std, "n": n}
+                         for t, vals in (("SST-2", sst), ("SVA", sva)) for m, v in vals.items()])
+
+
+def test_sva_lower_is_about_the_overall_values(monkeypatch):
+    from cmixlib.book.claims import rules_alti as A
+
+    sst = {"attention_rollout": -0.03, "rollout:attn_norm_res_ln": 0.41, "alti": 0.55}
+    sva = {"attention_rollout": -0.02, "rollout:attn_norm_res_ln": 0.19, "alti": 0.40}
+    frame = _table2(sst, sva)        # the paper's own BERT row: rollout is not lower on SVA
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(result=frame))
+    assert A.alti_sva_lower().outcome == "holds"
+    frame = _table2(sst, {m: v + 0.3 for m, v in sst.items()})
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(result=frame))
+    assert A.alti_sva_lower().outcome == "fails"
+    frame = _table2(sst, {m: v - 0.01 for m, v in sst.items()})          # within noise
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(result=frame))
+    assert A.alti_sva_lower().outcome == "tie"
+
+
+def test_the_sva_rule_passes_on_the_papers_own_numbers():
+    from cmixlib.book.claims.rules_alti import ALTI_TABLE2_METHODS
+    from cmixlib.data import paper_numbers as pn
+
+    p = pn.alti_table2()
+    p = p[p.model == "bert-base-uncased"].set_index(["task", "cmix_method"])["value"]
+    assert (p.loc["SVA"].loc[list(ALTI_TABLE2_METHODS)].mean()
+            < p.loc["SST-2"].loc[list(ALTI_TABLE2_METHODS)].mean())
+
+
+# ---- GlobEnc Figures 3, 4, 5 --------------------------------------------------------------------
+def _fig3_frame(values: dict, std: float = 0.1, n: int = 1000) -> pd.DataFrame:
+    return pd.DataFrame([{"task": "SST-2", "rollout": "raw", "method": m, "aggregation": "rollout",
+                          "layer": k + 1, "mean": v, "std": std, "n": n}
+                         for m, vals in values.items() for k, v in enumerate(vals)])
+
+
+def test_fig3_headline_counts_layers_with_noise():
+    from cmixlib.book.claims.rules_globenc import fig3_headline
+
+    se = np.sqrt(2 * 0.1 ** 2 / 1000)
+    other = [0.0, 0.2, 0.4, 0.6]
+    clear, near = 3 * se, 1 * se
+    top = [v + clear for v in other]
+    assert fig3_headline(_fig3_frame({"globenc_layer": top, "attn_norm": other}),
+                         "SST-2")[0] == "holds"
+    one_low = [other[0] - clear, *top[1:]]                       # one layer: still "almost"
+    assert fig3_headline(_fig3_frame({"globenc_layer": one_low, "attn_norm": other}),
+                         "SST-2")[0] == "holds"
+    two_low = [other[0] - clear, other[1] - clear, *top[2:]]
+    out, text, t = fig3_headline(_fig3_frame({"globenc_layer": two_low, "attn_norm": other}),
+                                 "SST-2")
+    assert out == "fails" and "below in layer(s) 1-2" in text
+    ties = [other[0] - near, other[1] + near, *top[2:]]          # two layers within noise
+    assert fig3_headline(_fig3_frame({"globenc_layer": ties, "attn_norm": other}),
+                         "SST-2")[0] == "tie"
+
+
+def _fig4_per_example(gap_by_variant: dict, n: int = 64) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for variant, gap in gap_by_variant.items():
+        for k in range(n):
+            base = 0.8 + 0.01 * rng.standard_normal()
+            for m, v in (("attn_norm_res", base), ("globenc_layer", base),
+                         ("attn_norm_res_ln", base - gap + 0.001 * rng.standard_normal())):
+                rows.append({"example": k, "variant": variant, "method": m, "layer": 1,
+                             "value": v})
+    return pd.DataFrame(rows)
+
+
+def test_fig4_holds_only_when_it_holds_in_every_reading(monkeypatch):
+    from cmixlib.book.claims import rules_globenc as G
+
+    per = _fig4_per_example({"map_raw": 0.1, "rows": 0.1, "rows_off_diagonal": 0.1})
+    monkeypatch.setattr(G, "_run", lambda name: SimpleNamespace(frames={"per_example": per}))
+    assert G.ge_fig4().outcome == "holds"
+    per = _fig4_per_example({"map_raw": 0.1, "rows": 0.1, "rows_off_diagonal": -0.1})
+    monkeypatch.setattr(G, "_run", lambda name: SimpleNamespace(frames={"per_example": per}))
+    o = G.ge_fig4()
+    assert o.outcome == "fails" and "row by row without the diagonal" in o.ours
+
+
+def test_fig5_needs_large_negative_correlations(monkeypatch):
+    from cmixlib.book.claims import rules_globenc as G
+
+    def frame(rs):
+        return pd.DataFrame({"layer": range(1, len(rs) + 1), "pearson": rs,
+                             "n_outlier_dims": 5})
+
+    monkeypatch.setattr(G, "_run", lambda name: SimpleNamespace(
+        result=frame([-0.8, -0.7, np.nan, -0.6, 0.2])))
+    assert G.ge_fig5().outcome == "holds"                    # 3 of 4 defined layers
+    monkeypatch.setattr(G, "_run", lambda name: SimpleNamespace(
+        result=frame([-0.8, -0.02, -0.1, -0.6, 0.2])))        # negative, but not large
+    o = G.ge_fig5()
+    assert o.outcome == "fails" and "2 of 5 layers" in o.ours
+
+
+# ---- Value Zeroing §5 ---------------------------------------------------------------------------
+def _depth(values: dict, L: int = 3) -> pd.DataFrame:
+    """{(method, aggregation): [mean per layer]} -> a rollout-depth result (pinned variant)."""
+    return pd.DataFrame([{"condition": "c", "method": m, "aggregation": a, "layer": k + 1,
+                          "replacement": "unk", "exclude": "special+target", "mean": v,
+                          "std": 0.1, "n": 400, "n_nan": 0}
+                         for (m, a), vals in values.items() for k, v in enumerate(vals)])
+
+
+@pytest.fixture
+def depth_run(monkeypatch):
+    from cmixlib.book.claims import alternatives_vz as AV
+    from cmixlib.book.claims import rules_vz as V
+
+    def use(values):
+        frame = _depth(values)
+        monkeypatch.setattr(V, "_run", lambda *a: SimpleNamespace(result=frame))
+        monkeypatch.setattr(AV, "run", lambda *a: SimpleNamespace(result=frame))
+    return use
+
+
+def test_rollout_benefit_is_against_the_same_layer(depth_run):
+    from cmixlib.book.claims import rules_vz as V
+    from cmixlib.book.claims.alternatives_vz import rollout_common_alternative
+
+    vals = {(m, "single"): [0.1, 0.4, 0.05] for m in ("globenc_layer", "alti_layer")}
+    vals.update({(m, "rollout"): [0.1, 0.3, 0.35] for m in ("globenc_layer", "alti_layer")})
+    vals.update({("attention", "single"): [0.1, 0.1, 0.1],
+                 ("attention", "rollout"): [0.1, 0.1, 0.1]})
+    depth_run(vals)
+    o = V.vz_rollout_benefit()
+    assert o.outcome == "holds" and "best single layer 2: +0.40" in o.ours
+    assert rollout_common_alternative().endswith("the benefit is not common to every method")
+    vals[("attention", "rollout")] = [0.1, 0.1, 0.4]
+    depth_run(vals)
+    assert rollout_common_alternative().endswith("every method benefits alike")
+    vals[("alti_layer", "rollout")] = [0.1, 0.3, 0.06]               # within noise: a tie
+    depth_run(vals)
+    assert V.vz_rollout_benefit().outcome == "tie"
