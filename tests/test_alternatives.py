@@ -207,3 +207,38 @@ def test_rollout_benefit_is_against_the_same_layer(depth_run):
     vals[("alti_layer", "rollout")] = [0.1, 0.3, 0.06]               # within noise: a tie
     depth_run(vals)
     assert V.vz_rollout_benefit().outcome == "tie"
+
+
+# ---- paired differences (the cue-alignment runs) -----------------------------------------------
+def test_paired_alignment_equals_a_loop_and_skips_nan():
+    from cmixlib.metrics.paired import paired_alignment
+
+    rng = np.random.default_rng(1)
+    rows = [{"example": e, "method": m, "layer": l, "dot": float(rng.random()),
+             "ap": float("nan") if (e == 2 and m == "b") else float(rng.random())}
+            for e in range(6) for m in ("b", "a", "c") for l in (0, 1)]
+    df = pd.DataFrame(rows)
+    got = paired_alignment(df, metrics=("dot", "ap")).set_index(["layer", "metric", "a", "b"])
+    assert len(got) == 2 * 2 * 3                        # layers x metrics x pairs
+    for (layer, metric, a, b), r in got.iterrows():
+        assert a < b
+        x = df[df.layer == layer].pivot(index="example", columns="method", values=metric)
+        d = (x[a] - x[b]).dropna().to_numpy()
+        assert r["n"] == len(d)
+        assert r["mean"] == pytest.approx(d.mean(), abs=1e-12)
+        assert r["std"] == pytest.approx(d.std(), abs=1e-12)
+    assert got.loc[(0, "ap", "a", "b"), "n"] == 5
+
+
+def test_every_layer_uses_the_paired_error_where_the_run_keeps_it():
+    from cmixlib.book.claims.compare import every_layer, paired_gap_z
+
+    rows = pd.DataFrame([{"method": m, "layer": 1, "mean": v, "std": 0.3, "n": 100}
+                         for m, v in (("a", 0.52), ("b", 0.50))])
+    assert every_layer(rows, "a", ["b"])[0] == "tie"               # unpaired: z = 0.47
+    pairs = pd.DataFrame([{"layer": 1, "a": "a", "b": "b", "mean": 0.02, "std": 0.05,
+                           "n": 100}])                            # paired: z = 4
+    assert every_layer(rows, "a", ["b"], pairs=pairs)[0] == "holds"
+    assert paired_gap_z(pairs, 1, "b", "a") == pytest.approx((-0.02, -4.0))
+    assert paired_gap_z(pairs, 2, "a", "b") is None
+    assert every_layer(rows, "b", ["a"], pairs=pairs)[0] == "fails"

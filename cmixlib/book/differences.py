@@ -11,25 +11,24 @@ Layers are numbered from 1 (the first layer's output) in every sentence and tabl
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
+from cmixlib.book.claims.alternatives_alti import sva_accuracy, sva_why
+from cmixlib.book.claims.compare import paired_gap_z
 from cmixlib.book.claims.rules_alti import FIG6_OTHERS
 from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
 from cmixlib.book.claims.rules_vz import CONTEXT_MIXING
 from cmixlib.book.claims.status import claims_why as claims_outcome_why
 from cmixlib.book.notebook import quick_mode
-from cmixlib.book.runs import CONDITION_LABELS, run, run_arguments
-from cmixlib.book.verdicts import below_sanity_baselines
+from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.data import paper_numbers as pn
-from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
 from cmixlib.methods.registry import method_label
 
 __all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
            "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
-           "fig7_why", "special_ranks_why", "sva_accuracy", "sva_why", "Z_NOISE", "ITEM_WHYS"]
+           "fig7_why", "special_ranks_why", "Z_NOISE", "ITEM_WHYS"]
 
 #: A gap of at most this many standard errors is called "within sampling noise".
 Z_NOISE = 2.0
@@ -52,13 +51,16 @@ def _labels(methods) -> str:
 
 
 def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "value_zeroing",
-                  context_mixing: list[str] | None = None) -> tuple[str, pd.DataFrame]:
+                  context_mixing: list[str] | None = None,
+                  pairs: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
     """Where "``method`` has the highest alignment in every layer" fails, on a ``vz-cue-alignment``
     result (columns method, layer (0-based), metric, mean, std, n).
 
     Evidence: per layer, ``method``'s mean, the best other method and its mean, the gap and its
     size in standard errors, z = gap / sqrt(s_a^2/n_a + s_b^2/n_b) (unpaired: the examples are
-    the same, so this is conservative when the two scores correlate positively). Rule for the
+    the same, so this is conservative when the two scores correlate positively); with ``pairs``
+    (the run's paired differences, layers from 0) the paired gap and z
+    (:func:`cmixlib.book.claims.compare.paired_gap_z`). Rule for the
     sentence: the layers where a method is above ``method`` and which; the largest gap and its z
     ("within sampling noise" iff z <= :data:`Z_NOISE`); and, when ``context_mixing`` is given,
     in how many layers ``method`` is above every one of those methods."""
@@ -67,6 +69,8 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
     mean = r.pivot(index="layer", columns="method", values="mean").sort_index()
     std = r.pivot(index="layer", columns="method", values="std").sort_index()
     n = r.pivot(index="layer", columns="method", values="n").sort_index()
+    if pairs is not None:
+        pairs = pairs[pairs["metric"] == metric].assign(layer=pairs["layer"].astype(int) + 1)
     rows = []
     for layer in mean.index:
         others = mean.loc[layer].drop(method)
@@ -74,10 +78,14 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
         gap = float(others[best] - mean.loc[layer, method])
         se = float(np.sqrt(std.loc[layer, best] ** 2 / n.loc[layer, best]
                            + std.loc[layer, method] ** 2 / n.loc[layer, method]))
+        z = gap / se if se > 0 else np.inf
+        paired = paired_gap_z(pairs, int(layer), best, method)
+        if paired is not None:
+            gap, z = paired
         above = [m for m in others.index if others[m] > mean.loc[layer, method]]
         rows.append({"layer": layer, method_label(method): mean.loc[layer, method],
                      "best other": method_label(best), "its value": others[best], "gap": gap,
-                     "z": gap / se if se > 0 else np.inf, "above it": _labels(above) or "none"})
+                     "z": z, "above it": _labels(above) or "none"})
     ev = pd.DataFrame(rows).set_index("layer")
     bad = ev.index[ev["gap"] > 0]
     if not len(bad):
@@ -165,18 +173,19 @@ def _alt(cause: str, measurement: str, result: str) -> str:
 
 
 def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
-                         method: str = "value_zeroing") -> tuple[str, pd.DataFrame]:
+                         method: str = "value_zeroing", pairs: pd.DataFrame | None = None
+                         ) -> tuple[str, pd.DataFrame]:
     """Where "``method`` above the other context-mixing methods in every layer" fails, on both
     metrics the paper plots (dot product, average precision): per metric the layers and the
     method that ties or beats it (:func:`alignment_why` restricted to ``context_mixing``), and
     the layers where it is at or below Random. Alternative cause: sampling noise, told apart by
-    the gap in standard errors (z, the evidence table; ``|z| <=`` :data:`Z_NOISE` cannot be told
-    from noise)."""
+    the gap in standard errors (z, the evidence table, paired where the run keeps ``pairs``;
+    ``|z| <=`` :data:`Z_NOISE` cannot be told from noise)."""
     keep = [*context_mixing, method]
     parts, evs, noise, ties = [], [], [], 0
     for metric in ("dot", "ap"):
         r = result[result["method"].isin(keep)]
-        text, ev = alignment_why(r, metric=metric, method=method)
+        text, ev = alignment_why(r, metric=metric, method=method, pairs=pairs)
         rnd = result[(result["metric"] == metric) & result["method"].isin([method, "random"])]
         t = rnd.pivot(index="layer", columns="method", values="mean")
         low = [int(l) + 1 for l in t.index[t[method] <= t["random"]]]
@@ -287,41 +296,11 @@ def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[st
                        "outside noise" if len(below) else "nothing to explain"), ev
 
 
-@lru_cache(maxsize=2)
-def sva_accuracy(quick: bool) -> tuple[float, int]:
-    """The SVA masked LM's accuracy on the sentences ``alti-table2`` used: the share where it
-    gives the correct verb form a higher probability than the other (p > 0.5 over the two),
-    loaded and sized as the book run loads them (``quick``: the mode, for the cache only)."""
-    exp, limit, settings = run_arguments("alti-table2")
-    mlm, _, examples = experiment_inputs(exp, settings, "sva", limit=limit)
-    p = np.asarray(target_probabilities(mlm, examples), float)
-    return float((p > 0.5).mean()), int(len(p))
-
-
-def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
-            ) -> tuple[str, pd.DataFrame]:
-    """ALTI Table 2 on SVA: each method's value (the paper's ALTI beside), the sanity baselines
-    and the methods not above them. Alternative cause: the masked LM does not get the agreement
-    right on these sentences (then blank-out measures noise), told apart by its accuracy on the
-    sentences used (``accuracy``: share, n)."""
-    t = result[result.task == "SVA"].set_index("method")
-
-    flagged = below_sanity_baselines(t["mean"])
-    text = (f"SVA: ALTI {t.loc['alti', 'mean']:+.3f} (the paper's BERT {paper_alti:+.2f}); "
-            + ", ".join(f"{method_label(m)} {v:+.3f}" for m, v in t["mean"].items()
-                        if m != "alti")
-            + (f"; not above the sanity baselines: {_labels(flagged)}" if flagged else "")
-            + ".")
-    acc, n = accuracy
-    return text + _alt("the masked LM failing the agreement on these sentences",
-                       "its accuracy on the sentences used", f"{acc:.2f} on {n:,}"), \
-        t[["mean", "std", "n"]].rename(index=method_label)
-
-
 # ---- the status page's items -----------------------------------------------------------------
 def _vz_alignment(condition: str):
     def why():
-        return mixing_alignment_why(run("cue-alignment", condition).result, list(CONTEXT_MIXING))
+        res = run("cue-alignment", condition)
+        return mixing_alignment_why(res.result, list(CONTEXT_MIXING), pairs=res.frames.get("pairs"))
     return why
 
 

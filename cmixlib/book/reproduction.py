@@ -54,7 +54,8 @@ from cmixlib.book.claims.runs import status_row as _row
 from cmixlib.book.claims.status import (claim_rows, claims_item, claims_text, fig7_models,
                                         with_claims)
 from cmixlib.book.depth_verdicts import table3_alternatives, table3_reason
-from cmixlib.book.differences import ITEM_WHYS, sva_accuracy
+from cmixlib.book.claims.alternatives_alti import sva_accuracy
+from cmixlib.book.differences import ITEM_WHYS
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.reproduction_examples import NO_CLAIM, no_claim
 from cmixlib.book.runs import CONDITION_LABELS, run
@@ -210,13 +211,13 @@ ITEMS: list[Item] = [
     Item(VZ, "Figure 2", "layer-wise cue alignment, fine-tuned", "09_cue_alignment",
          _C(VZ, "Figure 2", "cue-alignment", "finetuned")),
     Item(VZ, "Figure A.2", "probes needed per layer", "09_cue_alignment",
-         _C(VZ, "Figure A.2", "cue-alignment", "pretrained")),
+         _C(VZ, "Figure A.2", "cue-alignment", ("pretrained", "finetuned"))),
     Item(VZ, "Figure A.1", "cue alignment with other distances", "09_cue_alignment",
          _C(VZ, "Figure A.1", "distance-ablation")),
     Item(VZ, "Text §5", "GlobEnc and ALTI benefit from rollout", "11_faithfulness",
-         _C(VZ, "Text §5", "rollout-depth", "pretrained")),
+         _C(VZ, "Text §5", "rollout-depth", ("pretrained", "finetuned"))),
     Item(VZ, "Figure 3", "MDL compression per layer", "10_probing",
-         _C(VZ, "Figure 3", "mdl-probing", "finetuned")),
+         _C(VZ, "Figure 3", "mdl-probing", ("pretrained", "finetuned"))),
     Item(VZ, "Table 2 (pre-trained)", _VZT2, "10_probing",
          with_claims(VZ, "Table 2 (pre-trained)", _vz_table("mdl-probing", "pretrained"))),
     Item(VZ, "Table 2 (fine-tuned)", _VZT2, "10_probing",
@@ -226,7 +227,7 @@ ITEMS: list[Item] = [
     Item(VZ, "Table 3 (fine-tuned)", _VZT3, "11_faithfulness",
          with_claims(VZ, "Table 3 (fine-tuned)", _vz_table("faithfulness", "finetuned"))),
     Item(VZ, "Text §9", "the overall claim over the three evaluations", None,
-         _C(VZ, "Text §9", "cue-alignment", "pretrained")),
+         _C(VZ, "Text §9", "cue-alignment", ("pretrained", "finetuned"))),
     Item(VZ, "Table 1", "examples of the BLiMP tasks with the cue annotation", "09_cue_alignment",
          _C(VZ, "Table 1", "paper-examples", paper_models=None)),
     Item(VZ, "Figure A.3", "cue alignment, RoBERTa", None, None,

@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from cmixlib.metrics import evaluation as ev
+from cmixlib.metrics.paired import paired_alignment
 from cmixlib.metrics.statistics import correlation_table, spearman, spearman_rows, spearman_to
 from cmixlib.data import paper_numbers as pn
 from cmixlib.forward.batching import length_batches
@@ -52,8 +53,10 @@ def cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
     MLM score (``grad_score``: "prob" = softmax over target and foil). ``exclude``: "none" (default,
     as the paper), "special", "target" or "special+target", with renormalisation. The paper shows
     these as heat maps only (no printed numbers). Frames: ``result`` (mean, std, n per method,
-    layer and metric over every example) and ``result_by_paradigm`` (the same per BLiMP
-    paradigm ``uid``, so that another model can be compared on the same paradigms)."""
+    layer and metric over every example), ``result_by_paradigm`` (the same per BLiMP
+    paradigm ``uid``, so that another model can be compared on the same paradigms) and
+    ``pairs`` (every two methods' paired differences over the same examples,
+    :func:`cmixlib.metrics.paired.paired_alignment`, for their standard errors)."""
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     rows, uids = [], {}
@@ -67,7 +70,9 @@ def cue_alignment(ctx: Context) -> dict[str, pd.DataFrame]:
     by_paradigm = ev.aggregate_alignment(per_ex.assign(uid=per_ex["example"].map(uids)),
                                          by=("uid", "method", "layer"))
     by_paradigm.insert(0, "condition", s["condition"])
-    return {"result": agg, "result_by_paradigm": by_paradigm}
+    pairs = paired_alignment(per_ex)
+    pairs.insert(0, "condition", s["condition"])
+    return {"result": agg, "result_by_paradigm": by_paradigm, "pairs": pairs}
 
 
 def _alignment_summary(frames) -> str:

@@ -6,7 +6,9 @@ larger than :data:`Z_NOISE` standard errors, else "tie" (a tie is shown as a tie
 The runs store per method and layer the mean, the (population) std and n over examples, so the
 standard error is std / sqrt(n) and the two errors are combined as if unpaired (the examples are
 the same, so this is conservative when two methods' scores correlate positively); where a run
-keeps per-example values, :func:`paired_bootstrap` resamples the examples instead.
+keeps the paired differences of two methods over the same examples (the cue-alignment runs'
+``pairs``), :func:`paired_gap_z` uses their own standard error; where a run keeps per-example
+values, :func:`paired_bootstrap` resamples the examples instead.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import pandas as pd
 
 from cmixlib.methods.registry import method_label
 
-__all__ = ["Outcome", "OUTCOMES", "Z_NOISE", "BOOTSTRAP", "SE_NOTE", "relation", "gap_z",
+__all__ = ["Outcome", "OUTCOMES", "Z_NOISE", "BOOTSTRAP", "SE_NOTE", "PAIRED_NOTE", "relation",
+           "gap_z", "paired_gap_z",
            "layers_text", "every_layer", "combine", "paired_bootstrap", "not_run", "not_tested"]
 
 #: The outcomes of a claim's test: "holds"; "fails"; "reversed" (the opposite holds clearly);
@@ -32,6 +35,9 @@ BOOTSTRAP = 2000
 #: What the uncertainty of a mean-over-examples comparison is, for the page.
 SE_NOTE = ("tie = gap within 2 standard errors (std/sqrt(n) of each mean, combined unpaired: "
            "the run keeps no per-example values to resample)")
+#: The same where the two methods' paired differences over the same examples are kept.
+PAIRED_NOTE = ("tie = gap within 2 standard errors of the paired difference (std/sqrt(n) of "
+               "the per-example differences between the two methods, same examples)")
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,25 @@ def gap_z(a: pd.Series, b: pd.Series) -> tuple[float, float]:
     return gap, (0.0 if gap == 0 else float(np.sign(gap)) * np.inf)
 
 
+def paired_gap_z(pairs: pd.DataFrame | None, layer: int, a: str, b: str
+                 ) -> tuple[float, float] | None:
+    """``(gap, z)`` of ``a`` minus ``b`` at ``layer`` from a frame of paired differences
+    (columns layer, a, b, mean, std, n: the mean, std and count of a - b over the examples both
+    score, :func:`cmixlib.metrics.paired.paired_alignment`): gap = the mean difference,
+    z = gap / (std / sqrt(n)); None where the frame has no such pair."""
+    if pairs is None:
+        return None
+    sign, lo, hi = (1.0, a, b) if a < b else (-1.0, b, a)
+    row = pairs[(pairs["layer"] == layer) & (pairs["a"] == lo) & (pairs["b"] == hi)]
+    if row.empty:
+        return None
+    r = row.iloc[0]
+    gap, se = sign * float(r["mean"]), float(r["std"]) / np.sqrt(max(int(r["n"]), 1))
+    if se > 0:
+        return gap, gap / se
+    return gap, (0.0 if gap == 0 else float(np.sign(gap)) * np.inf)
+
+
 def relation(gap: float, z: float) -> str:
     """Rule: "above" iff z > :data:`Z_NOISE`, "below" iff z < -:data:`Z_NOISE`, else "tie"."""
     return "above" if z > Z_NOISE else "below" if z < -Z_NOISE else "tie"
@@ -86,9 +111,11 @@ def layers_text(layers: Iterable[int]) -> str:
 
 
 def every_layer(rows: pd.DataFrame, a: str, others: Sequence[str], *,
-                higher_is_better: bool = True, what: str = "") -> tuple[str, str]:
+                higher_is_better: bool = True, what: str = "",
+                pairs: pd.DataFrame | None = None) -> tuple[str, str]:
     """A claim "``a`` is better than each of ``others`` in every layer" on ``rows`` (columns
-    method, layer (numbered from 1), mean, std, n).
+    method, layer (numbered from 1), mean, std, n); with ``pairs`` (the same layers' paired
+    differences, :func:`paired_gap_z`) each gap is the paired one and its z the paired z.
 
     Rule, per layer: ``a`` against each other method by :func:`relation` (signs flipped when
     lower is better); the layer is "above" when ``a`` is above every one, "below" when it is
@@ -105,7 +132,7 @@ def every_layer(rows: pd.DataFrame, a: str, others: Sequence[str], *,
         rel = {}
         for m in others:
             if m in d.index:
-                gap, z = gap_z(d.loc[a], d.loc[m])
+                gap, z = paired_gap_z(pairs, int(layer), a, m) or gap_z(d.loc[a], d.loc[m])
                 rel[m] = (relation(sign * gap, sign * z), sign * z)
         if not rel:
             raise KeyError(f"none of {list(others)} has a row at layer {layer}")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, every_layer, gap_z, layers_text,
-                                         not_tested, relation)
+from cmixlib.book.claims.compare import (PAIRED_NOTE, SE_NOTE, Outcome, combine, every_layer,
+                                         gap_z, layers_text, not_tested, relation)
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.verdicts import holds_every_layer
@@ -19,7 +19,7 @@ from cmixlib.methods.registry import method_label
 
 __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixing",
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
-           "vz_gradients_early", "vz_rollout_benefit", "vz_layerwise_not_good",
+           "vz_gradients_early", "vz_rollout_benefit", "vz_layerwise_not_good", "alignment_pairs",
            "vz_probes_best_among_mixing",
            "vz_distance_agrees", "vz_compression_rises", "vz_compression_jumps", "vz_table_best",
            "vz_table2_gradients_negative", "vz_table2_high", "vz_overall", "HIGHLY", "SAME_PATTERN", "ALIGNMENT_HEADLINE",
@@ -93,15 +93,29 @@ def alignment_rows(condition: str, metric: str) -> pd.DataFrame:
     return r
 
 
+def alignment_pairs(condition: str, metric: str) -> pd.DataFrame | None:
+    """The cue-alignment run's paired differences of one condition and metric (layers numbered
+    from 1; :func:`cmixlib.metrics.paired.paired_alignment`), None for a run without them."""
+    frame = _run("cue-alignment", condition).frames.get("pairs")
+    if frame is None or frame.empty:
+        return None
+    frame = frame[frame.metric == metric].copy()
+    frame["layer"] = frame["layer"].astype(int) + 1
+    return frame
+
+
 def _per_metric(condition: str, a: str, others, what: str, metrics=("dot", "ap"),
                 higher_is_better: bool = True) -> Outcome:
-    parts, texts = [], []
+    parts, texts, paired = [], [], True
     for m in metrics:
+        pairs = alignment_pairs(condition, m)
+        paired = paired and pairs is not None
         o, t = every_layer(alignment_rows(condition, m), a, list(others), what=_METRICS.get(m, m),
-                           higher_is_better=higher_is_better)
+                           higher_is_better=higher_is_better, pairs=pairs)
         parts.append(o)
         texts.append(t)
-    return Outcome(combine(parts), f"{what}. " + " | ".join(texts), SE_NOTE)
+    return Outcome(combine(parts), f"{what}. " + " | ".join(texts),
+                   PAIRED_NOTE if paired else SE_NOTE)
 
 
 def _random_fact(condition: str) -> str:
@@ -202,20 +216,22 @@ def vz_layerwise_not_good() -> Outcome:
             o = _per_metric(c, "attn_norm", [m], f"{CONDITION_LABELS[c]}: N vs {method_label(m)}")
             parts.append(o.outcome)
             texts.append(o.ours)
-    return Outcome(combine(parts), " || ".join(texts), SE_NOTE)
+    return Outcome(combine(parts), " || ".join(texts), o.uncertainty)
 
 
 def vz_probes_best_among_mixing() -> Outcome:
     """Footnote 4's "the same pattern" on probes needed (fewer is better): Value Zeroing below
     each other context-mixing method in every layer, in both conditions."""
-    parts, texts = [], []
+    parts, texts, paired = [], [], True
     for c in CONDITION_LABELS:
+        pairs = alignment_pairs(c, "probes_needed")
+        paired = paired and pairs is not None
         o, t = every_layer(alignment_rows(c, "probes_needed"), _VZ, list(CONTEXT_MIXING),
-                           higher_is_better=False, what=CONDITION_LABELS[c])
+                           higher_is_better=False, what=CONDITION_LABELS[c], pairs=pairs)
         parts.append(o)
         texts.append(t)
     return Outcome(combine(parts), "probes needed, Value Zeroing vs the context-mixing methods. "
-                   + " | ".join(texts), SE_NOTE)
+                   + " | ".join(texts), PAIRED_NOTE if paired else SE_NOTE)
 
 
 def vz_distance_agrees(variants: list[str]) -> Outcome:

@@ -13,7 +13,7 @@ from cmixlib.book.claims.alternatives import alternative_text
 from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, example_holds,
                                        outcome_line, table_verdict)
 from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
-from cmixlib.book.runs import run
+from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.verdicts import with_model_condition
 
 __all__ = ["claim_rows", "claims_text", "with_claims", "claims_item", "fig7_models", "claims_why",
@@ -45,23 +45,35 @@ def with_claims(paper: str, item: str, assess: Callable[[], dict]) -> Callable[[
     return wrapped
 
 
-def claims_item(paper: str, item: str, name: str, condition: str | None = None,
+def claims_item(paper: str, item: str, name: str,
+                condition: str | tuple[str, ...] | None = None,
                  paper_models: str | tuple[str, ...] | None = MAIN_MODEL,
                  paper_value: str = CLAIM_ONLY,
                  model: Callable[[object], str] | None = None) -> Callable[[], dict]:
     """An item decided by its claims alone: :func:`cmixlib.book.claims.rules.claims_verdict`,
     "(other model)" unless the run's model is the paper's (``paper_models`` None: the item
     involves no model, e.g. an annotation rule). ``name``/``condition``: the book run whose
-    model and size the row shows; ``model``: the model column from the run, where the
-    description alone would hide what ran."""
+    model and size the row shows (a tuple of conditions: the claims test each, and the model
+    and accuracy columns name each condition's where they differ); ``model``: the model column
+    from the run, where the description alone would hide what ran."""
+    conds = condition if isinstance(condition, tuple) else (condition,)
+
     def assess() -> dict:
-        res = run(name, condition)
+        runs = [run(name, c) for c in conds]
+        res = runs[0]
         rows = claim_rows(paper, item)
         v, detail = claims_verdict(rows)
-        same = True if paper_models is None else same_model(res, paper_models)
+        same = True if paper_models is None else all(same_model(r, paper_models) for r in runs)
         held = sum(o.outcome == "holds" for _, o in rows)
         row = status_row(res, (with_model_condition(v, same), detail), paper_value,
-                   f"{held} of {len(rows)} claims hold")
+                         f"{held} of {len(rows)} claims hold")
+        if len(runs) > 1:
+            each = [status_row(r, ("", "")) for r in runs]
+            for key in ("model", "accuracy"):
+                vals = [e[key] for e in each]
+                if len(set(map(str, vals))) > 1:
+                    row[key] = " | ".join(f"{CONDITION_LABELS.get(c, c)}: {v}"
+                                          for c, v in zip(conds, vals))
         if paper_models is None:
             row["model"], row["accuracy"] = None, ""        # no model: the rules
         elif model is not None:
