@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, every_layer, gap_z, layers_text,
-                                         not_tested, relation)
+from cmixlib.book.claims.compare import (SE_NOTE, Z_NOISE, Outcome, combine, every_layer, gap_z,
+                                         layers_text, not_tested, relation)
 from cmixlib.book.depth_verdicts import pinned_variant
+from cmixlib.book.identity import model_identities
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.verdicts import holds_every_layer
 from cmixlib.methods.registry import method_label
@@ -20,7 +22,8 @@ from cmixlib.methods.registry import method_label
 __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixing",
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
            "vz_gradients_early", "vz_rollout_benefit", "vz_probes_best_among_mixing",
-           "vz_distance_agrees", "vz_compression_rises", "vz_compression_jumps", "vz_table_best",
+           "vz_distance_agrees", "compression_steps", "vz_compression_rises", "vz_compression_jumps",
+           "mdl_noise_alternative", "vz_table_best",
            "vz_table2_gradients_negative", "vz_table2_high", "vz_overall", "HIGHLY", "SAME_PATTERN", "ALIGNMENT_HEADLINE",
            "alignment_claims"]
 
@@ -219,38 +222,127 @@ def vz_distance_agrees(variants: list[str]) -> Outcome:
                    "agreement per layer only (no per-example values to resample)")
 
 
-def _compression(condition: str) -> pd.Series:
-    return _run("mdl-probing", condition).frames["compression"].set_index("layer")[
-        "compression"].sort_index()
+def _compression_table(condition: str) -> tuple[pd.DataFrame, int]:
+    """``(layer x seed table of compression, the model's layer count)`` of one condition's
+    ``mdl-probing`` run: frame ``compression_seeds`` (one column per probe seed), or the single
+    seed of frame ``compression`` in a run made before the seeds."""
+    res = _run("mdl-probing", condition)
+    d = res.frames.get("compression_seeds", res.frames["compression"].assign(seed=0))
+    table = d.pivot(index="layer", columns="seed", values="compression").sort_index()
+    return table, int(model_identities(res.meta)[0].get("layers") or table.index.max())
+
+
+def compression_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """The steps of compression from layer k-1 to k of a layer x seed table, paired by seed.
+
+    Per step (index: k): ``mean`` and ``std`` (sample std, ddof 1) over the seeds of
+    compression_k - compression_{k-1}, ``n`` seeds, ``se`` = std / sqrt(n), ``z`` = mean / se
+    (+-inf when se is 0 and the mean is not; NaN with one seed: no noise estimate) and
+    ``kind``: "rise" when the mean is above 0 (whatever its size); "fall" when the mean is below
+    0 by more than :data:`~cmixlib.book.claims.compare.Z_NOISE` standard errors (outside the
+    probe's run-to-run noise); else "tie" (a fall, or no change, within noise)."""
+    diff = table.diff().iloc[1:]
+    n = int(table.shape[1])
+    mean = diff.mean(axis=1)
+    std = diff.std(axis=1, ddof=1) if n > 1 else mean * np.nan
+    se = std / np.sqrt(n)
+    z = pd.Series([np.nan if np.isnan(s) else m / s if s > 0 else np.sign(m) * np.inf
+                   if m else 0.0 for m, s in zip(mean, se)], index=mean.index)
+    kind = ["rise" if m > 0 else "fall" if zz < -Z_NOISE else "tie" for m, zz in zip(mean, z)]
+    return pd.DataFrame({"mean": mean, "std": std, "n": n, "se": se, "z": z, "kind": kind})
+
+
+def _step_text(k: int, step: pd.Series) -> str:
+    return (f"layer {k - 1}->{k} {step['mean']:+.2f} (se {step['se']:.2f}, "
+            f"z = {step['z']:+.1f})")
+
+
+def _seeds_note(n: int) -> str:
+    return (f"{n} probe seed{'s' if n != 1 else ''} per layer; paired by seed; a fall is outside "
+            f"noise when its mean over the seeds is below 0 by more than {Z_NOISE:g} standard "
+            "errors (std of the paired differences / sqrt(seeds))"
+            + ("; one seed: no noise estimate, a fall is a tie" if n < 2 else ""))
 
 
 def vz_compression_rises() -> Outcome:
-    """"the probing score goes up monotonically along the layers": compression never falls from
-    one layer to the next, in both conditions (the layers where it falls are named)."""
-    parts, texts = [], []
+    """"the probing score goes up monotonically along the layers", per condition on the probe
+    seeds' steps (:func:`compression_steps`): "holds" when every step from layer k-1 to k rises
+    (mean difference over the seeds above 0, whatever its size); "fails" when some step falls
+    outside noise (below 0 by more than 2 standard errors); else "tie" (some fall within noise).
+    The conditions are combined by :func:`~cmixlib.book.claims.compare.combine`. Printed: the
+    mean compression per layer over the seeds (± their std) and each falling step's mean
+    difference, standard error and z."""
+    parts, texts, ns = [], [], []
     for c in CONDITION_LABELS:
-        comp = _compression(c)
-        falls = [int(l) for l, d in comp.diff().dropna().items() if d < 0]
-        parts.append("fails" if falls else "holds")
-        texts.append(f"{CONDITION_LABELS[c]}: " + ", ".join(f"{v:.2f}" for v in comp)
-                     + (f" (falls at layer(s) {layers_text(falls)})" if falls else ""))
-    return Outcome(combine(parts), "compression by layer from " + str(int(comp.index.min()))
-                   + ": " + "; ".join(texts), "one MDL code length per layer (no resampling)")
+        table, _ = _compression_table(c)
+        steps = compression_steps(table)
+        ns.append(table.shape[1])
+        kinds = set(steps["kind"])
+        parts.append("fails" if "fall" in kinds else "tie" if "tie" in kinds else "holds")
+        sd = table.std(axis=1, ddof=1) if table.shape[1] > 1 else None
+        means = ", ".join(f"{m:.2f}" + (f" ± {sd[l]:.2f}" if sd is not None else "")
+                          for l, m in table.mean(axis=1).items())
+        down = steps[steps["kind"] != "rise"]
+        texts.append(f"{CONDITION_LABELS[c]}: {means}" + (
+            "; rises at every step" if down.empty else "; " + "; ".join(
+                f"{'falls outside noise' if s['kind'] == 'fall' else 'within noise'} at "
+                + _step_text(int(k), s) for k, s in down.iterrows())))
+    return Outcome(combine(parts), "mean compression by layer from "
+                   + str(int(table.index.min())) + " (± std over the seeds): " + "; ".join(texts),
+                   _seeds_note(min(ns)))
 
 
 def vz_compression_jumps() -> Outcome:
-    """The fine-tuned jumps "at layers 4 and 9" of BERT's 12, at the same relative depth of ours
-    (layer ceil(4 L / 12) and ceil(9 L / 12)): each of those layers' rises is above the median
-    rise over layers 1..L."""
-    comp = _compression("finetuned")
-    L = int(comp.index.max())
-    rises = comp.diff().dropna()
-    at = [-(-4 * L // 12), -(-9 * L // 12)]
+    """The fine-tuned jumps "at layers 4 and 9" of BERT's 12 layers. On a 12-layer model: the
+    rises (mean over the probe seeds) at layers 4 and 9 are each above the median rise over
+    layers 1..12 ("holds"), else "fails". On a model of another depth "not tested": where
+    BERT's layers 4 and 9 fall in it is not defined; our fine-tuned rises per layer (mean ± std
+    over the seeds of the paired differences) are printed."""
+    table, layers = _compression_table("finetuned")
+    steps = compression_steps(table)
+    rises = steps["mean"]
+    if layers != 12:
+        return Outcome("not tested", f"a {layers}-layer model; fine-tuned rise of compression "
+                       f"at each layer (mean ± std over {table.shape[1]} probe seeds): "
+                       + ", ".join(f"{int(k)} {s['mean']:+.2f}" + (f" ± {s['std']:.2f}" if
+                                   s["n"] > 1 else "") for k, s in steps.iterrows()),
+                       f"names BERT's layers 4 and 9 of 12; a {layers}-layer model has "
+                       + ("no layer 9 and " if layers < 9 else "") + "no defined counterpart "
+                       "of them")
+    at = [4, 9]
     ok = all(rises[l] > rises.median() for l in at)
     return Outcome("holds" if ok else "fails",
-                   f"rises at layers {at[0]} and {at[1]} of {L}: "
+                   f"rises at layers {at[0]} and {at[1]} of {layers}: "
                    f"{rises[at[0]]:+.2f}, {rises[at[1]]:+.2f}; median rise {rises.median():+.2f}",
-                   "one MDL code length per layer (no resampling)")
+                   _seeds_note(table.shape[1]))
+
+
+def mdl_noise_alternative() -> str:
+    """The alternative cause of a fall of compression from one layer to the next: the
+    run-to-run noise of the MDL estimate (probe initialisation and data order), and the
+    measurement that tells it apart: the probe repeated with several seeds per layer, each step
+    paired by seed (:func:`compression_steps`). Per condition, each falling step (mean
+    difference below 0; none falling: the last layer's step) with its mean difference, standard
+    error and z; rule: below 0 by more than 2 standard errors -> "outside noise: the fall is
+    real on this model"; a fall within 2 -> "within noise: a tie, not a fall"; a rise -> "a
+    rise"."""
+    parts, n = [], 0
+    for c in CONDITION_LABELS:
+        table, _ = _compression_table(c)
+        n = table.shape[1]
+        steps = compression_steps(table)
+        show = steps[steps["mean"] < 0] if (steps["mean"] < 0).any() else steps.iloc[[-1]]
+        notes = []
+        for k, s in show.iterrows():
+            verdict = ("a rise" if s["mean"] > 0 else "one probe seed: the noise is not "
+                       "measured" if n < 2 else "outside noise: the fall is real on this model"
+                       if s["kind"] == "fall" else "within noise: a tie, not a fall")
+            notes.append(f"{_step_text(int(k), s)}: {verdict}")
+        parts.append(f"{CONDITION_LABELS[c]}, " + "; ".join(notes))
+    return ("the run-to-run noise of the MDL estimate (probe initialisation and data order); "
+            f"told apart by repeating the probe with {n} seeds per layer and pairing each step "
+            f"by seed (a fall is outside noise when its mean difference is below 0 by more than "
+            f"{Z_NOISE:g} standard errors): " + " | ".join(parts))
 
 
 def _table(run: str, condition: str) -> pd.DataFrame:
