@@ -242,3 +242,34 @@ def test_every_layer_uses_the_paired_error_where_the_run_keeps_it():
     assert paired_gap_z(pairs, 1, "b", "a") == pytest.approx((-0.02, -4.0))
     assert paired_gap_z(pairs, 2, "a", "b") is None
     assert every_layer(rows, "b", ["a"], pairs=pairs)[0] == "fails"
+
+
+def test_table2_high_is_a_tie_when_the_probe_seeds_disagree(monkeypatch):
+    from cmixlib.book.claims import rules_vz_probing as P
+
+    L = 6
+    align = pd.DataFrame([{"method": "value_zeroing", "metric": "dot", "layer": k,
+                           "mean": [0.1, 0.2, 0.3, 0.4, 0.6, 0.5][k]} for k in range(L)])
+    result = pd.DataFrame({"method": ["value_zeroing", "grad_x_input"],
+                           "spearman": [0.9, -0.9], "n_layers": L})
+
+    def fake(curves):
+        seeds = pd.DataFrame([{"layer": k, "seed": s, "compression": c[k]}
+                              for s, c in enumerate(curves) for k in range(L + 1)])
+
+        def run(name, condition=None):
+            if name == "cue-alignment":
+                return SimpleNamespace(result=align)
+            return SimpleNamespace(result=result,
+                                   meta={"model_identity": {"id": "m", "layers": L}},
+                                   frames={"compression_seeds": seeds})
+        monkeypatch.setattr(P, "run", run)
+
+    same = [1, 2, 3, 4, 5, 7, 6]                  # ranks the layers as Value Zeroing does
+    fake([same, same])
+    assert P.vz_table2_high("finetuned").outcome == "holds"
+    fake([same, [1, 6, 5, 4, 3, 2, 7]])           # another seed reverses most of the order
+    o = P.vz_table2_high("finetuned")
+    assert o.outcome == "tie" and "over 2 probe seeds" in o.ours
+    fake([[1, 6, 5, 4, 3, 2, 7]] * 2)
+    assert P.vz_table2_high("finetuned").outcome == "fails"

@@ -156,12 +156,91 @@ def test_vz_headline_is_on_both_metrics_and_only_the_context_mixing_methods(monk
     rows = pd.concat([_rows(dot, std=0.01).assign(metric="dot"),
                       _rows(ap, std=0.01).assign(metric="ap")])
     rows["layer"] -= 1                                   # the run numbers layers from 0
-    monkeypatch.setattr(V, "_run", lambda *a: SimpleNamespace(result=rows))
+    monkeypatch.setattr(V, "_run", lambda *a: SimpleNamespace(result=rows, frames={}))
     o = V.vz_best_among_mixing("pretrained")
     assert o.outcome == "fails"                          # AP, layer 2
     assert "dot product: above in layer(s) 1-3" in o.ours
     assert "average precision: above in layer(s) 1, 3; below in layer(s) 2" in o.ours
     assert "dot product: at or below Random in layer(s) 1" in o.ours   # the fact beside
+
+
+def _seeded_compression(last_steps, layers: int = 6) -> pd.DataFrame:
+    """compression_seeds rows: layers 0..layers, rising by 1 a layer with a small per-seed
+    offset, then the last step by ``last_steps`` (one value per seed)."""
+    rows = []
+    for s, last in enumerate(last_steps):
+        vals = [1.0 + k + 0.01 * s for k in range(layers)]
+        vals.append(vals[-1] + last)
+        rows += [{"condition": "x", "layer": k, "seed": s, "compression": v}
+                 for k, v in enumerate(vals)]
+    return pd.DataFrame(rows)
+
+
+def _fake_mdl(monkeypatch, by_condition, layers: int = 6):
+    from cmixlib.book.claims import alternatives_vz as AV
+    from cmixlib.book.claims import rules_vz_probing as P
+
+    meta = {"model": "m", "model_identity": {"id": "m", "layers": layers}}
+    monkeypatch.setattr(P, "run", lambda name, c=None: SimpleNamespace(
+        frames={"compression_seeds": by_condition[c],
+                "compression": by_condition[c].query("seed == 0")}, meta=meta))
+    return SimpleNamespace(vz_compression_rises=P.vz_compression_rises,
+                           vz_compression_jumps=P.vz_compression_jumps,
+                           mdl_noise_alternative=AV.mdl_noise_alternative)
+
+
+def test_compression_steps_pair_by_seed_and_decide_by_two_standard_errors():
+    from cmixlib.book.claims import rules_vz_probing as V
+
+    d = _seeded_compression([-0.3, 0.2, -0.25, 0.1])
+    steps = V.compression_steps(d.pivot(index="layer", columns="seed", values="compression"))
+    last = steps.loc[6]
+    diffs = np.array([-0.3, 0.2, -0.25, 0.1])
+    assert last["mean"] == pytest.approx(diffs.mean())
+    assert last["se"] == pytest.approx(diffs.std(ddof=1) / 2)
+    assert last["z"] == pytest.approx(diffs.mean() / (diffs.std(ddof=1) / 2))
+    assert list(steps["kind"]) == ["rise"] * 5 + ["tie"]
+    clear = _seeded_compression([-1.0, -0.9, -1.1, -0.95])
+    steps = V.compression_steps(clear.pivot(index="layer", columns="seed", values="compression"))
+    assert steps.loc[6, "kind"] == "fall" and steps.loc[6, "z"] < -2
+
+
+def test_vz_compression_rises_fails_only_on_a_fall_outside_noise(monkeypatch):
+    rise = _seeded_compression([0.5, 0.4, 0.6, 0.45])
+    clear = _seeded_compression([-1.0, -0.9, -1.1, -0.95])
+    noisy = _seeded_compression([-0.3, 0.2, -0.25, 0.1])
+    V = _fake_mdl(monkeypatch, {"pretrained": rise, "finetuned": rise})
+    o = V.vz_compression_rises()
+    assert o.outcome == "holds" and "rises at every step" in o.ours
+    assert o.uncertainty.startswith("4 probe seeds per layer; paired by seed")
+    V = _fake_mdl(monkeypatch, {"pretrained": rise, "finetuned": clear})
+    o = V.vz_compression_rises()
+    assert o.outcome == "fails" and "fine-tuned" in o.ours
+    assert "falls outside noise at layer 5->6 -0.99" in o.ours
+    assert "outside noise: the fall is real" in V.mdl_noise_alternative()
+    V = _fake_mdl(monkeypatch, {"pretrained": noisy, "finetuned": rise})
+    o = V.vz_compression_rises()
+    assert o.outcome == "tie" and "within noise at layer 5->6 -0.06" in o.ours
+    alt = V.mdl_noise_alternative()
+    assert "pre-trained, layer 5->6 -0.06" in alt and "within noise: a tie, not a fall" in alt
+    assert "fine-tuned, layer 5->6 +0.49" in alt and "a rise" in alt
+
+
+def test_vz_compression_jumps_not_tested_without_bert_layers(monkeypatch):
+    rise = _seeded_compression([0.5, 0.4, 0.6, 0.45])
+    V = _fake_mdl(monkeypatch, {"finetuned": rise}, layers=6)
+    o = V.vz_compression_jumps()
+    assert o.outcome == "not tested" and "no layer 9" in o.uncertainty
+    assert "6 +0.49 ± 0.09" in o.ours
+    jumps = [0.5] * 12
+    jumps[3] = jumps[8] = 2.0                           # layers 4 and 9 (steps from layer 3, 8)
+    rows = pd.DataFrame([{"condition": "x", "layer": k, "seed": s,
+                          "compression": 1 + sum(jumps[:k]) + 0.01 * s}
+                         for s in range(3) for k in range(13)])
+    V = _fake_mdl(monkeypatch, {"finetuned": rows}, layers=12)
+    assert V.vz_compression_jumps().outcome == "holds"
+    rows.loc[rows.layer >= 9, "compression"] -= 1.6     # layer 9's rise below the median
+    assert V.vz_compression_jumps().outcome == "fails"
 
 
 def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch):

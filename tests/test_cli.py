@@ -290,6 +290,11 @@ def test_vz_mdl_and_table2_on_fakes(fakes):
                          progress=False, sources=fakes)
     comp = r.frames["compression"]
     assert list(comp.layer) == [0, 1, 2] and (comp.compression > 0).all()
+    seeds = r.frames["compression_seeds"]                # seed 0 (= "compression") and 1, 2, 3
+    assert list(seeds.columns) == ["condition", "layer", "seed", "compression"]
+    assert sorted(seeds.seed.unique()) == [0, 1, 2, 3] and len(seeds) == 4 * 3
+    assert list(seeds[seeds.seed == 0].compression) == list(comp.compression)
+    assert seeds.groupby("layer").compression.std().gt(0).any()   # the seeds differ
     assert set(r.result.method) == set(X.VZ_LAYER_METHODS)
     c = r.comparison()
     assert {"ours", "paper", "paper_method"} <= set(c.columns)

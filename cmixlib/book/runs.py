@@ -94,9 +94,10 @@ BOOK_RUNS: dict[str, BookRun] = {
     # the whole BLiMP agreement test half
     "distance-ablation": BookRun(
         "vz-distance-ablation", None, 2, cost=57, settings={"condition": "pretrained"}),
-    # the whole test half, for the probe and for the alignment
+    # the whole test half, for the probe and for the alignment; the probe at 4 seeds (each
+    # about 2 s of the cost)
     "mdl-probing": BookRun(
-        "vz-mdl-probing", None, 2, cost=22, quick_settings=_QUICK_IG, conditioned=True),
+        "vz-mdl-probing", None, 2, cost=29, quick_settings=_QUICK_IG, conditioned=True),
     # the whole BLiMP agreement test half, as the paper
     "faithfulness": BookRun(
         "vz-faithfulness", None, 2, cost=255, quick_settings=_QUICK_IG, conditioned=True),

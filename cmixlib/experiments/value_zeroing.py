@@ -199,7 +199,10 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
     between compression and each method's mean layer-wise cue alignment (``alignment_metric``; map
     of layer k paired with the output of layer k), the alignment coming from ``vz-cue-alignment``
     run with the same model, limit and settings (cached). ``probe_limit`` lets the probe use more
-    examples than the alignment (None: the same ``limit``; 0: the whole test split)."""
+    examples than the alignment (None: the same ``limit``; 0: the whole test split). Frame
+    ``compression_seeds``: the probe repeated at every layer with each of ``probe_seeds`` besides
+    ``probe_seed`` (:func:`_compression_seeds`); ``compression`` and ``result`` are
+    ``probe_seed``'s alone."""
     s = ctx.settings
     bundle, _, examples = ctx.load_inputs()
     ctx.info["data_size"] = {"probing": len(examples), "alignment": f"limit={ctx.limit}"}
@@ -208,6 +211,7 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
     comp = mdl_by_layer(feats, labels, num_classes=2, blocks=s["blocks"],   # singular/plural
                         hidden=s["probe_hidden"], seed=s["probe_seed"])
     comp.insert(0, "condition", s["condition"])
+    seeds = _compression_seeds(feats, labels, s, comp)
     align = run_experiment("vz-cue-alignment", ctx.model, ctx.limit, {k: s[k] for k in _ALIGNMENT_KEYS},
                            progress=ctx.progress, sources=ctx.sources).result
     ctx.note(f"alignment from vz-cue-alignment cache {align_key_note(align)}")
@@ -220,7 +224,23 @@ def mdl_probing(ctx: Context) -> dict[str, pd.DataFrame]:
         y = np.array([c[k + 1] for k in g["layer"]])
         rows.append({"condition": s["condition"], "method": m, "spearman": spearman(x, y),
                      "n_layers": len(x), "alignment_metric": s["alignment_metric"]})
-    return {"result": pd.DataFrame(rows), "compression": comp}
+    return {"result": pd.DataFrame(rows), "compression": comp, "compression_seeds": seeds}
+
+
+def _compression_seeds(feats: np.ndarray, labels: np.ndarray, s: dict,
+                       comp: pd.DataFrame) -> pd.DataFrame:
+    """The compression of every layer under each probe seed: ``probe_seed`` (the values of
+    ``comp``, not recomputed) and each of ``probe_seeds`` (the same probe and blocks; the seed
+    sets the data order, the probe's initialisation and its batches). Columns condition, layer,
+    seed, compression; the spread over seeds is the run-to-run noise of the MDL estimate."""
+    parts = [comp[["condition", "layer", "compression"]].assign(seed=s["probe_seed"])]
+    for seed in dict.fromkeys(s["probe_seeds"]):
+        if seed == s["probe_seed"]:
+            continue
+        c = mdl_by_layer(feats, labels, num_classes=2, blocks=s["blocks"],
+                         hidden=s["probe_hidden"], seed=seed)
+        parts.append(c[["layer", "compression"]].assign(condition=s["condition"], seed=seed))
+    return pd.concat(parts, ignore_index=True)[["condition", "layer", "seed", "compression"]]
 
 
 def align_key_note(df: pd.DataFrame) -> str:
@@ -235,7 +255,7 @@ MDL_PROBING = Experiment(
                   also="vz-cue-alignment's result (run, or read from the cache)"),
     defaults={"condition": "pretrained", "methods": VZ_LAYER_METHODS,
               "blocks": [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25, 50, 100],
-              "probe_hidden": 128, "probe_seed": 0, "probe_limit": None, "alignment_metric": "dot",
+              "probe_hidden": 128, "probe_seed": 0, "probe_seeds": [1, 2, 3], "probe_limit": None, "alignment_metric": "dot",
               "exclude": "none", "ties": "optimistic", **_GRADIENTS, **FINETUNED_MLM_SETTINGS, "seed": 0},
     paper_numbers=pn.vz_table2,
     compare=lambda frames, paper: _compare_by_condition(

@@ -56,6 +56,7 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "ge_fig4_readings": G.fig4_reading_alternative,
     "ge_fig5_thresholds": G.fig5_threshold_alternative,
     "vz_rollout_common": V.rollout_common_alternative,
+    "vz_mdl_noise": V.mdl_noise_alternative,
 }
 
 

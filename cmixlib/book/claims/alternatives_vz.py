@@ -3,12 +3,13 @@ measurement that tells it apart (the ``alternative`` of a claim in ``value_zeroi
 registry: :data:`cmixlib.book.claims.alternatives.ALTERNATIVES`)."""
 from __future__ import annotations
 
-from cmixlib.book.claims.compare import gap_z, relation
+from cmixlib.book.claims.compare import Z_NOISE, gap_z, relation
+from cmixlib.book.claims.rules_vz_probing import compression_steps, compression_table, step_text
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.methods.registry import method_label
 
-__all__ = ["rollout_common_alternative"]
+__all__ = ["rollout_common_alternative", "mdl_noise_alternative"]
 
 
 def rollout_common_alternative() -> str:
@@ -35,3 +36,28 @@ def rollout_common_alternative() -> str:
                      f"{len(rel)} other methods")
     return "; ".join(texts) + (": the benefit is not common to every method"
                                if not_above else ": every method benefits alike")
+
+
+def mdl_noise_alternative() -> str:
+    """The measurement for a fall of compression from one layer to the next, whose alternative
+    cause is the run-to-run noise of the MDL estimate (probe initialisation and data order): the
+    probe repeated with several seeds per layer, each step paired by seed (:func:`compression_steps`). Per condition, each falling step (mean
+    difference below 0; none falling: the last layer's step) with its mean difference, standard
+    error and z; rule: below 0 by more than 2 standard errors -> "outside noise: the fall is
+    real on this model"; a fall within 2 -> "within noise: a tie, not a fall"; a rise -> "a
+    rise"."""
+    parts, n = [], 0
+    for c in CONDITION_LABELS:
+        table, _ = compression_table(c)
+        n = table.shape[1]
+        steps = compression_steps(table)
+        show = steps[steps["mean"] < 0] if (steps["mean"] < 0).any() else steps.iloc[[-1]]
+        notes = []
+        for k, s in show.iterrows():
+            verdict = ("a rise" if s["mean"] > 0 else "one probe seed: the noise is not "
+                       "measured" if n < 2 else "outside noise: the fall is real on this model"
+                       if s["kind"] == "fall" else "within noise: a tie, not a fall")
+            notes.append(f"{step_text(int(k), s)}: {verdict}")
+        parts.append(f"{CONDITION_LABELS[c]}, " + "; ".join(notes))
+    return (f"repeating the probe with {n} seeds per layer and pairing each step by seed (a fall is outside noise when its mean difference is below 0 by more than "
+            f"{Z_NOISE:g} standard errors): " + " | ".join(parts))

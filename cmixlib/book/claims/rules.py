@@ -3,7 +3,7 @@ from its claims.
 
 * :data:`TESTS` -- test id (the ``test`` of a claim in the papers' JSON files) -> function
   returning an :class:`~cmixlib.book.claims.compare.Outcome` (:mod:`.rules_vz`, :mod:`.rules_alti`,
-  :mod:`.rules_globenc`);
+  :mod:`.rules_vz_probing`, :mod:`.rules_globenc`);
 * :func:`evaluate` -- one claim's outcome;
 * :func:`claims_verdict` -- the verdict of an item from its claims' outcomes, the headline
   weighted (:data:`CLAIM_VERDICTS`);
@@ -18,6 +18,7 @@ from cmixlib.book.claims import Claim
 from cmixlib.book.claims import rules_alti as A
 from cmixlib.book.claims import rules_globenc as G
 from cmixlib.book.claims import rules_vz as V
+from cmixlib.book.claims import rules_vz_probing as P
 from cmixlib.book.claims.compare import Outcome, not_run, not_tested
 from cmixlib.book.runs import run
 from cmixlib.book.verdicts import OTHER_MODEL
@@ -91,11 +92,11 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "vz_layerwise_not_good": V.vz_layerwise_not_good,
     "vz_probes_best_among_mixing": V.vz_probes_best_among_mixing,
     "vz_distance_agrees": V.vz_distance_agrees,
-    "vz_compression_rises": V.vz_compression_rises,
-    "vz_compression_jumps": V.vz_compression_jumps,
+    "vz_compression_rises": P.vz_compression_rises,
+    "vz_compression_jumps": P.vz_compression_jumps,
     "vz_table_best": V.vz_table_best,
-    "vz_table2_gradients_negative": V.vz_table2_gradients_negative,
-    "vz_table2_high": V.vz_table2_high,
+    "vz_table2_gradients_negative": P.vz_table2_gradients_negative,
+    "vz_table2_high": P.vz_table2_high,
     "vz_overall": V.vz_overall,
     "alti_outperforms": A.alti_outperforms,
     "alti_sva_lower": A.alti_sva_lower,

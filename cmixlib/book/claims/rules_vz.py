@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from cmixlib.book.claims.compare import (PAIRED_NOTE, SE_NOTE, Outcome, combine, every_layer,
-                                         gap_z, layers_text, not_tested, relation)
+from cmixlib.book.claims.compare import (PAIRED_NOTE, SE_NOTE, Outcome, combine,
+                                         every_layer, gap_z, layers_text, not_tested, relation)
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.verdicts import holds_every_layer
@@ -20,10 +20,8 @@ from cmixlib.methods.registry import method_label
 __all__ = ["CONTEXT_MIXING", "GRADIENTS", "alignment_rows", "vz_best_among_mixing",
            "vz_attention_below_random", "vz_norm_above_attention", "vz_above_resln",
            "vz_gradients_early", "vz_rollout_benefit", "vz_layerwise_not_good", "alignment_pairs",
-           "vz_probes_best_among_mixing",
-           "vz_distance_agrees", "vz_compression_rises", "vz_compression_jumps", "vz_table_best",
-           "vz_table2_gradients_negative", "vz_table2_high", "vz_overall", "HIGHLY", "SAME_PATTERN", "ALIGNMENT_HEADLINE",
-           "alignment_claims"]
+           "vz_probes_best_among_mixing", "vz_distance_agrees", "vz_table_best", "vz_overall",
+           "HIGHLY", "SAME_PATTERN", "ALIGNMENT_HEADLINE", "alignment_claims"]
 
 #: "The other context mixing methods" of §5: the layer-wise context-mixing maps of the
 #: cue-alignment run (not the Random baseline, not the gradient attributions).
@@ -252,40 +250,6 @@ def vz_distance_agrees(variants: list[str]) -> Outcome:
                    "agreement per layer only (no per-example values to resample)")
 
 
-def _compression(condition: str) -> pd.Series:
-    return _run("mdl-probing", condition).frames["compression"].set_index("layer")[
-        "compression"].sort_index()
-
-
-def vz_compression_rises() -> Outcome:
-    """"the probing score goes up monotonically along the layers": compression never falls from
-    one layer to the next, in both conditions (the layers where it falls are named)."""
-    parts, texts = [], []
-    for c in CONDITION_LABELS:
-        comp = _compression(c)
-        falls = [int(l) for l, d in comp.diff().dropna().items() if d < 0]
-        parts.append("fails" if falls else "holds")
-        texts.append(f"{CONDITION_LABELS[c]}: " + ", ".join(f"{v:.2f}" for v in comp)
-                     + (f" (falls at layer(s) {layers_text(falls)})" if falls else ""))
-    return Outcome(combine(parts), "compression by layer from " + str(int(comp.index.min()))
-                   + ": " + "; ".join(texts), "one MDL code length per layer (no resampling)")
-
-
-def vz_compression_jumps() -> Outcome:
-    """The fine-tuned jumps "at layers 4 and 9" of BERT's 12, at the same relative depth of ours
-    (layer ceil(4 L / 12) and ceil(9 L / 12)): each of those layers' rises is above the median
-    rise over layers 1..L."""
-    comp = _compression("finetuned")
-    L = int(comp.index.max())
-    rises = comp.diff().dropna()
-    at = [-(-4 * L // 12), -(-9 * L // 12)]
-    ok = all(rises[l] > rises.median() for l in at)
-    return Outcome("holds" if ok else "fails",
-                   f"rises at layers {at[0]} and {at[1]} of {L}: "
-                   f"{rises[at[0]]:+.2f}, {rises[at[1]]:+.2f}; median rise {rises.median():+.2f}",
-                   "one MDL code length per layer (no resampling)")
-
-
 def _table(run: str, condition: str) -> pd.DataFrame:
     r = _run(run, condition).result
     return r.rename(columns={"spearman": "mean"})
@@ -311,32 +275,6 @@ def vz_table_best(run: str, condition: str) -> Outcome:
     return Outcome({"above": "holds", "below": "fails", "tie": "tie"}[rel],
                    f"{method_label(vz)} {t.loc[vz, 'mean']:+.2f}; best other "
                    f"{method_label(best)} {t.loc[best, 'mean']:+.2f}", unc)
-
-
-def vz_table2_high(condition: str) -> Outcome:
-    """"alignment according to Value Zeroing is highly positively correlated with the probing
-    performance": Value Zeroing's Spearman over layers is at least :data:`HIGHLY`; the best
-    other method is printed beside (the claim is about Value Zeroing's value, not its rank)."""
-    t = _table("mdl-probing", condition).set_index("method")["mean"]
-    others = t.drop(index=[_VZ])
-    best = str(others.idxmax())
-    return Outcome("holds" if t[_VZ] >= HIGHLY else "fails",
-                   f"{method_label(_VZ)} {t[_VZ]:+.2f} (best other {method_label(best)} "
-                   f"{others[best]:+.2f})",
-                   f"Spearman over {int(_table('mdl-probing', condition)['n_layers'].iloc[0])} "
-                   "layer means (no per-example values)")
-
-
-def vz_table2_gradients_negative(condition: str) -> Outcome:
-    """"a highly negative correlation with probing results" for the gradient methods: each one's
-    Spearman over layers is at most -:data:`HIGHLY`."""
-    t = _table("mdl-probing", condition).set_index("method")["mean"]
-    vals = {g: float(t[g]) for g in GRADIENTS if g in t.index}
-    ok = all(v <= -HIGHLY for v in vals.values())
-    return Outcome("holds" if ok else "fails",
-                   ", ".join(f"{method_label(g)} {v:+.2f}" for g, v in vals.items()),
-                   f"Spearman over {int(_table('mdl-probing', condition)['n_layers'].iloc[0])} "
-                   "layer means (no per-example values)")
 
 
 def vz_overall() -> Outcome:

@@ -1,0 +1,165 @@
+"""The tests of Value Zeroing's §6 claims (probing, Figure 3 and Table 2) on the book's
+``mdl-probing`` runs: compression per layer repeated over several probe seeds (frame
+``compression_seeds``), so that a step between layers and a Spearman over layers carry the
+probe's run-to-run noise; the docstrings state the rules."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cmixlib.book.claims.compare import Z_NOISE, Outcome, combine
+from cmixlib.book.claims.rules_vz import GRADIENTS, HIGHLY
+from cmixlib.book.identity import model_identities
+from cmixlib.book.runs import CONDITION_LABELS, run
+from cmixlib.methods.registry import method_label
+from cmixlib.metrics.statistics import spearman
+
+__all__ = ["compression_table", "compression_steps", "step_text", "seeds_note",
+           "vz_compression_rises", "vz_compression_jumps", "seed_spearmans", "vz_table2_high",
+           "vz_table2_gradients_negative"]
+
+_VZ = "value_zeroing"
+
+
+def compression_table(condition: str) -> tuple[pd.DataFrame, int]:
+    """``(layer x seed table of compression, the model's layer count)`` of one condition's
+    ``mdl-probing`` run: frame ``compression_seeds`` (one column per probe seed), or the single
+    seed of frame ``compression`` in a run made before the seeds."""
+    res = run("mdl-probing", condition)
+    d = res.frames.get("compression_seeds")
+    d = res.frames["compression"].assign(seed=0) if d is None else d
+    table = d.pivot(index="layer", columns="seed", values="compression").sort_index()
+    return table, int(model_identities(res.meta)[0].get("layers") or table.index.max())
+
+
+def compression_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """The steps of compression from layer k-1 to k of a layer x seed table, paired by seed.
+
+    Per step (index: k): ``mean`` and ``std`` (sample std, ddof 1) over the seeds of
+    compression_k - compression_{k-1}, ``n`` seeds, ``se`` = std / sqrt(n), ``z`` = mean / se
+    (+-inf when se is 0 and the mean is not; NaN with one seed: no noise estimate) and
+    ``kind``: "rise" when the mean is above 0 (whatever its size); "fall" when the mean is below
+    0 by more than :data:`~cmixlib.book.claims.compare.Z_NOISE` standard errors (outside the
+    probe's run-to-run noise); else "tie" (a fall, or no change, within noise)."""
+    diff = table.diff().iloc[1:]
+    n = int(table.shape[1])
+    mean = diff.mean(axis=1)
+    std = diff.std(axis=1, ddof=1) if n > 1 else mean * np.nan
+    se = std / np.sqrt(n)
+    z = pd.Series([np.nan if np.isnan(s) else m / s if s > 0 else np.sign(m) * np.inf
+                   if m else 0.0 for m, s in zip(mean, se)], index=mean.index)
+    kind = ["rise" if m > 0 else "fall" if zz < -Z_NOISE else "tie" for m, zz in zip(mean, z)]
+    return pd.DataFrame({"mean": mean, "std": std, "n": n, "se": se, "z": z, "kind": kind})
+
+
+def step_text(k: int, step: pd.Series) -> str:
+    return (f"layer {k - 1}->{k} {step['mean']:+.2f} (se {step['se']:.2f}, "
+            f"z = {step['z']:+.1f})")
+
+
+def seeds_note(n: int) -> str:
+    return (f"{n} probe seed{'s' if n != 1 else ''} per layer; paired by seed; a fall is outside "
+            f"noise when its mean over the seeds is below 0 by more than {Z_NOISE:g} standard "
+            "errors (std of the paired differences / sqrt(seeds))"
+            + ("; one seed: no noise estimate, a fall is a tie" if n < 2 else ""))
+
+
+def vz_compression_rises() -> Outcome:
+    """"the probing score goes up monotonically along the layers", per condition on the probe
+    seeds' steps (:func:`compression_steps`): "holds" when every step from layer k-1 to k rises
+    (mean difference over the seeds above 0, whatever its size); "fails" when some step falls
+    outside noise (below 0 by more than 2 standard errors); else "tie" (some fall within noise).
+    The conditions are combined by :func:`~cmixlib.book.claims.compare.combine`. Printed: the
+    mean compression per layer over the seeds (± their std) and each falling step's mean
+    difference, standard error and z."""
+    parts, texts, ns = [], [], []
+    for c in CONDITION_LABELS:
+        table, _ = compression_table(c)
+        steps = compression_steps(table)
+        ns.append(table.shape[1])
+        kinds = set(steps["kind"])
+        parts.append("fails" if "fall" in kinds else "tie" if "tie" in kinds else "holds")
+        sd = table.std(axis=1, ddof=1) if table.shape[1] > 1 else None
+        means = ", ".join(f"{m:.2f}" + (f" ± {sd[l]:.2f}" if sd is not None else "")
+                          for l, m in table.mean(axis=1).items())
+        down = steps[steps["kind"] != "rise"]
+        texts.append(f"{CONDITION_LABELS[c]}: {means}" + (
+            "; rises at every step" if down.empty else "; " + "; ".join(
+                f"{'falls outside noise' if s['kind'] == 'fall' else 'within noise'} at "
+                + step_text(int(k), s) for k, s in down.iterrows())))
+    return Outcome(combine(parts), "mean compression by layer from "
+                   + str(int(table.index.min())) + " (± std over the seeds): " + "; ".join(texts),
+                   seeds_note(min(ns)))
+
+
+def vz_compression_jumps() -> Outcome:
+    """The fine-tuned jumps "at layers 4 and 9" of BERT's 12 layers. On a 12-layer model: the
+    rises (mean over the probe seeds) at layers 4 and 9 are each above the median rise over
+    layers 1..12 ("holds"), else "fails". On a model of another depth "not tested": where
+    BERT's layers 4 and 9 fall in it is not defined; our fine-tuned rises per layer (mean ± std
+    over the seeds of the paired differences) are printed."""
+    table, layers = compression_table("finetuned")
+    steps = compression_steps(table)
+    rises = steps["mean"]
+    if layers != 12:
+        return Outcome("not tested", f"a {layers}-layer model; fine-tuned rise of compression "
+                       f"at each layer (mean ± std over {table.shape[1]} probe seeds): "
+                       + ", ".join(f"{int(k)} {s['mean']:+.2f}" + (f" ± {s['std']:.2f}" if
+                                   s["n"] > 1 else "") for k, s in steps.iterrows()),
+                       f"names BERT's layers 4 and 9 of 12; a {layers}-layer model has "
+                       + ("no layer 9 and " if layers < 9 else "") + "no defined counterpart "
+                       "of them")
+    at = [4, 9]
+    ok = all(rises[l] > rises.median() for l in at)
+    return Outcome("holds" if ok else "fails",
+                   f"rises at layers {at[0]} and {at[1]} of {layers}: "
+                   f"{rises[at[0]]:+.2f}, {rises[at[1]]:+.2f}; median rise {rises.median():+.2f}",
+                   seeds_note(table.shape[1]))
+
+
+def _table2(condition: str) -> pd.DataFrame:
+    return run("mdl-probing", condition).result.set_index("method")
+
+
+def seed_spearmans(condition: str, method: str = _VZ, metric: str = "dot") -> list[float]:
+    """Table 2's Spearman of ``method`` (its mean cue alignment per layer, ``metric``, from the
+    ``cue-alignment`` run) against each probe seed's compression curve over layers 1..L
+    (:func:`compression_table`): how much the probe's run-to-run noise moves the number."""
+    table, _ = compression_table(condition)
+    a = run("cue-alignment", condition).result
+    a = a[(a.method == method) & (a.metric == metric)].sort_values("layer")
+    x = a["mean"].to_numpy()
+    return [float(spearman(x, table.loc[[int(k) + 1 for k in a["layer"]], seed].to_numpy()))
+            for seed in table.columns]
+
+
+def vz_table2_high(condition: str) -> Outcome:
+    """"alignment according to Value Zeroing is highly positively correlated with the probing
+    performance": Value Zeroing's Spearman over layers (seed 0: Table 2's number) at least
+    :data:`~cmixlib.book.claims.rules_vz.HIGHLY`, and so on every probe seed
+    (:func:`seed_spearmans`). Rule: every seed at least HIGHLY -> holds; none -> fails; some ->
+    tie (the probe's noise decides it). The best other method is printed beside (the claim is
+    about Value Zeroing's value, not its rank)."""
+    t = _table2(condition)["spearman"]
+    others = t.drop(index=[_VZ])
+    best = str(others.idxmax())
+    rhos = seed_spearmans(condition)
+    high = [r >= HIGHLY for r in rhos]
+    outcome = "holds" if all(high) else "fails" if not any(high) else "tie"
+    return Outcome(outcome, f"{method_label(_VZ)} {t[_VZ]:+.2f} (best other "
+                   f"{method_label(best)} {others[best]:+.2f}); over {len(rhos)} probe seeds "
+                   f"{min(rhos):+.2f} to {max(rhos):+.2f}",
+                   f"Spearman over {int(_table2(condition)['n_layers'].iloc[0])} layer means; "
+                   "the spread: one compression curve per probe seed")
+
+
+def vz_table2_gradients_negative(condition: str) -> Outcome:
+    """"a highly negative correlation with probing results" for the gradient methods: each one's
+    Spearman over layers is at most -:data:`~cmixlib.book.claims.rules_vz.HIGHLY`."""
+    t = _table2(condition)["spearman"]
+    vals = {g: float(t[g]) for g in GRADIENTS if g in t.index}
+    ok = all(v <= -HIGHLY for v in vals.values())
+    return Outcome("holds" if ok else "fails",
+                   ", ".join(f"{method_label(g)} {v:+.2f}" for g, v in vals.items()),
+                   f"Spearman over {int(_table2(condition)['n_layers'].iloc[0])} "
+                   "layer means (no per-example values)")
