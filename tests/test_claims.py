@@ -256,6 +256,43 @@ def test_alti_fig6_reversed_when_alti_gives_the_special_tokens_more(monkeypatch)
     assert A.alti_fig6_special().outcome == "fails"
 
 
+def _by_depth(a_roll: float, b_roll: float, b_layers: int = 3) -> pd.DataFrame:
+    """A table2_by_depth frame: A (6 layers) and B, Random 0 and Nearness 0.05 on both, std 0.3
+    and n 400 (standard error 0.015 a mean)."""
+    rows = []
+    for model, layers, roll in (("A", 6, a_roll), ("B", b_layers, b_roll)):
+        for m, v in (("attention_rollout", roll), ("alti", 0.4), ("random", 0.0),
+                     ("nearness", 0.05)):
+            rows.append({"method": m, "model": model, "layers": layers, "reference": "grad_l2",
+                         "mean": v, "std": 0.3, "n": 400, "n_nan": 0})
+    return pd.DataFrame(rows)
+
+
+def test_depth_student_alternative_gives_each_conclusion(monkeypatch):
+    from cmixlib.book.claims import alternatives_alti as A
+
+    end = lambda key: A.DEPTH_CONCLUSIONS[key].format(s="B", d="A") + "."  # noqa: E731
+    # B clearly above both baselines (0.2 vs 0.05: 7 SE) and above A's -0.05: depth
+    text = A.depth_student_alternative(_by_depth(-0.05, 0.2))
+    assert text.startswith("Attn Rollout's Spearman with grad-L2 (Table 2's SST-2 column)")
+    assert text.endswith(end("depth"))
+    assert "A (6 layers): Attn Rollout -0.050" in text and "B (3 layers): Attn Rollout +0.200" in text
+    assert "Nearness +0.050 (gap +7.1 SE)" in text and "B's Attn Rollout minus A's +0.250 (+11.8 SE)" in text
+    assert "over the same 400 sentences" in text
+    # B within 2 SE of Nearness (0.07 vs 0.05: 0.9 SE): not above the baselines either
+    assert A.depth_student_alternative(_by_depth(-0.05, 0.07)).endswith(end("not depth"))
+    # B below Random: not depth
+    assert A.depth_student_alternative(_by_depth(-0.05, -0.2)).endswith(end("not depth"))
+    # B above both baselines, A as high: not told apart
+    assert A.depth_student_alternative(_by_depth(0.2, 0.21)).endswith(end("not told apart"))
+    # the run's frame is read when none is given
+    monkeypatch.setattr(A, "run", lambda name: SimpleNamespace(
+        frames={"table2_by_depth": _by_depth(-0.05, 0.2)}))
+    assert A.depth_student_alternative().endswith(end("depth"))
+    assert "not told apart: both models have 6 layers" in A.depth_student_alternative(
+        _by_depth(-0.05, 0.2, b_layers=6))
+
+
 def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch):
     from cmixlib.book.claims import status as S
 

@@ -12,6 +12,7 @@ from fakes import FakeBundle
 from tolerances import assert_no_worse_than_baseline
 from cmixlib import cli
 from cmixlib import experiments as X
+from cmixlib.experiments import alti as A7
 from cmixlib.metrics import statistics as st
 from cmixlib import training
 from cmixlib.forward.encoder import encoder_layers
@@ -254,6 +255,59 @@ def test_alti_fig7_on_fakes(fakes, capsys):
     assert cli.main(["run", "alti-fig7-consistency", "--model", "fake", "--limit", "4", "--set", "ig_steps=3",
                      "--quiet"]) == 0
     assert "agreement" in capsys.readouterr().out
+
+
+def _rollout_cls_row(model, ids: list[int]) -> np.ndarray:
+    """Attention rollout written out (Abnar & Zuidema): per layer the head mean A, then
+    R = (0.5 A_L + 0.5 I) ... (0.5 A_1 + 0.5 I) in float64; the [CLS] row of R."""
+    with torch.no_grad():
+        att = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    n = len(ids)
+    r = np.eye(n)
+    for a in att:
+        r = (0.5 * a[0].double().mean(0).numpy() + 0.5 * np.eye(n)) @ r
+    return r[0]
+
+
+def test_alti_fig7_table2_by_depth_on_fakes(fakes):
+    """Frame table2_by_depth: both models with their layers, the rollout, ALTI and the controls
+    against grad-L2; the rollout row equals rollout written out, and every mean equals the mean
+    of Spearman's rho computed sentence by sentence from one-sentence calls (scipy)."""
+    from scipy.stats import spearmanr
+
+    from cmixlib.experiments.controls import CONTROLS, control_scores, control_seed
+    from cmixlib.gradients import ClassTarget, grad_l2
+
+    r = X.run_experiment("alti-fig7-consistency", model="fake", limit=6, settings={"ig_steps": 3},
+                         progress=False, sources=fakes)
+    d = r.frames["table2_by_depth"]
+    assert list(d.columns) == ["method", "model", "layers", "reference", "mean", "std", "n", "n_nan"]
+    assert list(d["model"].unique()) == ["A", "B"] and (d["reference"] == "grad_l2").all()
+    assert dict(zip(d["model"], d["layers"])) == {"A": 2, "B": 1}
+    names = [*A7.DEPTH_METHODS, *CONTROLS]
+    assert all(list(d[d.model == m]["method"]) == names for m in ("A", "B"))
+    same = sorted(r.frames["per_example"]["example"].unique())
+    assert (d["n"] + d["n_nan"] == len(same)).all() and len(same) > 0
+    examples = _examples(6)
+    for role, bundle in (("A", fakes.a), ("B", fakes.b)):
+        per = {m: [] for m in names}
+        for k in same:
+            ids = examples[k]["input_ids"]
+            roll = _rollout_cls_row(bundle.model, ids)
+            # the run's rollout row (its padded batch code) on this sentence and a padded batch
+            batch = [examples[k], examples[(k + 1) % 6]]
+            got = A7._fig7_vectors(bundle, batch, [0, 0], ["attention_rollout"], {"ig_steps": 3})
+            np.testing.assert_allclose(got[0]["attention_rollout"], roll, rtol=1e-5, atol=1e-7)
+            maps = cmixlib.context_mixing(bundle.model, bundle.tokenizer, {"input_ids": torch.tensor([ids])},
+                                          methods=["alti"])
+            ref = grad_l2(bundle.model, torch.tensor([ids]), ClassTarget(None, score="prob"))
+            sc = {"attention_rollout": roll, "alti": maps["alti"][-1, 0],
+                  **control_scores(len(ids), 0, control_seed(0, k))}
+            for m in names:
+                per[m].append(spearmanr(ref, sc[m])[0])
+        want = pd.Series({m: np.nanmean(v) for m, v in per.items()})
+        have = d[d.model == role].set_index("method")["mean"]
+        np.testing.assert_allclose(have[names], want[names], rtol=0, atol=1e-9)
 
 
 class RecordedTraining(X.Sources):

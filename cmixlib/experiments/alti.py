@@ -25,7 +25,7 @@ from cmixlib.gradients import ClassTarget, GRADIENT_METHODS as ATTRIBUTION_METHO
 from cmixlib.methods import dispatch as core
 
 __all__ = ["FIG6_SPECIAL_RANKS", "TABLE2", "TABLE2_TASKS", "FIG7_CONSISTENCY", "FIG7_METHODS",
-           "describe_ig_check"]
+           "DEPTH_METHODS", "DEPTH_REFERENCE", "describe_ig_check"]
 
 # ============================================================================================
 # Figure 6: normalised rank of special tokens
@@ -144,6 +144,12 @@ TABLE2 = Experiment(
 FIG7_METHODS = ["alti", "grad_l2", "grad_x_input_abs", "integrated_gradients"]
 
 
+#: Frame ``table2_by_depth`` of Figure 7: Table 2's SST-2 column on each of the two models, for
+#: these methods' final-layer [CLS] rows and Table 2's sanity baselines, against this reference.
+DEPTH_METHODS = ["attention_rollout", "alti"]
+DEPTH_REFERENCE = "grad_l2"
+
+
 #: Sentences per padded batch in Figure 7 (IG expands each to ``ig_steps`` rows, so the batch
 #: stays small); the vectors equal one-sentence runs up to float rounding (padding is masked).
 FIG7_BATCH = 8
@@ -218,6 +224,30 @@ def describe_ig_check(frame: pd.DataFrame) -> str:
             f"{c.loc['consistency_ref', 'mean']:.3f} at {ref}.")
 
 
+def _table2_by_depth(vectors: dict[int, tuple[dict, dict]], same: list[int],
+                     layers: list[tuple[str, int]], s, excl) -> pd.DataFrame:
+    """Frame ``table2_by_depth``: for each model (role, layers) in ``layers`` (the order of the
+    pairs in ``vectors``), Table 2's SST-2 column over the sentences ``same``: the Spearman per
+    sentence between :data:`DEPTH_REFERENCE` (grad-L2 of the probability of the class both models
+    predict there: each model's own prediction, as Table 2's) and each
+    of :data:`DEPTH_METHODS` and the controls (:func:`control_scores`, target 0, seeded per
+    sentence with ``control_seed(seed, k)``, k the sentence's index in the run's data, as
+    Table 2's), aggregated by :func:`correlation_table`."""
+    tables = []
+    for r, (role, n_layers) in enumerate(layers):
+        per: dict[str, list[float]] = {m: [] for m in [*DEPTH_METHODS, *CONTROLS]}
+        for k in same:
+            x = vectors[k][r]
+            ref = x[DEPTH_REFERENCE]
+            sc = {**{m: x[m] for m in DEPTH_METHODS},
+                  **control_scores(len(ref), 0, control_seed(s["seed"], k), CONTROLS)}
+            for m, rho in spearman_to(ref, sc, exclude=excl).items():
+                per[m].append(rho)
+        tables.append(correlation_table(per, model=role, layers=int(n_layers),
+                                        reference=DEPTH_REFERENCE))
+    return pd.concat(tables, ignore_index=True)
+
+
 def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     """ALTI Figure 7: two SST-2 classifiers that share a tokenizer (model A = ``--model``, fine-tuned
     by :meth:`Sources.classifier`; model B from ``model_b``, see :meth:`Sources.model_b
@@ -230,7 +260,12 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     (bars only): "our method is the most consistent ..., with grad_l2 following behind".
     With ``ig_check`` > 0, the first ``ig_check`` compared sentences also get IG with
     ``ig_check_steps`` steps (the authors' code: 100): frame ``ig_check`` gives the Spearman of
-    each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min)."""
+    each model's IG vectors at the two step counts and rho(A, B) of IG with either (mean, min).
+    Frame ``table2_by_depth`` (``_table2_by_depth``): on the same sentences, Table 2's SST-2
+    column (Spearman with grad-L2; [CLS]/[SEP] as ``include_special``, default kept as Table 2's
+    default) for each model, attention rollout and ALTI beside Random and Nearness (seeded with
+    ``seed``): does Attn Rollout do better on the shallower model? The ALTI and grad-L2 rows are
+    the ones compared across models; the rollout row comes from the same forward pass."""
     s = ctx.settings
     methods = list(s["methods"])
     bad = [m for m in methods if m not in core.METHODS and m not in ATTRIBUTION_METHODS]
@@ -246,6 +281,8 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
     ctx.note(f"model B: {how}")
     per: dict[str, list[float]] = {m: [] for m in methods}
     per_rows, check_rows = [], []
+    # the rows table2_by_depth needs beside the compared methods (by default: the rollout only)
+    computed = methods + [m for m in [*DEPTH_METHODS, DEPTH_REFERENCE] if m not in methods]
     excl = None if s["include_special"] else [0, -1]
     pred = {role: batched(ctx, examples, lambda batch, b=b: predicted_classes(b, batch).tolist(),
                           desc=f"predictions of model {role}")
@@ -260,8 +297,8 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
         for idx in length_batches([len(examples[k]["input_ids"]) for k in same], FIG7_BATCH):
             ks = [same[i] for i in idx]
             batch, classes = [examples[k] for k in ks], [int(pred["A"][k]) for k in ks]
-            va = _fig7_vectors(bundle_a, batch, classes, methods, s)
-            vb = _fig7_vectors(bundle_b, batch, classes, methods, s)
+            va = _fig7_vectors(bundle_a, batch, classes, computed, s)
+            vb = _fig7_vectors(bundle_b, batch, classes, computed, s)
             vectors.update(zip(ks, zip(va, vb)))
             bar.update(len(ks))
     for j, k in enumerate(same):                  # the sentences in their order
@@ -285,7 +322,9 @@ def fig7_consistency(ctx: Context) -> dict[str, pd.DataFrame]:
                                "agreement_rate": agree / max(1, n)}])
     ctx.info["model_b"] = how
     frames = {"result": result, "models": models, "agreement": agreement,
-              "per_example": pd.DataFrame(per_rows, columns=["example", "n_tokens", "predicted", "method", "spearman"])}
+              "per_example": pd.DataFrame(per_rows, columns=["example", "n_tokens", "predicted", "method", "spearman"]),
+              "table2_by_depth": _table2_by_depth(vectors, same, list(zip(models["model"], models["layers"])),
+                                                  s, excl)}
     if check_rows:
         frames["ig_check"] = _ig_check_table(check_rows, s)
     if "alti" in methods:   # paired over the same sentences: rho(method) - rho(ALTI), the paper's claim is < 0
@@ -304,6 +343,9 @@ def _fig7_summary(frames) -> str:
     if "vs_alti" in frames:
         text += ("\n\npaired difference rho(method) - rho(ALTI) over the same sentences:\n"
                  + frames["vs_alti"].to_string(index=False, float_format=fmt))
+    if "table2_by_depth" in frames:
+        text += ("\n\nTable 2's SST-2 column (Spearman with grad-L2) on each model, same sentences:\n"
+                 + frames["table2_by_depth"].to_string(index=False, float_format=fmt))
     return text
 
 
@@ -314,6 +356,6 @@ FIG7_CONSISTENCY = Experiment(
     inputs=Inputs(SST2_CLASSIFIER, Data("sst2_test"), also="model B (Sources.model_b, setting model_b)"),
     defaults={"methods": FIG7_METHODS, "model_b": "auto", "keep_layers": None, "ig_steps": 100,
               "ig_check": 0, "ig_check_steps": 100,
-              "include_special": True, "confidence": 0.95, **CLASSIFIER_SETTINGS,
+              "include_special": True, "confidence": 0.95, "seed": 0, **CLASSIFIER_SETTINGS,
               "b_cls_epochs": None, "b_cls_max_train_examples": 6000},
     summary=_fig7_summary)

@@ -50,6 +50,7 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "parts_margin": parts_margin,
     "alti_fig3_repository": A.fig3_repository_alternative,
     "alti_sva_paper_values": A.sva_lower_paper_alternative,
+    "alti_depth_student": A.depth_student_alternative,
     "ge_fig1_gradient": G.fig1_gradient_alternative,
     "ge_fig3_noise": G.fig3_noise_alternative,
     "ge_plausibility": G.plausibility_alternative,

@@ -8,7 +8,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.rules_alti import (ALTI_TABLE2_METHODS, CLOSE_TO_ONE, overall_mean,
+from cmixlib.book.claims.compare import gap_z, relation
+from cmixlib.book.claims.rules_alti import (SANITY, ALTI_TABLE2_METHODS, CLOSE_TO_ONE, overall_mean,
                                             table2_rows)
 from cmixlib.book.runs import run, run_arguments
 from cmixlib.book.verdicts import below_sanity_baselines
@@ -17,7 +18,8 @@ from cmixlib.experiments.alti_anisotropy import fig3_repo_frame
 from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
 from cmixlib.methods.registry import method_label
 
-__all__ = ["sva_lower_paper_alternative", "fig3_repository_alternative", "sva_accuracy", "sva_why"]
+__all__ = ["sva_lower_paper_alternative", "fig3_repository_alternative", "sva_accuracy", "sva_why",
+           "DEPTH_CONCLUSIONS", "depth_student_alternative"]
 
 
 def sva_lower_paper_alternative() -> str:
@@ -98,3 +100,59 @@ def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
     return text + (" Alternative cause: the masked LM failing the agreement on these sentences; "
                    f"told apart by its accuracy on the sentences used: {acc:.2f} on {n:,}."), \
         t[["mean", "std", "n"]].rename(index=method_label)
+
+
+#: The conclusions of :func:`depth_student_alternative` ({s}: the model with fewer layers, {d}:
+#: the other).
+DEPTH_CONCLUSIONS = {
+    "depth": "{s}'s Attn Rollout is clearly above both baselines and above {d}'s: depth explains "
+             "it on this family",
+    "not depth": "{s}'s Attn Rollout is not above the baselines either: fewer layers do not "
+                 "rescue it, so depth alone does not explain it",
+    "not told apart": "{s}'s Attn Rollout is above both baselines but not clearly above {d}'s: "
+                      "the measurement does not tell depth apart",
+}
+
+
+def depth_student_alternative(frame: pd.DataFrame | None = None) -> str:
+    """The measurement for :func:`~cmixlib.book.claims.rules_alti.alti_depth_rollout` failing on
+    a model of at most 6 layers, whose alternative cause is "something other than depth makes
+    Attn Rollout fail on this model family": Table 2's SST-2 column (Spearman with grad-L2) on the two models of ``alti-fig7`` (its
+    frame ``table2_by_depth``, or ``frame``: columns method, model, layers, mean, std, n; the same
+    sentences for both): model A and its distilled student B, which has fewer layers.
+
+    Rule (each comparison by :func:`~cmixlib.book.claims.compare.relation` of
+    :func:`~cmixlib.book.claims.compare.gap_z`: a gap in standard errors of the means, unpaired):
+    S is the model with fewer layers, D the other. If S's Attn Rollout is not above both Random
+    and Nearness on S: :data:`DEPTH_CONCLUSIONS` ["not depth"]; if it is, and also above D's
+    Attn Rollout: ["depth"]; else ["not told apart"]. The numbers printed: each model's Attn
+    Rollout, Random and Nearness (the rollout's gap to each in standard errors), ALTI's, and the
+    gap between the two rollouts."""
+    if frame is None:
+        frame = run("alti-fig7").frames["table2_by_depth"]
+    layers = frame.groupby("model")["layers"].first().astype(int)
+    shallow, deep = layers.idxmin(), layers.idxmax()
+    if layers[shallow] == layers[deep]:
+        return f"not told apart: both models have {layers[deep]} layers."
+    rows = {m: frame[frame["model"] == m].set_index("method") for m in (deep, shallow)}
+    roll = "attention_rollout"
+
+    def model_text(m: str) -> tuple[str, list[str]]:
+        t, rels, parts = rows[m], [], []
+        for s in SANITY:
+            gap, z = gap_z(t.loc[roll], t.loc[s])
+            rels.append(relation(gap, z))
+            parts.append(f"{method_label(s)} {t.loc[s, 'mean']:+.3f} (gap {z:+.1f} SE)")
+        return (f"{m} ({layers[m]} layers): Attn Rollout {t.loc[roll, 'mean']:+.3f}, "
+                + ", ".join(parts) + f", ALTI {t.loc['alti', 'mean']:+.3f}"), rels
+
+    deep_text, _ = model_text(deep)
+    shallow_text, shallow_rels = model_text(shallow)
+    gap, z = gap_z(rows[shallow].loc[roll], rows[deep].loc[roll])
+    key = ("not depth" if any(r != "above" for r in shallow_rels) else
+           "depth" if relation(gap, z) == "above" else "not told apart")
+    n = int(rows[deep].loc[roll, "n"])
+    return (f"Attn Rollout's Spearman with grad-L2 (Table 2's SST-2 column) on {shallow}, the {layers[shallow]}-layer distilled student of {deep}, and "
+            f"on {deep}, over the same {n} sentences: {deep_text}; {shallow_text}; {shallow}'s "
+            f"Attn Rollout minus {deep}'s {gap:+.3f} ({z:+.1f} SE). So "
+            f"{DEPTH_CONCLUSIONS[key].format(s=shallow, d=deep)}.")

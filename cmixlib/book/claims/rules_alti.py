@@ -19,7 +19,7 @@ __all__ = ["TABLE2_OTHERS", "FIG6_OTHERS", "CLOSE_TO_ONE", "FIG3_ISOTROPY_THRESH
            "alti_sva_lower", "alti_depth_rollout", "alti_fig6_special",
            "alti_fig7_most_consistent", "alti_fig7_grad_second", "alti_fig3_close_to_one",
            "alti_fig3_rules", "alti_figs8_10", "alti_overall", "ALTI_TABLE2_METHODS",
-           "table2_rows", "overall_mean"]
+           "table2_rows", "overall_mean", "SANITY"]
 
 #: The methods Table 2 compares ALTI with ("similar previous approaches").
 TABLE2_OTHERS = ("attention_rollout", "rollout:attn_norm_res_ln")
@@ -29,7 +29,7 @@ ALTI_TABLE2_METHODS = ("attention_rollout", "rollout:attn_norm_res_ln", "alti")
 FIG6_OTHERS = ("attention_rollout", "rollout:attn_norm_res_ln", "grad_l2")
 #: "close to 1": a mean cosine at least this.
 CLOSE_TO_ONE = 0.9
-_SANITY = ("random", "nearness")
+SANITY = ("random", "nearness")
 _REL = {"above": "holds", "below": "fails", "tie": "tie"}
 
 #: Claim 2 of :func:`fig3_claims`: "nearly isotropic" = a mean cosine below this.
@@ -114,7 +114,7 @@ def alti_outperforms(task: str, sanity: bool = False) -> Outcome:
     (Random, Nearness)."""
     t = table2_rows(task)
     parts, texts = [], []
-    named = [*TABLE2_OTHERS, *(s for s in _SANITY if sanity and s in t.index)]
+    named = [*TABLE2_OTHERS, *(s for s in SANITY if sanity and s in t.index)]
     for m in named:
         gap, z = gap_z(t.loc["alti"], t.loc[m])
         parts.append(_REL[relation(gap, z)])
@@ -162,12 +162,12 @@ def alti_depth_rollout() -> Outcome:
     for task in ("SST-2", "SVA"):
         t = table2_rows(task)
         zero = pd.Series({"mean": 0.0, "std": 0.0, "n": 1})
-        for name, ref in [("0", zero), *((method_label(s), t.loc[s]) for s in _SANITY
+        for name, ref in [("0", zero), *((method_label(s), t.loc[s]) for s in SANITY
                                          if s in t.index)]:
             gap, z = gap_z(t.loc["attention_rollout"], ref)
             parts.append(_REL[relation(gap, z)])
         texts.append(f"{task}: Attn Rollout {t.loc['attention_rollout', 'mean']:+.3f}"
-                     + "".join(f", {method_label(s)} {t.loc[s, 'mean']:+.3f}" for s in _SANITY
+                     + "".join(f", {method_label(s)} {t.loc[s, 'mean']:+.3f}" for s in SANITY
                                if s in t.index))
     return Outcome(combine(parts), f"a {layers}-layer model; " + "; ".join(texts), SE_NOTE)
 
