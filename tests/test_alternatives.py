@@ -273,3 +273,30 @@ def test_table2_high_is_a_tie_when_the_probe_seeds_disagree(monkeypatch):
     assert o.outcome == "tie" and "over 2 probe seeds" in o.ours
     fake([[1, 6, 5, 4, 3, 2, 7]] * 2)
     assert P.vz_table2_high("finetuned").outcome == "fails"
+
+
+def test_globenc_size_says_which_mnli_rows_and_why():
+    from cmixlib.book.claims.runs import size_note
+
+    res = SimpleNamespace(meta={"experiment": "globenc-correlations",
+                                "settings": {"tasks": ["sst2", "mnli"]}})
+    note = size_note(res)
+    assert note.startswith(" (MNLI, the classifier's split: ") and "held-out dev-matched" in note
+    assert size_note(SimpleNamespace(meta={"experiment": "alti-table2"})) == ""
+
+
+def test_sva_right_wrong_compares_the_sentences_the_lm_gets_right_and_wrong():
+    from cmixlib.book.claims.alternatives_alti import sva_right_wrong
+
+    rng = np.random.default_rng(0)
+    p = np.r_[np.full(300, 0.9), np.full(200, 0.2)]
+    rho = np.r_[0.4 + 0.1 * rng.standard_normal(300), 0.0 + 0.1 * rng.standard_normal(200)]
+    per = pd.DataFrame({"task": "SVA", "example": np.arange(500), "method": "alti", "rho": rho})
+    text, stat = sva_right_wrong(per.sample(frac=1, random_state=0), p)   # order restored
+    assert stat.loc["right", "n"] == 300 and stat.loc["right", "mean"] == pytest.approx(
+        rho[:300].mean())
+    assert text.endswith("the LM's failures pull the value down: part of the cause")
+    same = per.assign(rho=0.1 * rng.standard_normal(500))
+    assert sva_right_wrong(same, p)[0].endswith("do not explain the low value")
+    with pytest.raises(ValueError):
+        sva_right_wrong(per, p[:10])

@@ -355,6 +355,12 @@ def test_model_only_and_cls_experiments_on_fakes(fakes):
     for keep, res in [("kept", r), ("dropped", r2)]:
         want = res.result.set_index(["task", "method"])["mean"]
         np.testing.assert_allclose(sp[keep][want.index].to_numpy(), want.to_numpy(), equal_nan=True)
+    # per_example: each sentence's rho of the chosen variant; their mean is the result's mean
+    per = r.frames["per_example"]
+    assert set(per.task) == {"SST-2", "SVA"} and per.groupby(["task", "method"]).size().eq(2).all()
+    got = per.groupby(["task", "method"])["rho"].mean()
+    want = r.result.set_index(["task", "method"])["mean"]
+    np.testing.assert_allclose(got[want.index].to_numpy(), want.to_numpy(), equal_nan=True)
 
 
 def test_target_rows_of_a_padded_batch_equal_single_examples():

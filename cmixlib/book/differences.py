@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.alternatives_alti import sva_accuracy, sva_why
+from cmixlib.book.claims.alternatives_alti import (sva_accuracy, sva_probabilities,
+                                                   sva_right_wrong, sva_why)
 from cmixlib.book.claims.compare import paired_gap_z
 from cmixlib.book.claims.rules_alti import FIG6_OTHERS
 from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
@@ -28,7 +29,7 @@ from cmixlib.methods.registry import method_label
 
 __all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
            "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
-           "fig7_why", "special_ranks_why", "Z_NOISE", "ITEM_WHYS"]
+           "fig7_why", "special_ranks_why", "Z_NOISE", "ITEM_WHYS", "ALWAYS_WHY"]
 
 #: A gap of at most this many standard errors is called "within sampling noise".
 Z_NOISE = 2.0
@@ -321,7 +322,11 @@ def _alti_sva():
     p = pn.alti_table2()
     paper = p[(p.task == "SVA") & (p.cmix_method == "alti")
               & (p.model == "bert-base-uncased")]["value"].iloc[0]
-    text, ev = sva_why(run("alti-table2").result, float(paper), sva_accuracy(quick_mode()))
+    res = run("alti-table2")
+    per = res.frames.get("per_example")
+    right_wrong = (sva_right_wrong(per, sva_probabilities(quick_mode()))[0]
+                   if per is not None else "")
+    text, ev = sva_why(res.result, float(paper), sva_accuracy(quick_mode()), right_wrong)
     claims, _ = claims_outcome_why("ALTI", "Table 2 (SVA)", "alti-table2")
     return (text if claims.startswith("no claim fails") else f"{text} Claims: {claims}"), ev
 
@@ -339,6 +344,9 @@ def _claims(paper: str, item: str, *run):
     return why
 
 
+#: Items whose why is printed whatever their verdict: ALTI's SVA column, decided by claims
+#: about ranks and "lower" values that hold, while its values sit far below the paper's.
+ALWAYS_WHY = {("ALTI", "Table 2 (SVA)")}
 #: The investigation of each item that can differ, by (paper, item) as in
 #: :data:`cmixlib.book.reproduction.ITEMS`: a function returning ``(sentence, evidence)``.
 #: Value Zeroing's Table 3 has its own (:func:`cmixlib.book.reproduction.table3_why`, chapter 11).

@@ -55,7 +55,7 @@ from cmixlib.book.claims.status import (claim_rows, claims_item, claims_text, fi
                                         with_claims)
 from cmixlib.book.depth_verdicts import table3_alternatives, table3_reason
 from cmixlib.book.claims.alternatives_alti import sva_accuracy
-from cmixlib.book.differences import ITEM_WHYS
+from cmixlib.book.differences import ALWAYS_WHY, ITEM_WHYS
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.reproduction_examples import NO_CLAIM, no_claim
 from cmixlib.book.runs import CONDITION_LABELS, run
@@ -347,7 +347,8 @@ def status_table(items: list[Item] | None = None) -> pd.DataFrame:
             row = {**base, **it.assess()}
             why = ITEM_WHYS.get((it.paper, it.item))
             if why is not None and "why" not in row and (str(row["verdict"]).startswith(
-                    ("differs", "reversed", "not decided")) or _a_claim_fails(row)):
+                    ("differs", "reversed", "not decided")) or _a_claim_fails(row)
+                    or (it.paper, it.item) in ALWAYS_WHY):
                 row["why"] = why()[0]
             rows.append(row)
     cols = ["paper", "item", "shows", "paper value", "ours", "model", "accuracy", "n",

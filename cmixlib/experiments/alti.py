@@ -95,10 +95,11 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
     frame ``special`` has both variants (column ``special``: "kept"/"dropped") from the same scores.
     The sanity baselines ``controls`` (:func:`cmixlib.experiments.controls.control_scores`:
     random, seeded per example with ``seed``; nearness to the [CLS] or [MASK]) are correlated
-    with the same references and reported as methods."""
+    with the same references and reported as methods. Frame ``per_example``: each sentence's
+    Spearman per task and method (the chosen ``include_special`` variant), in the data's order."""
     s = ctx.settings
     methods = list(s["methods"])
-    tables = []
+    tables, per_example = [], []
     for task in s["tasks"]:
         if task not in TABLE2_TASKS:
             raise ValueError(f"unknown task {task!r}")
@@ -117,9 +118,13 @@ def table2(ctx: Context) -> dict[str, pd.DataFrame]:
                     per[keep][m].append(rho)
         tables += [correlation_table(per[keep], task=spec["label"], special="kept" if keep else "dropped")
                    for keep in (True, False)]
+        kept = per[bool(s["include_special"])]
+        per_example += [{"task": spec["label"], "example": i, "method": m, "rho": kept[m][i]}
+                        for m in names for i in range(len(examples))]
     both = pd.concat(tables, ignore_index=True)
     chosen = both[both["special"] == ("kept" if s["include_special"] else "dropped")]
-    return {"result": chosen.drop(columns="special").reset_index(drop=True), "special": both}
+    return {"result": chosen.drop(columns="special").reset_index(drop=True), "special": both,
+            "per_example": pd.DataFrame(per_example, columns=["task", "example", "method", "rho"])}
 
 
 TABLE2 = Experiment(

@@ -19,6 +19,7 @@ from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
 from cmixlib.methods.registry import method_label
 
 __all__ = ["sva_lower_paper_alternative", "fig3_repository_alternative", "sva_accuracy", "sva_why",
+           "sva_probabilities", "sva_right_wrong",
            "DEPTH_CONCLUSIONS", "depth_student_alternative"]
 
 
@@ -71,22 +72,58 @@ def fig3_repository_alternative() -> str:
 
 
 @lru_cache(maxsize=2)
-def sva_accuracy(quick: bool) -> tuple[float, int]:
-    """The SVA masked LM's accuracy on the sentences ``alti-table2`` used: the share where it
-    gives the correct verb form a higher probability than the other (p > 0.5 over the two),
-    loaded and sized as the book run loads them (``quick``: the mode, for the cache only)."""
+def sva_probabilities(quick: bool) -> np.ndarray:
+    """The SVA masked LM's probability of the correct verb form over the two, per sentence of
+    ``alti-table2`` in the run's order, loaded and sized as the book run loads them (``quick``:
+    the mode, for the cache only)."""
     exp, limit, settings = run_arguments("alti-table2")
     mlm, _, examples = experiment_inputs(exp, settings, "sva", limit=limit)
-    p = np.asarray(target_probabilities(mlm, examples), float)
+    return np.asarray(target_probabilities(mlm, examples), float)
+
+
+def sva_accuracy(quick: bool) -> tuple[float, int]:
+    """The SVA masked LM's accuracy on the sentences ``alti-table2`` used: the share where it
+    gives the correct verb form a higher probability than the other (p > 0.5 over the two)."""
+    p = sva_probabilities(quick)
     return float((p > 0.5).mean()), int(len(p))
 
 
-def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
-            ) -> tuple[str, pd.DataFrame]:
+def sva_right_wrong(per_example: pd.DataFrame, p: np.ndarray, method: str = "alti"
+                    ) -> tuple[str, pd.DataFrame]:
+    """The measurement for the alternative "the masked LM failing the agreement on these
+    sentences (then blank-out's reference is noise)": ``method``'s per-sentence Spearman with
+    blank-out (``alti-table2``'s frame ``per_example``, SVA rows, in the data's order) on the
+    sentences the LM gets right (``p`` > 0.5) against those it gets wrong, by
+    :func:`~cmixlib.book.claims.compare.relation` (unpaired: different sentences). Rule: clearly
+    higher on the right ones -> the LM's failures pull the value down (part of the cause), and
+    the right ones' value is what the method reaches where the reference is meaningful; else
+    the LM's failures do not explain the low value."""
+    rows = per_example[(per_example.task == "SVA") & (per_example.method == method)]
+    rho = rows.sort_values("example")["rho"].to_numpy(float)
+    if len(rho) != len(p):
+        raise ValueError(f"{len(rho)} SVA sentences in the run, {len(p)} probabilities")
+    right = p > 0.5
+    groups = {k: pd.Series(rho[mask]).dropna() for k, mask in (("right", right),
+                                                               ("wrong", ~right))}
+    stat = pd.DataFrame({k: {"mean": v.mean(), "std": v.std(ddof=0), "n": len(v)}
+                         for k, v in groups.items()}).T
+    gap, z = gap_z(stat.loc["right"], stat.loc["wrong"])
+    call = ("the LM's failures pull the value down: part of the cause"
+            if relation(gap, z) == "above" else
+            "the LM's failures do not explain the low value")
+    return (f"{method_label(method)} on the {int(stat.loc['right', 'n'])} sentences the LM gets "
+            f"right {stat.loc['right', 'mean']:+.3f}, on the {int(stat.loc['wrong', 'n'])} it "
+            f"gets wrong {stat.loc['wrong', 'mean']:+.3f} (z = {z:+.1f}): {call}"), stat
+
+
+def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int],
+            right_wrong: str = "") -> tuple[str, pd.DataFrame]:
     """ALTI Table 2 on SVA: each method's value (the paper's ALTI beside), the sanity baselines
     and the methods not above them. Alternative cause: the masked LM does not get the agreement
     right on these sentences (then blank-out measures noise), told apart by its accuracy on the
-    sentences used (``accuracy``: share, n)."""
+    sentences used (``accuracy``: share, n) and ALTI on the sentences it gets right and wrong
+    (``right_wrong``: :func:`sva_right_wrong`'s sentence, where the run keeps per-sentence
+    values)."""
     t = result[result.task == "SVA"].set_index("method")
 
     flagged = below_sanity_baselines(t["mean"])
@@ -97,9 +134,10 @@ def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
                f"{', '.join(method_label(m) for m in flagged)}" if flagged else "")
             + ".")
     acc, n = accuracy
+    measure = (f"; {right_wrong}" if right_wrong else "")
     return text + (" Alternative cause: the masked LM failing the agreement on these sentences; "
-                   f"told apart by its accuracy on the sentences used: {acc:.2f} on {n:,}."), \
-        t[["mean", "std", "n"]].rename(index=method_label)
+                   f"told apart by its accuracy on the sentences used, {acc:.2f} on {n:,}"
+                   f"{measure}."), t[["mean", "std", "n"]].rename(index=method_label)
 
 
 #: The conclusions of :func:`depth_student_alternative` ({s}: the model with fewer layers, {d}:

@@ -10,10 +10,11 @@ from cmixlib.data import paper_numbers as pn
 from cmixlib.book.identity import (is_fallback, model_identities, model_ids, parse_model_text,
                                    stated_accuracies)
 from cmixlib.book.runs import CONDITION_LABELS, mlm_condition_metrics
+from cmixlib.models.classifiers import ASSET_DIR, read_manifest
 from cmixlib.models.loading import DEFAULT_MODEL
 
 __all__ = ["MAIN_MODEL", "PAPER_RUN_SIZES", "short_model", "short_models", "show_size",
-           "same_model_id", "same_model", "accuracies", "status_row"]
+           "same_model_id", "same_model", "accuracies", "status_row", "size_note"]
 
 #: The papers' main model (the library's default model): the only one whose numbers ours can
 #: "reproduce".
@@ -104,6 +105,19 @@ PAPER_RUN_SIZES = {
 }
 
 
+def size_note(res) -> str:
+    """Why a run's size differs from the paper's where the run itself chose its data: GlobEnc's
+    MNLI rows are the committed classifier's held-out dev-matched rows (the data description of
+    its manifest, :func:`cmixlib.models.classifiers.read_manifest`); "" elsewhere."""
+    if res.meta.get("experiment") != "globenc-correlations":
+        return ""
+    if "mnli" not in ((res.meta.get("settings") or {}).get("tasks") or []):
+        return ""
+    data = read_manifest(ASSET_DIR / "mnli").get("data") or {}
+    text = str(data.get("description") or "").removeprefix("MNLI: ")
+    return f" (MNLI, the classifier's split: {text})" if text else ""
+
+
 def accuracies(meta) -> str:
     """The accuracies a run states for its models (:func:`cmixlib.book.identity.stated_accuracies`
     of its metadata ``meta``), per model ("sst2 0.516, mnli 0.281"; a model without a key: the
@@ -131,5 +145,5 @@ def status_row(res, verdict: tuple[str, str], paper: str = "", ours: str = "") -
            else accuracies(res.meta))
     return {"verdict": verdict[0], "detail": verdict[1], "paper value": paper, "ours": ours,
             "model": short_models(model_identities(res.meta)),
-            "n": show_size(res.meta["data_size"]),
+            "n": show_size(res.meta["data_size"]) + size_note(res),
             "paper n": PAPER_RUN_SIZES.get(exp, ""), "accuracy": acc}
