@@ -346,6 +346,9 @@ def test_an_example_item_is_told_apart_by_the_models_predictions(monkeypatch):
     assert "told apart by its predictions there: 1 of 2 as the paper says" in alti
     assert ("not as the paper says: Table 8: the MLM picks 'appear' over 'appears' "
             "(ours: p = 0.351)") in alti
+    own = S.example_alternative(res, "ALTI", "Tables 1, 3-9", ["ranks x higher (Table 8): y"])
+    assert own.endswith("on the failing claim's own sentence (Table 8): Table 8: the MLM picks "
+                        "'appear' over 'appears' (not as the paper says).")
     vz = S.example_alternative(res, "Value Zeroing", "Table 1")
     assert "not told apart" in vz and "annotation" in vz
     assert "not told apart" in S.example_alternative(res, "GlobEnc", "Figure 9")

@@ -4,7 +4,8 @@ alone (:func:`claims_item`) and of an item with printed numbers whose ranking ro
 claim weighs (:func:`with_claims`). Presentation only: no run imports this module."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
@@ -99,12 +100,13 @@ EXAMPLE_ITEMS = {("Value Zeroing", "Table 1"): "VZ Table 1",
 _PREDICTION_WORDS = (" predicts ", " picks ", " prefers ")
 
 
-def example_alternative(res, paper: str, item: str) -> str:
+def example_alternative(res, paper: str, item: str, failing: Sequence[str] = ()) -> str:
     """The alternative cause of an item whose run states no accuracy: for the papers' example
     sentences (:data:`EXAMPLE_ITEMS`), that the model does not do the task on them, told apart
     by its predictions there (the run's prediction rows); for an item with no prediction rows
     (VZ Table 1: an annotation, no model), that the parse differs from the authors', which the
-    run cannot tell apart (said so)."""
+    run cannot tell apart (said so). ``failing``: the texts of the claims that fail; the
+    predictions on the sentences of the tables they name are reported on their own."""
     frame = getattr(res, "result", None)
     key = EXAMPLE_ITEMS.get((paper, item))
     if key is None or frame is None or "claim" not in getattr(frame, "columns", ()):
@@ -118,9 +120,25 @@ def example_alternative(res, paper: str, item: str) -> str:
     held = pred.apply(example_holds, axis=1).astype(bool)
     wrong = "; ".join(f"not as the paper says: {c} (ours: {e})" for c, e in zip(
         pred.loc[~held, "claim"], pred.loc[~held, "evidence"]))
-    return (f"Alternative cause: the model does not do the task on these sentences; told apart "
+    text = (f"Alternative cause: the model does not do the task on these sentences; told apart "
             f"by its predictions there: {int(held.sum())} of {len(pred)} as the paper says"
-            + (f" ({wrong})." if wrong else "."))
+            + (f" ({wrong})" if wrong else ""))
+    tables = set().union(*(_tables(c) for c in failing)) if failing else set()
+    own = pred[pred["claim"].map(lambda c: bool(_tables(c) & tables))]
+    if len(own):
+        ok = own.apply(example_holds, axis=1).astype(bool)
+        text += (f"; on the failing claim's own sentence ({', '.join(sorted(tables))}): "
+                 + "; ".join(f"{c} ({'as the paper says' if k else 'not as the paper says'})"
+                             for c, k in zip(own["claim"], ok)))
+    return text + "."
+
+
+def _tables(text: str) -> set[str]:
+    """The tables a claim's text names ("Tables 1, 5: ..." -> {"Table 1", "Table 5"})."""
+    out = set()
+    for group in re.findall(r"Tables? ((?:\d+(?:, | and )?)+)", text):
+        out.update(f"Table {n}" for n in re.findall(r"\d+", group))
+    return out
 
 
 def claims_why(paper: str, item: str, name: str, condition: str | None = None):
@@ -144,7 +162,7 @@ def claims_why(paper: str, item: str, name: str, condition: str | None = None):
         acc = status_row(res, ("", ""))["accuracy"]
         text += " " + (f"Alternative cause: the model does not do the task the claims assume; "
                        f"told apart by its accuracy: {acc}." if acc
-                       else example_alternative(res, paper, item))
+                       else example_alternative(res, paper, item, [o.ours for _, o in bad]))
     ev = pd.DataFrame([{"claim": c.id, "where": c.where, "headline": c.headline,
                         "outcome": o.outcome, "ours": o.ours} for c, o in rows])
     return text, ev.set_index("claim")
