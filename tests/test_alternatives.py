@@ -300,3 +300,30 @@ def test_sva_right_wrong_compares_the_sentences_the_lm_gets_right_and_wrong():
     assert sva_right_wrong(same, p)[0].endswith("do not explain the low value")
     with pytest.raises(ValueError):
         sva_right_wrong(per, p[:10])
+
+
+def test_layers_noise_reports_the_paired_gap_where_an_every_layer_claim_fails(monkeypatch):
+    from cmixlib.book.claims import alternatives_vz as AV
+
+    rows = pd.DataFrame([{"method": m, "layer": l, "mean": v, "std": 0.3, "n": 100}
+                         for m, vals in (("random", [0.5, 0.5]), ("attention", [0.4, 0.52]))
+                         for l, v in zip((1, 2), vals)])
+    pairs = pd.DataFrame([{"layer": 2, "a": "attention", "b": "random", "mean": 0.02,
+                           "std": 0.05, "n": 100}])               # paired: random - attn z = -4
+    monkeypatch.setattr(AV, "alignment_rows", lambda c, m: rows)
+    monkeypatch.setattr(AV, "alignment_pairs", lambda c, m: pairs)
+    text = AV.layers_noise_alternative("pretrained", "random", "attention", metrics=("dot",))
+    assert text == ("the paired gap at each layer where it fails: dot layer 2: Random minus "
+                    "Attention -0.020 (z = -4.0, outside noise)")
+
+
+def test_claims_why_secondary_only_leaves_the_headline_out(monkeypatch):
+    from cmixlib.book.claims import status as S
+
+    rows = _claims("fails", "holds")
+    monkeypatch.setattr(S, "claim_rows", lambda paper, item: rows)
+    monkeypatch.setattr(S, "run", lambda name, condition=None: SimpleNamespace(
+        meta={"model": "m; accuracy 0.9", "data_size": 1, "experiment": "x", "settings": {}}))
+    text, _ = S.claims_why("p", "i", "any", secondary_only=True)
+    assert text.startswith("no claim fails")
+    assert S.claims_why("p", "i", "any")[0].startswith("fails: w (c0)")

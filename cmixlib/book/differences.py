@@ -301,7 +301,16 @@ def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[st
 def _vz_alignment(condition: str):
     def why():
         res = run("cue-alignment", condition)
-        return mixing_alignment_why(res.result, list(CONTEXT_MIXING), pairs=res.frames.get("pairs"))
+        text, ev = mixing_alignment_why(res.result, list(CONTEXT_MIXING),
+                                        pairs=res.frames.get("pairs"))
+        item = {"pretrained": "Figure 1", "finetuned": "Figure 2"}[condition]
+        other, _ = claims_outcome_why("Value Zeroing", item, "cue-alignment", condition,
+                                      secondary_only=True)
+        if other.startswith("no claim fails"):
+            return text, ev
+        if text.endswith("no layer to explain."):          # the headline holds: the others
+            return f"The headline holds. Other claims: {other}", ev
+        return f"{text} Other claims: {other}", ev
     return why
 
 

@@ -3,13 +3,14 @@ measurement that tells it apart (the ``alternative`` of a claim in ``value_zeroi
 registry: :data:`cmixlib.book.claims.alternatives.ALTERNATIVES`)."""
 from __future__ import annotations
 
-from cmixlib.book.claims.compare import Z_NOISE, gap_z, relation
+from cmixlib.book.claims.compare import Z_NOISE, gap_z, paired_gap_z, relation
+from cmixlib.book.claims.rules_vz import alignment_pairs, alignment_rows
 from cmixlib.book.claims.rules_vz_probing import compression_steps, compression_table, step_text
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.methods.registry import method_label
 
-__all__ = ["rollout_common_alternative", "mdl_noise_alternative"]
+__all__ = ["rollout_common_alternative", "mdl_noise_alternative", "layers_noise_alternative"]
 
 
 def rollout_common_alternative() -> str:
@@ -61,3 +62,26 @@ def mdl_noise_alternative() -> str:
         parts.append(f"{CONDITION_LABELS[c]}, " + "; ".join(notes))
     return (f"repeating the probe with {n} seeds per layer and pairing each step by seed (a fall is outside noise when its mean difference is below 0 by more than "
             f"{Z_NOISE:g} standard errors): " + " | ".join(parts))
+
+
+def layers_noise_alternative(condition: str, a: str, b: str,
+                             metrics: tuple[str, ...] = ("dot", "ap")) -> str:
+    """The measurement for an every-layer claim "``a`` above ``b``" of the cue-alignment run
+    failing, whose alternative cause is sampling noise: at each layer where ``a`` is not above
+    ``b``, the paired gap and its z (:func:`~cmixlib.book.claims.compare.paired_gap_z`; the
+    unpaired one where the run keeps no pairs). Rule: |z| > 2 -> outside noise (the difference
+    is real on this run); else within noise."""
+    parts = []
+    for metric in metrics:
+        rows = alignment_rows(condition, metric)
+        pairs = alignment_pairs(condition, metric)
+        for layer, d in rows.groupby("layer", sort=True):
+            d = d.set_index("method")
+            gap, z = paired_gap_z(pairs, int(layer), a, b) or gap_z(d.loc[a], d.loc[b])
+            if relation(gap, z) != "above":
+                parts.append(f"{metric} layer {int(layer)}: {method_label(a)} minus "
+                             f"{method_label(b)} {gap:+.3f} (z = {z:+.1f}, "
+                             f"{'outside' if abs(z) > Z_NOISE else 'within'} noise)")
+    return ("the paired gap at each layer where it fails: " + "; ".join(parts)) if parts else \
+        "no layer where it fails"
+

@@ -141,17 +141,21 @@ def _tables(text: str) -> set[str]:
     return out
 
 
-def claims_why(paper: str, item: str, name: str, condition: str | None = None):
+def claims_why(paper: str, item: str, name: str, condition: str | None = None, *,
+               secondary_only: bool = False):
     """``(sentence, evidence)`` for an item decided by its claims: the claims that fail or are
     reversed (none: those that tie), each with our numbers; then, for each of them that declares
     an alternative cause (:attr:`cmixlib.book.claims.Claim.alternative`), that cause and the
     measurement that tells it apart (:func:`cmixlib.book.claims.rules.alternative_text`). Where
     none declares one: the model does not do the task the claims assume, told apart by its
     accuracy (the status row's) or, for the papers' example sentences, by its predictions on
-    them (:func:`example_alternative`). Evidence: every claim with its outcome."""
+    them (:func:`example_alternative`). Evidence: every claim with its outcome.
+    ``secondary_only``: the failing claims other than the headline (an item whose own why
+    explains its headline)."""
     rows = claim_rows(paper, item)
-    bad = [(c, o) for c, o in rows if o.outcome in ("fails", "reversed")] or [
-        (c, o) for c, o in rows if o.outcome == "tie"]
+    pool = [(c, o) for c, o in rows if not (secondary_only and c.headline)]
+    bad = [(c, o) for c, o in pool if o.outcome in ("fails", "reversed")] or [
+        (c, o) for c, o in pool if o.outcome == "tie" and not secondary_only]
     text = ("; ".join(f"{o.outcome}: {c.where} ({c.id}): {o.ours}" for c, o in bad)
             or "no claim fails") + "."
     alts = [t for t in (alternative_text(c) for c, _ in bad) if t]
