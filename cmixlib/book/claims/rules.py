@@ -109,6 +109,8 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "alti_figs8_10": A.alti_figs8_10,
     "alti_overall": A.alti_overall,
     "ge_table1_best": G.ge_table1_best,
+    "ge_table1_above": G.ge_table1_above,
+    "ge_fig4_encoder": G.ge_fig4_encoder,
     "ge_table2": G.ge_table2,
     "ge_fig3": G.ge_fig3,
     "ge_fig4": G.ge_fig4,

@@ -22,7 +22,8 @@ from cmixlib.methods.registry import method_label
 __all__ = ["TABLE2_METHODS", "FIG3_HEADLINE", "TABLE2_HEADLINE", "FIG1_SENTENCES",
            "almost_every_layer", "fig3_claims", "table2_claims", "ge_table1_best", "ge_table2",
            "ge_fig3", "ge_fig4", "ge_fig5", "ge_fig1", "fig1_maps", "fig3_headline",
-           "content_positions", "TASKS", "FIG4_READINGS", "LARGE_R", "FLATTEN_SHARE"]
+           "content_positions", "TASKS", "FIG4_READINGS", "LARGE_R", "FLATTEN_SHARE",
+           "ge_table1_above", "ge_fig4_encoder"]
 
 #: GlobEnc's Table 2 methods (N, N-Res, N-Enc), in the book's names.
 TABLE2_METHODS = ("attn_norm", "attn_norm_res", "globenc_layer")
@@ -110,6 +111,47 @@ def ge_table1_best(task: str) -> Outcome:
     return Outcome(combine(parts), f"{task}: N-Enc {t.loc['globenc_layer', 'mean']:+.3f}; "
                    f"closest {method_label(worst[0])} {t.loc[worst[0], 'mean']:+.3f} "
                    f"(z = {worst[1]:+.1f})", SE_NOTE)
+
+
+def ge_table1_above(task: str, pairs: list[list[str]]) -> Outcome:
+    """A Table 1 claim that one setting beats another ("the significant gap between weight-based
+    and norm-based settings", "a consistent improvement" of N-FixedRes over N, the W-Res/
+    W-FixedRes "huge performance gap", the "sudden drop" of N-ResLN): for each ``[better,
+    worse]`` of ``pairs``, the last-layer rollout (raw, GlobEnc's code) of ``better`` above
+    ``worse`` on ``task`` by :func:`~cmixlib.book.claims.compare.relation`, combined."""
+    r = _run("globenc-correlations").result
+    t = r[(r.task == task) & (r.aggregation == "rollout")
+          & (r.layer == r.layer.max())].set_index("method")
+    parts, texts = [], []
+    for better, worse in pairs:
+        gap, z = gap_z(t.loc[better], t.loc[worse])
+        parts.append(_REL[relation(gap, z)])
+        texts.append(f"{method_label(better)} {t.loc[better, 'mean']:+.3f} vs "
+                     f"{method_label(worse)} {t.loc[worse, 'mean']:+.3f} (z = {z:+.1f})")
+    return Outcome(combine(parts), f"{task}: " + "; ".join(texts), SE_NOTE)
+
+
+def ge_fig4_encoder() -> Outcome:
+    """§6: "encoder-based attribution analysis is more accurate when compared to other partial
+    solutions in a single layer": against HTA, N-Enc above N-Res and above N-ResLN (per
+    sentence, the mean over layers; seeded paired bootstrap, 95% interval above 0), in each
+    reading of :data:`FIG4_READINGS`, combined."""
+    per = _run("globenc-fig4").frames["per_example"]
+    rels, texts = [], []
+    for variant, label in FIG4_READINGS.items():
+        v = per[per.variant == variant]
+        if v.empty:
+            continue
+        w = v.groupby(["example", "method"])["value"].mean().unstack("method")
+        parts = []
+        for m in ("attn_norm_res", "attn_norm_res_ln"):
+            d, lo, hi = paired_bootstrap(w["globenc_layer"].to_numpy(), w[m].to_numpy())
+            rels.append("holds" if lo > 0 else "fails" if hi < 0 else "tie")
+            parts.append(f"N-Enc minus {method_label(m)} {d:+.3f} (95% {lo:+.3f} to {hi:+.3f})")
+        texts.append(f"{label}: " + "; ".join(parts))
+    return Outcome(combine(rels), " | ".join(texts),
+                   f"seeded paired bootstrap over {per['example'].nunique()} sentences, per "
+                   "reading")
 
 
 def ge_table2() -> Outcome:
