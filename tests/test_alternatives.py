@@ -327,3 +327,20 @@ def test_claims_why_secondary_only_leaves_the_headline_out(monkeypatch):
     text, _ = S.claims_why("p", "i", "any", secondary_only=True)
     assert text.startswith("no claim fails")
     assert S.claims_why("p", "i", "any")[0].startswith("fails: w (c0)")
+
+
+def test_annotation_parse_tells_the_parse_from_the_rule(monkeypatch):
+    pytest.importorskip("spacy")
+    from cmixlib.book.claims import alternatives_vz as AV
+
+    rows = pd.DataFrame([
+        {"item": "VZ Table 1", "headline": False, "claim": "dnaa: the annotation marks exactly "
+         "'white hospitals'", "value": "hospitals", "op": "==", "expected": "white hospitals"},
+        {"item": "VZ Table 1", "headline": False, "claim": "dna: the annotation marks exactly "
+         "'museums'", "value": "museums", "op": "==", "expected": "museums"}])
+    monkeypatch.setattr(AV, "run", lambda name: SimpleNamespace(result=rows))
+    text = AV.annotation_parse_alternative()
+    assert "dnaa: 'white' is amod of 'hospitals'" in text and "dna:" not in text
+    assert text.endswith("our rule (which of its words to mark) is what differs")
+    rows.loc[0, "value"] = "Sara"                  # a mark off the phrase: the parse may differ
+    assert AV.annotation_parse_alternative().endswith("it may be the cause")

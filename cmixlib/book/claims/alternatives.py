@@ -59,6 +59,7 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "vz_rollout_common": V.rollout_common_alternative,
     "vz_mdl_noise": V.mdl_noise_alternative,
     "vz_layers_noise": V.layers_noise_alternative,
+    "vz_annotation_parse": V.annotation_parse_alternative,
 }
 
 
