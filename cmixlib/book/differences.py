@@ -197,7 +197,8 @@ def mixing_alignment_why(result: pd.DataFrame, context_mixing: list[str],
         ties += int(((ev["gap"] <= 0) & (-ev["z"] <= Z_NOISE)).sum())
         evs.append(ev.assign(metric=metric))
     verdict = ("every such layer is within noise" if noise and all(noise) else
-               "at least one is not" if noise else
+               f"{noise.count(False)} of {len(noise)} such layer-metric gaps are outside noise: "
+               "not sampling noise" if noise else
                f"no layer where another method leads; {ties} layer-metric lead(s) within noise "
                "(ties)" if ties else "no layer to explain")
     return ("; ".join(parts) + "." + _alt("sampling noise", "the gap in standard errors (z)",
