@@ -196,7 +196,7 @@ def test_rollout_benefit_is_against_the_same_layer(depth_run):
     vals = {(m, "single"): [0.1, 0.4, 0.05] for m in ("globenc_layer", "alti_layer")}
     vals.update({(m, "rollout"): [0.1, 0.3, 0.35] for m in ("globenc_layer", "alti_layer")})
     vals.update({("attention", "single"): [0.1, 0.1, 0.1],
-                 ("attention", "rollout"): [0.1, 0.1, 0.1]})
+                 ("attention", "rollout"): [0.1, 0.1, 0.1], ("nearness", "control"): [0.0]})
     depth_run(vals)
     o = V.vz_rollout_benefit()
     assert o.outcome == "holds" and "best single layer 2: +0.40" in o.ours
@@ -207,6 +207,11 @@ def test_rollout_benefit_is_against_the_same_layer(depth_run):
     vals[("alti_layer", "rollout")] = [0.1, 0.3, 0.06]               # within noise: a tie
     depth_run(vals)
     assert V.vz_rollout_benefit().outcome == "tie"
+    vals[("alti_layer", "rollout")] = [0.1, 0.3, 0.35]
+    vals[("nearness", "control")] = [0.35]           # a position-only score matches it: a tie
+    depth_run(vals)
+    o = V.vz_rollout_benefit()
+    assert o.outcome == "tie" and "vs Nearness +0.35" in o.ours
 
 
 # ---- paired differences (the cue-alignment runs) -----------------------------------------------

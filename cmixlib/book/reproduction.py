@@ -217,7 +217,10 @@ ITEMS: list[Item] = [
     Item(VZ, "Text §5", "GlobEnc and ALTI benefit from rollout", "11_faithfulness",
          _C(VZ, "Text §5", "rollout-depth", ("pretrained", "finetuned"))),
     Item(VZ, "Figure 3", "MDL compression per layer", "10_probing",
-         _C(VZ, "Figure 3", "mdl-probing", ("pretrained", "finetuned"))),
+         _C(VZ, "Figure 3", "mdl-probing", ("pretrained", "finetuned"),
+            paper_value="fine-tuned compression printed in §6: " + ", ".join(
+                f"layer {k} {a:.2f} -> {b:.2f}" for k, (a, b) in pn.VZ_FIG3_JUMPS.items())
+            + "; the claims compare layers, not values")),
     Item(VZ, "Table 2 (pre-trained)", _VZT2, "10_probing",
          with_claims(VZ, "Table 2 (pre-trained)", _vz_table("mdl-probing", "pretrained"))),
     Item(VZ, "Table 2 (fine-tuned)", _VZT2, "10_probing",

@@ -94,6 +94,7 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "vz_distance_agrees": V.vz_distance_agrees,
     "vz_compression_rises": P.vz_compression_rises,
     "vz_compression_jumps": P.vz_compression_jumps,
+    "vz_jumps_where_alignment_rises": P.vz_jumps_where_alignment_rises,
     "vz_table_best": V.vz_table_best,
     "vz_table2_gradients_negative": P.vz_table2_gradients_negative,
     "vz_table2_high": P.vz_table2_high,
@@ -176,7 +177,9 @@ def claims_verdict(outcomes: Sequence[tuple[Claim, Outcome]]) -> tuple[str, str]
 
 def table_verdict(ranking: str, headline: Outcome | None) -> str:
     """The verdict of an item with printed numbers. Rule: the headline claim "fails" or is
-    "reversed" -> "differs" (whatever the ranking); the ranking verdict is "too few methods"
+    "reversed" -> "differs" (whatever the ranking); a "tie" -> "not decided" (the paper's main
+    claim about the item cannot be told on our run, whatever the ranking); the ranking verdict is
+    "too few methods"
     (no order of so few methods could be significant) -> the headline decides: holds -> "headline
     holds", tie/not tested -> "not decided"; otherwise the ranking verdict
     (:func:`cmixlib.book.verdicts.ranking_verdict`). "(other model)" is kept."""
@@ -184,6 +187,8 @@ def table_verdict(ranking: str, headline: Outcome | None) -> str:
     base = ranking.removesuffix(OTHER_MODEL)
     if headline is not None and headline.outcome in ("fails", "reversed"):
         base = "differs"
+    elif headline is not None and headline.outcome == "tie":
+        base = "not decided"
     elif base == "too few methods" and headline is not None:
         base = "headline holds" if headline.outcome == "holds" else "not decided"
     return base + (OTHER_MODEL if other and base != "reproduced" else "")

@@ -182,23 +182,29 @@ def vz_rollout_benefit() -> Outcome:
     """"GlobEnc and ALTI benefit from the rollout aggregation method to provide a global view":
     on ``rollout-depth`` (the cue-alignment run holds single-layer maps only), in the pinned
     evaluation variant, by Spearman with blank-out, the global view (the rollout of the layer
-    maps up to the last layer) against the same layer's single map, for GlobEnc's and ALTI's
-    maps in both conditions (:func:`~cmixlib.book.claims.compare.relation`); the best single
+    maps up to the last layer) against the same layer's single map and against the run's
+    positional control (Nearness: a benefit a position-only score matches is no global view),
+    for GlobEnc's and ALTI's maps in both conditions
+    (:func:`~cmixlib.book.claims.compare.relation`, both comparisons combined); the best single
     layer of any depth is printed beside."""
     parts, texts = [], []
     for c in CONDITION_LABELS:
         d = pinned_variant(_run("rollout-depth", c).result)
         L = int(d.layer.max())
+        near = d[d.method == "nearness"].iloc[0]
         for m in ("globenc_layer", "alti_layer"):
             rows = d[d.method == m]
             roll = rows[(rows.aggregation == "rollout") & (rows.layer == L)].iloc[0]
             single = rows[rows.aggregation == "single"].set_index("layer")
             best = int(single["mean"].idxmax())
             gap, z = gap_z(roll, single.loc[L])
-            parts.append({"above": "holds", "below": "fails", "tie": "tie"}[relation(gap, z)])
+            gap_n, z_n = gap_z(roll, near)
+            rel = {"above": "holds", "below": "fails", "tie": "tie"}
+            parts += [rel[relation(gap, z)], rel[relation(gap_n, z_n)]]
             texts.append(f"{CONDITION_LABELS[c]} {method_label(m)}: rollout {roll['mean']:+.2f} "
-                         f"vs layer {L}'s single map {single.loc[L, 'mean']:+.2f} (z = {z:+.1f};"
-                         f" best single layer {best}: {single.loc[best, 'mean']:+.2f})")
+                         f"vs layer {L}'s single map {single.loc[L, 'mean']:+.2f} (z = {z:+.1f})"
+                         f" and vs Nearness {near['mean']:+.2f} (z = {z_n:+.1f}); best single "
+                         f"layer {best}: {single.loc[best, 'mean']:+.2f}")
     return Outcome(combine(parts), "; ".join(texts) + " (scope: faithfulness to blank-out, "
                    "not cue alignment: the cue-alignment run has no rollout rows)", SE_NOTE)
 

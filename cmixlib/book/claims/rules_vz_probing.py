@@ -11,11 +11,13 @@ from cmixlib.book.claims.compare import Z_NOISE, Outcome, combine
 from cmixlib.book.claims.rules_vz import GRADIENTS, HIGHLY
 from cmixlib.book.identity import model_identities
 from cmixlib.book.runs import CONDITION_LABELS, run
+from cmixlib.book.verdicts import ALPHA, permutation_p
 from cmixlib.methods.registry import method_label
 from cmixlib.metrics.statistics import spearman
 
 __all__ = ["compression_table", "compression_steps", "step_text", "seeds_note",
-           "vz_compression_rises", "vz_compression_jumps", "seed_spearmans", "vz_table2_high",
+           "vz_compression_rises", "vz_compression_jumps", "vz_jumps_where_alignment_rises",
+           "seed_spearmans", "vz_table2_high",
            "vz_table2_gradients_negative"]
 
 _VZ = "value_zeroing"
@@ -117,49 +119,97 @@ def vz_compression_jumps() -> Outcome:
                    seeds_note(table.shape[1]))
 
 
+def vz_jumps_where_alignment_rises(condition: str = "finetuned") -> Outcome:
+    """"a jump in probing performance ... the same layers for which we found a higher alignment
+    with cue words", tested without BERT's layer numbers: the layer where Value Zeroing's cue
+    alignment (dot product, ``cue-alignment``) rises most from the layer before is one of the
+    two layers where compression (mean over the probe seeds) rises most relative to the layer
+    before (the ratio c_k / c_(k-1): compression grows by orders of magnitude, so absolute rises
+    would always favour the last layers). Rule: it is -> holds; else fails. Printed: both
+    curves' steps."""
+    x, table = _curves(condition, _VZ)
+    comp = table.mean(axis=1)
+    ratio = (comp / comp.shift(1)).iloc[1:]
+    rise = pd.Series(np.diff(x), index=comp.index[1:])
+    top_align = int(rise.idxmax())
+    top_jumps = [int(k) for k in ratio.sort_values(ascending=False).index[:2]]
+    return Outcome("holds" if top_align in top_jumps else "fails",
+                   f"{CONDITION_LABELS[condition]}: largest rise of Value Zeroing's alignment "
+                   f"at layer {top_align} ({rise[top_align]:+.3f}); largest compression jumps "
+                   f"at layers {top_jumps[0]} and {top_jumps[1]} (x{ratio[top_jumps[0]]:.2f}, "
+                   f"x{ratio[top_jumps[1]]:.2f}); alignment steps " + ", ".join(
+                       f"{int(k)} {v:+.3f}" for k, v in rise.items())
+                   + "; compression ratios " + ", ".join(f"{int(k)} x{v:.2f}"
+                                                         for k, v in ratio.items()),
+                   f"compression: mean over {table.shape[1]} probe seeds; alignment: the run's "
+                   "layer means")
+
+
 def _table2(condition: str) -> pd.DataFrame:
     return run("mdl-probing", condition).result.set_index("method")
+
+
+def _curves(condition: str, method: str, metric: str = "dot") -> tuple[np.ndarray, pd.DataFrame]:
+    """``method``'s mean cue alignment per layer (``metric``) and the layer x seed compression
+    table over layers 1..L, in the same layer order."""
+    table, _ = compression_table(condition)
+    a = run("cue-alignment", condition).result
+    a = a[(a.method == method) & (a.metric == metric)].sort_values("layer")
+    return a["mean"].to_numpy(), table.loc[[int(k) + 1 for k in a["layer"]]]
 
 
 def seed_spearmans(condition: str, method: str = _VZ, metric: str = "dot") -> list[float]:
     """Table 2's Spearman of ``method`` (its mean cue alignment per layer, ``metric``, from the
     ``cue-alignment`` run) against each probe seed's compression curve over layers 1..L
     (:func:`compression_table`): how much the probe's run-to-run noise moves the number."""
-    table, _ = compression_table(condition)
-    a = run("cue-alignment", condition).result
-    a = a[(a.method == method) & (a.metric == metric)].sort_values("layer")
-    x = a["mean"].to_numpy()
-    return [float(spearman(x, table.loc[[int(k) + 1 for k in a["layer"]], seed].to_numpy()))
-            for seed in table.columns]
+    x, table = _curves(condition, method, metric)
+    return [float(spearman(x, table[seed].to_numpy())) for seed in table.columns]
+
+
+def _exact_p(condition: str, method: str, sign: float = 1.0) -> float:
+    """The one-sided permutation p of ``method``'s Spearman over the layers (seed 0's curve;
+    exact over every order of the layers, :func:`cmixlib.book.verdicts.permutation_p`), for a
+    positive correlation (``sign`` 1) or a negative one (-1)."""
+    x, table = _curves(condition, method)
+    return float(permutation_p(sign * x, table[table.columns[0]].to_numpy())[1])
 
 
 def vz_table2_high(condition: str) -> Outcome:
     """"alignment according to Value Zeroing is highly positively correlated with the probing
     performance": Value Zeroing's Spearman over layers (seed 0: Table 2's number) at least
-    :data:`~cmixlib.book.claims.rules_vz.HIGHLY`, and so on every probe seed
-    (:func:`seed_spearmans`). Rule: every seed at least HIGHLY -> holds; none -> fails; some ->
-    tie (the probe's noise decides it). The best other method is printed beside (the claim is
-    about Value Zeroing's value, not its rank)."""
+    :data:`~cmixlib.book.claims.rules_vz.HIGHLY` on every probe seed's curve
+    (:func:`seed_spearmans`), and told from no correlation: its exact one-sided permutation p
+    over the layers at most :data:`~cmixlib.book.verdicts.ALPHA` (6 layers: rho 0.66 has p
+    0.09). Rule: every seed at least HIGHLY and p <= ALPHA -> holds; no seed at least HIGHLY ->
+    fails; else tie. The best other method is printed beside (the claim is about Value
+    Zeroing's value, not its rank)."""
     t = _table2(condition)["spearman"]
     others = t.drop(index=[_VZ])
     best = str(others.idxmax())
     rhos = seed_spearmans(condition)
+    p = _exact_p(condition, _VZ)
     high = [r >= HIGHLY for r in rhos]
-    outcome = "holds" if all(high) else "fails" if not any(high) else "tie"
-    return Outcome(outcome, f"{method_label(_VZ)} {t[_VZ]:+.2f} (best other "
-                   f"{method_label(best)} {others[best]:+.2f}); over {len(rhos)} probe seeds "
-                   f"{min(rhos):+.2f} to {max(rhos):+.2f}",
+    outcome = ("holds" if all(high) and p <= ALPHA else "fails" if not any(high) else "tie")
+    return Outcome(outcome, f"{method_label(_VZ)} {t[_VZ]:+.2f} (one-sided p = {p:.3f}, exact "
+                   f"over the layer orders; best other {method_label(best)} "
+                   f"{others[best]:+.2f}); over {len(rhos)} probe seeds {min(rhos):+.2f} to "
+                   f"{max(rhos):+.2f}",
                    f"Spearman over {int(_table2(condition)['n_layers'].iloc[0])} layer means; "
                    "the spread: one compression curve per probe seed")
 
 
 def vz_table2_gradients_negative(condition: str) -> Outcome:
     """"a highly negative correlation with probing results" for the gradient methods: each one's
-    Spearman over layers is at most -:data:`~cmixlib.book.claims.rules_vz.HIGHLY`."""
+    Spearman over layers at most -:data:`~cmixlib.book.claims.rules_vz.HIGHLY`, with its exact
+    one-sided p (for a negative correlation) at most :data:`~cmixlib.book.verdicts.ALPHA`. Rule:
+    all -> holds; none at most -HIGHLY -> fails; else tie."""
     t = _table2(condition)["spearman"]
     vals = {g: float(t[g]) for g in GRADIENTS if g in t.index}
-    ok = all(v <= -HIGHLY for v in vals.values())
-    return Outcome("holds" if ok else "fails",
-                   ", ".join(f"{method_label(g)} {v:+.2f}" for g, v in vals.items()),
+    ps = {g: _exact_p(condition, g, sign=-1.0) for g in vals}
+    low = [v <= -HIGHLY for v in vals.values()]
+    sig = all(p <= ALPHA for p in ps.values())
+    return Outcome("holds" if all(low) and sig else "fails" if not any(low) else "tie",
+                   ", ".join(f"{method_label(g)} {v:+.2f} (p = {ps[g]:.3f})"
+                             for g, v in vals.items()),
                    f"Spearman over {int(_table2(condition)['n_layers'].iloc[0])} "
-                   "layer means (no per-example values)")
+                   "layer means; one-sided p exact over the layer orders")
