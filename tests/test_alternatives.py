@@ -349,3 +349,42 @@ def test_annotation_parse_tells_the_parse_from_the_rule(monkeypatch):
     assert text.endswith("our rule (which of its words to mark) is what differs")
     rows.loc[0, "value"] = "Sara"                  # a mark off the phrase: the parse may differ
     assert AV.annotation_parse_alternative().endswith("it may be the cause")
+
+
+def test_fig7_grad_l2_must_follow_behind_alti(monkeypatch):
+    from cmixlib.book.claims import rules_alti as A
+
+    rng = np.random.default_rng(0)
+    base = rng.random(200)
+    def per(alti_shift):
+        rows = [{"example": k, "method": m, "spearman": v}
+                for m, shift in (("alti", alti_shift), ("grad_l2", 0.0),
+                                 ("grad_x_input_abs", -0.5), ("integrated_gradients", -0.2))
+                for k, v in enumerate(base + shift + 0.01 * rng.standard_normal(200))]
+        return pd.DataFrame(rows)
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
+        frames={"per_example": per(+0.1)}))
+    assert A.alti_fig7_grad_second().outcome == "holds"          # second, behind ALTI
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
+        frames={"per_example": per(-0.1)}))
+    assert A.alti_fig7_grad_second().outcome == "fails"          # first: not "behind"
+
+
+def test_depth_relative_reads_the_shallower_model_against_the_deeper(monkeypatch):
+    from cmixlib.book.claims import rules_alti as A
+
+    def frame(shallow_roll):
+        rows = []
+        for model, layers, roll in (("A", 6, -0.05), ("B", 3, shallow_roll)):
+            for m, v in (("attention_rollout", roll), ("alti", 0.6), ("random", 0.0),
+                         ("nearness", 0.1)):
+                rows.append({"method": m, "model": model, "layers": layers, "mean": v,
+                             "std": 0.2, "n": 500})
+        return pd.DataFrame(rows)
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
+        frames={"table2_by_depth": frame(0.5)}))
+    o = A.alti_depth_relative()
+    assert o.outcome == "holds" and "B (3 layers) Attn Rollout +0.500" in o.ours
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
+        frames={"table2_by_depth": frame(-0.06)}))
+    assert A.alti_depth_relative().outcome == "fails"

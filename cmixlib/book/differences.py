@@ -17,6 +17,8 @@ import pandas as pd
 
 from cmixlib.book.claims.alternatives_alti import (sva_accuracy, sva_probabilities,
                                                    sva_right_wrong, sva_why)
+from cmixlib.book.claims import claims_for
+from cmixlib.book.claims.alternatives import alternative_text
 from cmixlib.book.claims.compare import paired_gap_z
 from cmixlib.book.claims.rules_alti import FIG6_OTHERS
 from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
@@ -260,19 +262,19 @@ def globenc_table2_why(result: pd.DataFrame, paper: pd.DataFrame,
 
 
 def fig7_why(res) -> tuple[str, pd.DataFrame]:
-    """ALTI Figure 7: :func:`consistency_why`, and the alternative cause that IG's step count
-    (fewer than the authors' 100) changes IG's consistency, told apart by the run's check at more
-    steps (frame ``ig_check``: rho(A, B) at both step counts)."""
+    """ALTI Figure 7: :func:`consistency_why`; then the headline claim's declared alternative
+    cause (model B distilled from A on the task itself,
+    :func:`cmixlib.book.claims.alternatives_alti.fig7_distillation_alternative`) and the other
+    claims that fail. (IG's step count, checked by the run's frame ``ig_check``, cannot explain
+    grad-L2 above ALTI: IG is below ALTI at either step count.)"""
     text, ev = consistency_why(res.result, res.frames["vs_alti"])
-    ig = res.frames.get("ig_check")
-    if ig is not None and len(ig):
-        q = ig.set_index("quantity")
-        c, cr = q.loc["consistency"], q.loc["consistency_ref"]
-        res_txt = (f"IG's consistency {c['mean']:.2f} at {int(c['steps'])} steps vs "
-                   f"{cr['mean']:.2f} at {int(cr['reference_steps'])} on {int(c['n'])} sentences")
-    else:
-        res_txt = "the run has no step check"
-    return text + _alt("IG's smaller step count", "the run's check at more steps", res_txt), ev
+    head = next(c for c in claims_for("ALTI", "Figure 7") if c.headline)
+    alt = alternative_text(head)
+    other, _ = claims_outcome_why("ALTI", "Figure 7", "alti-fig7", secondary_only=True)
+    text += f" {alt}." if alt else ""
+    if not other.startswith("no claim fails"):
+        text += f" Other claims: {other.split(' Alternative cause', 1)[0]}"
+    return text, ev
 
 
 def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[str, pd.DataFrame]:

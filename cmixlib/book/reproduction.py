@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from cmixlib.book.claims import load_claims
 from cmixlib.book.claims.rules import CLAIM_ONLY, CLAIM_VERDICTS
 from cmixlib.book.claims.rules_globenc import FIG3_HEADLINE as GLOBENC_FIG3_HEADLINE
 from cmixlib.book.claims.rules_globenc import TABLE2_HEADLINE as GLOBENC_TABLE2_HEADLINE
@@ -203,6 +204,16 @@ def _vz_table(name: str, condition: str) -> Callable[[], dict]:
 
 
 VZ, ALTI, GE = pn.VZ, pn.ALTI, pn.GE
+def _printed_in_quote(paper: str, claim_id: str) -> str:
+    """The numbers a claim's quote prints, read from the quote itself ("layers 4 (1.52 ->
+    1.72)" -> "layer 4: 1.52 -> 1.72"), for the paper-value column of an item without a table."""
+    quote = next(c.quote for c in load_claims(paper) if c.id == claim_id)
+    pairs = re.findall(r"(\d+) \((\d+\.\d+)\s+\$\\rightarrow\$\s+(\d+\.\d+)\)", quote)
+    return ("printed in the text (fine-tuned compression): "
+            + ", ".join(f"layer {k}: {a} -> {b}" for k, a, b in pairs)
+            + "; the claims compare layers, not values")
+
+
 _C = claims_item
 _VZT2, _VZT3 = "alignment vs compression, Spearman", "faithfulness to blank-out"
 ITEMS: list[Item] = [
@@ -218,9 +229,7 @@ ITEMS: list[Item] = [
          _C(VZ, "Text §5", "rollout-depth", ("pretrained", "finetuned"))),
     Item(VZ, "Figure 3", "MDL compression per layer", "10_probing",
          _C(VZ, "Figure 3", "mdl-probing", ("pretrained", "finetuned"),
-            paper_value="fine-tuned compression printed in §6: " + ", ".join(
-                f"layer {k} {a:.2f} -> {b:.2f}" for k, (a, b) in pn.VZ_FIG3_JUMPS.items())
-            + "; the claims compare layers, not values")),
+            paper_value=_printed_in_quote(VZ, "vz-fig3-jumps-alignment"))),
     Item(VZ, "Table 2 (pre-trained)", _VZT2, "10_probing",
          with_claims(VZ, "Table 2 (pre-trained)", _vz_table("mdl-probing", "pretrained"))),
     Item(VZ, "Table 2 (fine-tuned)", _VZT2, "10_probing",

@@ -34,9 +34,6 @@ VZ = "Value Zeroing"
 VZ_SRC = "Mohebbi et al. (2023), Quantifying Context Mixing in Transformers, EACL"
 #: BLiMP agreement accuracy of the paper's BERT-base on the test half (§4.2, Training setup).
 VZ_MLM_ACCURACY = {"pretrained": 0.96, "finetuned": 0.99}
-#: The fine-tuned compression values §6 prints beside Figure 3 (BERT's layers 4 and 9: from the
-#: layer before to the layer).
-VZ_FIG3_JUMPS = {4: (1.52, 1.72), 9: (2.03, 2.45)}
 #: Shape of the papers' models (Devlin et al. 2019 for BERT): layers, hidden size, heads.
 PAPER_MODEL_SHAPES = {"bert-base-uncased": {"layers": 12, "hidden": 768, "heads": 12},
                       "bert-large-uncased": {"layers": 24, "hidden": 1024, "heads": 16}}

@@ -51,6 +51,7 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "alti_fig3_repository": A.fig3_repository_alternative,
     "alti_sva_paper_values": A.sva_lower_paper_alternative,
     "alti_depth_student": A.depth_student_alternative,
+    "alti_fig7_distillation": A.fig7_distillation_alternative,
     "ge_fig1_gradient": G.fig1_gradient_alternative,
     "ge_fig3_noise": G.fig3_noise_alternative,
     "ge_plausibility": G.plausibility_alternative,

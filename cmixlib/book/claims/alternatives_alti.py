@@ -15,12 +15,13 @@ from cmixlib.book.runs import run, run_arguments
 from cmixlib.book.verdicts import below_sanity_baselines
 from cmixlib.data import paper_numbers as pn
 from cmixlib.experiments.alti_anisotropy import fig3_repo_frame
+from cmixlib.models.classifiers import ASSET_DIR, read_manifest
 from cmixlib.experiments.saliency import experiment_inputs, target_probabilities
 from cmixlib.methods.registry import method_label
 
 __all__ = ["sva_lower_paper_alternative", "fig3_repository_alternative", "sva_accuracy", "sva_why",
            "sva_probabilities", "sva_right_wrong",
-           "DEPTH_CONCLUSIONS", "depth_student_alternative"]
+           "DEPTH_CONCLUSIONS", "depth_student_alternative", "fig7_distillation_alternative"]
 
 
 def sva_lower_paper_alternative() -> str:
@@ -194,3 +195,27 @@ def depth_student_alternative(frame: pd.DataFrame | None = None) -> str:
             f"on {deep}, over the same {n} sentences: {deep_text}; {shallow_text}; {shallow}'s "
             f"Attn Rollout minus {deep}'s {gap:+.3f} ({z:+.1f} SE). So "
             f"{DEPTH_CONCLUSIONS[key].format(s=shallow, d=deep)}.")
+
+
+def fig7_distillation_alternative() -> str:
+    """The measurement for Figure 7's "ALTI is the most consistent" failing, whose alternative
+    cause is how model B was made (distilled from model A on SST-2 itself, where the paper's
+    DistilBERT was distilled during pre-training and fine-tuned on its own): how closely B
+    follows A, from the run (the share of the sentences both classify alike) and from B's
+    manifest (its agreement with A on SST-2 dev, where the run used the committed student).
+    Rule: not told apart by the book's runs, which hold no 3-layer classifier fine-tuned without
+    distillation; the text says which setting trains one."""
+    res = run("alti-fig7")
+    agree = res.frames.get("agreement")
+    share = ""
+    if agree is not None and {"n_same_prediction", "n_sentences"} <= set(agree.columns):
+        share = (f"the two models classify {int(agree['n_same_prediction'].iloc[0])} of "
+                 f"{int(agree['n_sentences'].iloc[0])} test sentences alike; ")
+    manifest = read_manifest(ASSET_DIR / "sst2-student").get("evaluation") or {}
+    follow = (f"B agrees with A on {manifest['agreement_with_teacher']:.1%} of SST-2 dev (its "
+              "manifest)" if "agreement_with_teacher" in manifest else "")
+    return ("how closely B follows A (" + share + follow + "); not told apart: the runs hold "
+            "no 3-layer classifier fine-tuned "
+            "without distillation (alti-fig7 with model_b='student' and cls_max_train_examples "
+            "set trains one, a pruned student fine-tuned on SST-2 like A)")
+

@@ -102,6 +102,7 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "alti_outperforms": A.alti_outperforms,
     "alti_sva_lower": A.alti_sva_lower,
     "alti_depth_rollout": A.alti_depth_rollout,
+    "alti_depth_relative": A.alti_depth_relative,
     "alti_fig6_special": A.alti_fig6_special,
     "alti_fig7_most_consistent": A.alti_fig7_most_consistent,
     "alti_fig7_grad_second": A.alti_fig7_grad_second,
