@@ -310,7 +310,7 @@ def test_claims_why_names_the_failed_claims_and_the_models_accuracy(monkeypatch)
 
 
 def test_every_assessed_item_has_a_why():
-    from cmixlib.book.differences import ITEM_WHYS
+    from cmixlib.book.item_whys import ITEM_WHYS
 
     for it in R.ITEMS:
         if it.assess is not None and not it.item.startswith("Table 3"):

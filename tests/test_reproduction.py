@@ -25,7 +25,7 @@ def test_every_item_is_assessed_or_says_why_not():
 def test_every_item_that_can_differ_has_an_investigation():
     """Each assessed item whose verdict can be "differs" (a claims or ranking item) has a
     "why": the Table 3 rows their own, every other item of ITEM_WHYS or a ranking detail."""
-    from cmixlib.book.differences import ITEM_WHYS
+    from cmixlib.book.item_whys import ITEM_WHYS
 
     keys = {(it.paper, it.item) for it in R.ITEMS}
     assert set(ITEM_WHYS) <= keys

@@ -15,23 +15,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.alternatives_alti import (sva_accuracy, sva_probabilities,
-                                                   sva_right_wrong, sva_why)
 from cmixlib.book.claims import claims_for
 from cmixlib.book.claims.alternatives import alternative_text
 from cmixlib.book.claims.compare import paired_gap_z
-from cmixlib.book.claims.rules_alti import FIG6_OTHERS
-from cmixlib.book.claims.rules_globenc import TABLE2_METHODS
-from cmixlib.book.claims.rules_vz import CONTEXT_MIXING
 from cmixlib.book.claims.status import claims_why as claims_outcome_why
-from cmixlib.book.notebook import quick_mode
-from cmixlib.book.runs import CONDITION_LABELS, run
-from cmixlib.data import paper_numbers as pn
 from cmixlib.methods.registry import method_label
 
 __all__ = ["alignment_why", "consistency_why", "rollout_vs_single_why",
            "mixing_alignment_why", "probes_vs_n_why", "globenc_table2_why",
-           "fig7_why", "special_ranks_why", "Z_NOISE", "ITEM_WHYS", "ALWAYS_WHY"]
+           "fig7_why", "special_ranks_why", "Z_NOISE"]
 
 #: A gap of at most this many standard errors is called "within sampling noise".
 Z_NOISE = 2.0
@@ -277,9 +269,13 @@ def fig7_why(res) -> tuple[str, pd.DataFrame]:
     return text, ev
 
 
-def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[str, pd.DataFrame]:
+def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...],
+                      repo: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
     """ALTI Figure 6: ALTI's mean normalised rank of the special tokens against each method the
-    claim names, with z. Alternative cause: sampling noise, told apart by z."""
+    claim names, with z. Alternative cause: sampling noise, told apart by z; where a method is
+    below ALTI outside noise and ``repo`` (the authors' repository's values for BERT: columns
+    cmix_method, value) is given, the model instead, told apart by the same quantity on BERT
+    (every named method above ALTI there: the model is what differs)."""
     t = result.set_index("method")
     rows = []
     for m in others:
@@ -296,98 +292,17 @@ def special_ranks_why(result: pd.DataFrame, others: tuple[str, ...]) -> tuple[st
                 f"{m} {r['rank']:.3f}" for m, r in ev.iterrows())
             + (f": {', '.join(below)} below ALTI" if len(below) else ": all above ALTI") + ".")
     within = bool(len(below)) and bool((ev.loc[below, "z"].abs() <= Z_NOISE).all())
-    return text + _alt("sampling noise", "z", "within noise" if within else
-                       "outside noise" if len(below) else "nothing to explain"), ev
-
-
-# ---- the status page's items -----------------------------------------------------------------
-def _vz_alignment(condition: str):
-    def why():
-        res = run("cue-alignment", condition)
-        text, ev = mixing_alignment_why(res.result, list(CONTEXT_MIXING),
-                                        pairs=res.frames.get("pairs"))
-        item = {"pretrained": "Figure 1", "finetuned": "Figure 2"}[condition]
-        other, _ = claims_outcome_why("Value Zeroing", item, "cue-alignment", condition,
-                                      secondary_only=True)
-        if other.startswith("no claim fails"):
-            return text, ev
-        if text.endswith("no layer to explain."):          # the headline holds: the others
-            return f"The headline holds. Other claims: {other}", ev
-        return f"{text} Other claims: {other}", ev
-    return why
-
-
-def _vz_probes():
-    return probes_vs_n_why({CONDITION_LABELS[c]: run("cue-alignment", c).result
-                            for c in CONDITION_LABELS})
-
-
-def _alti_fig7():
-    return fig7_why(run("alti-fig7"))
-
-
-def _alti_fig6():
-    return special_ranks_why(run("alti-fig6").result, FIG6_OTHERS)
-
-
-def _alti_sva():
-    p = pn.alti_table2()
-    paper = p[(p.task == "SVA") & (p.cmix_method == "alti")
-              & (p.model == "bert-base-uncased")]["value"].iloc[0]
-    res = run("alti-table2")
-    per = res.frames.get("per_example")
-    right_wrong = (sva_right_wrong(per, sva_probabilities(quick_mode()))[0]
-                   if per is not None else "")
-    text, ev = sva_why(res.result, float(paper), sva_accuracy(quick_mode()), right_wrong)
-    claims, _ = claims_outcome_why("ALTI", "Table 2 (SVA)", "alti-table2")
-    return (text if claims.startswith("no claim fails") else f"{text} Claims: {claims}"), ev
-
-
-def _globenc_table2():
-    res = run("globenc-correlations")
-    text, ev = globenc_table2_why(res.result, pn.globenc_table2(), TABLE2_METHODS)
-    text2, ev2 = rollout_vs_single_why(res.frames["variants"], list(TABLE2_METHODS))
-    return f"{text} Over every task and rollout variant: {text2}", ev
-
-
-def _claims(paper: str, item: str, *run):
-    def why():
-        return claims_outcome_why(paper, item, *run)
-    return why
-
-
-#: Items whose why is printed whatever their verdict: ALTI's SVA column, decided by claims
-#: about ranks and "lower" values that hold, while its values sit far below the paper's.
-ALWAYS_WHY = {("ALTI", "Table 2 (SVA)")}
-#: The investigation of each item that can differ, by (paper, item) as in
-#: :data:`cmixlib.book.reproduction.ITEMS`: a function returning ``(sentence, evidence)``.
-#: Value Zeroing's Table 3 has its own (:func:`cmixlib.book.reproduction.table3_why`, chapter 11).
-ITEM_WHYS = {
-    ("Value Zeroing", "Figure 1"): _vz_alignment("pretrained"),
-    ("Value Zeroing", "Figure 2"): _vz_alignment("finetuned"),
-    ("Value Zeroing", "Figure A.2"): _vz_probes,
-    ("ALTI", "Figure 6"): _alti_fig6,
-    ("ALTI", "Figure 7"): _alti_fig7,
-    ("ALTI", "Table 2 (SVA)"): _alti_sva,
-    ("GlobEnc", "Table 2"): _globenc_table2,
-    **{(p, i): _claims(p, i, *run) for p, i, run in (
-        ("Value Zeroing", "Table 1", ("paper-examples",)),
-        ("Value Zeroing", "Figure 4, Figures A.5-A.18", ("paper-examples",)),
-        ("ALTI", "Tables 1, 3-9", ("paper-examples",)),
-        ("Value Zeroing", "Figure 3", ("mdl-probing", "finetuned")),
-        ("Value Zeroing", "Figure A.1", ("distance-ablation",)),
-        ("Value Zeroing", "Table 2 (pre-trained)", ("mdl-probing", "pretrained")),
-        ("Value Zeroing", "Table 2 (fine-tuned)", ("mdl-probing", "finetuned")),
-        ("ALTI", "Table 2 (SST-2)", ("alti-table2",)),
-        *(("GlobEnc", f"Table 1 ({t})", ("globenc-correlations",))
-          for t in ("SST-2", "MNLI", "HateXplain")),
-        ("Value Zeroing", "Text §5", ("rollout-depth", "pretrained")),
-        ("Value Zeroing", "Text §9", ("cue-alignment", "pretrained")),
-        ("ALTI", "Figure 3", ("alti-fig3",)), ("ALTI", "Figures 8-10", ("alti-figs8-10",)),
-        ("ALTI", "Text §5", ("alti-table2",)), ("ALTI", "Text §6", ("alti-table2",)),
-        ("GlobEnc", "Figure 1", ("globenc-correlations",)),
-        ("GlobEnc", "Figures A.1-A.4", ("globenc-correlations",)),
-        ("GlobEnc", "Figure 3", ("globenc-correlations",)),
-        ("GlobEnc", "Figure 4", ("globenc-fig4",)),
-        ("GlobEnc", "Figure 5", ("globenc-correlations",)))},
-}
+    if within or repo is None or not len(below):
+        return text + _alt("sampling noise", "z", "within noise" if within else
+                           "outside noise" if len(below) else "nothing to explain"), ev
+    r = repo.set_index("cmix_method")["value"]
+    same = [m for m in others if m in r.index and "alti" in r.index and r[m] > r["alti"]]
+    return text + _alt(
+        "our model rather than the method (the same quantity on the paper's BERT)",
+        "the authors' repository's values for BERT", f"ALTI {r['alti']:.2f}, " + ", ".join(
+            f"{method_label(m)} {r[m]:.2f}" for m in others if m in r.index)
+        + (f": on BERT every named method is above ALTI, as the paper says; on our model "
+           f"{', '.join(below)} fall(s) below ALTI (ALTI {t.loc['alti', 'mean']:.2f} against "
+           f"BERT's {r['alti']:.2f}): the model, not sampling noise" if len(same) == len(
+               [m for m in others if m in r.index]) else ": BERT's values do not show the "
+           "claim either")), ev

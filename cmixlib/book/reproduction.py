@@ -23,7 +23,7 @@ verdict by one stated rule (:mod:`cmixlib.book.claims.rules`):
 * "no claim to test" (:data:`cmixlib.book.reproduction_examples.NO_CLAIM`): a diagram, or example
   maps about which the paper states nothing;
 * "why" (items that differ): one sentence from the run's values, with the numbers it cites and
-  an alternative cause (:data:`cmixlib.book.differences.ITEM_WHYS`; Value Zeroing's Table 3:
+  an alternative cause (:data:`cmixlib.book.item_whys.ITEM_WHYS`; Value Zeroing's Table 3:
   :func:`table3_why`).
 
 Each row also gives the run's size beside the paper's (:data:`PAPER_RUN_SIZES`) and the
@@ -56,7 +56,7 @@ from cmixlib.book.claims.status import (claim_rows, claims_item, claims_text, fi
                                         with_claims)
 from cmixlib.book.depth_verdicts import table3_alternatives, table3_reason
 from cmixlib.book.claims.alternatives_alti import sva_accuracy
-from cmixlib.book.differences import ALWAYS_WHY, ITEM_WHYS
+from cmixlib.book.item_whys import ALWAYS_WHY, ITEM_WHYS
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.reproduction_examples import NO_CLAIM, no_claim
 from cmixlib.book.runs import CONDITION_LABELS, run
