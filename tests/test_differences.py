@@ -29,7 +29,7 @@ def test_alignment_why_locates_the_failing_layers_and_tests_noise():
     # a gap inside the noise is called so
     r = _alignment({"value_zeroing": [0.30], "attention": [0.301]}, std=0.1, n=10)
     text, _ = D.alignment_why(r)
-    assert "within sampling noise" in text
+    assert "within sampling noise" in text and "within noise (a tie) in layer(s) 1" in text
     # nothing fails
     text, _ = D.alignment_why(_alignment({"value_zeroing": [0.3, 0.4], "attention": [0.1, 0.2]}))
     assert text == "Value Zeroing is above every other method in every layer."
@@ -59,7 +59,8 @@ def test_mixing_alignment_why_uses_both_metrics_and_only_the_named_methods():
     assert "DeepLift" not in text                        # not a context-mixing method
     assert "dot: Value Zeroing is above every other method" in text
     assert "at or below Random in layer(s) 1" in text
-    assert "ap: Value Zeroing is not the best-aligned method in layer(s) 2" in text
+    assert "ap: Attention score(s) higher than Value Zeroing beyond noise in layer(s) 2" in text
+    assert "Value Zeroing minus Attention -0.300 in layer 2, z = -" in text  # one sign: VZ - other
     assert "Alternative cause: sampling noise" in text and set(ev["metric"]) == {"dot", "ap"}
 
 

@@ -93,12 +93,18 @@ def alignment_why(result: pd.DataFrame, *, metric: str = "dot", method: str = "v
                 f"{-ev.loc[least, 'gap']:.3f} over {ev.loc[least, 'best other']} in layer "
                 f"{least}, z = {-ev.loc[least, 'z']:.1f}): a tie there.", ev)
     worst = ev.loc[bad, "gap"].idxmax()
-    leaders = sorted({m for s in ev.loc[bad, "above it"] for m in s.split(", ")})
+    clear = [l for l in bad if ev.loc[l, "z"] > Z_NOISE]
+    tied = [l for l in bad if ev.loc[l, "z"] <= Z_NOISE]
+    leaders = sorted({m for s in ev.loc[clear or bad, "above it"] for m in s.split(", ")})
     z = ev.loc[worst, "z"]
     noise = "within sampling noise" if z <= Z_NOISE else "far outside sampling noise"
-    text = (f"{method_label(method)} is not the best-aligned method in layer(s) {_layers(bad)} of "
-            f"{len(ev)}, where {', '.join(leaders)} score(s) higher (largest gap "
-            f"{ev.loc[worst, 'gap']:.3f} in layer {worst}, z = {z:.1f}: {noise})")
+    where = (f"beyond noise in layer(s) {_layers(clear)}" if clear else "") + (
+        "; " if clear and tied else "") + (f"within noise (a tie) in layer(s) {_layers(tied)}"
+                                           if tied else "")
+    text = (f"{', '.join(leaders)} score(s) higher than {method_label(method)} {where} of "
+            f"{len(ev)} (largest gap: {method_label(method)} minus "
+            f"{ev.loc[worst, 'best other']} {-ev.loc[worst, 'gap']:.3f} in layer {worst}, "
+            f"z = {-z:.1f}: {noise})")
     if context_mixing:
         cm = [m for m in context_mixing if m in mean.columns and m != method]
         lead = int((mean[method] > mean[cm].max(axis=1)).sum())
