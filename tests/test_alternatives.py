@@ -392,3 +392,27 @@ def test_depth_relative_reads_the_shallower_model_against_the_deeper(monkeypatch
     monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
         frames={"table2_by_depth": frame(-0.06)}))
     assert A.alti_depth_relative().outcome == "fails"
+
+
+def test_probes_same_pattern_fails_only_on_opposite_standings(monkeypatch):
+    from cmixlib.book.claims import rules_vz as V
+
+    def frames(ap_vz, probes_vz):
+        rows = []
+        for metric, vz in (("ap", ap_vz), ("probes_needed", probes_vz)):
+            for m in V.CONTEXT_MIXING:
+                rows += [{"metric": metric, "method": m, "layer": k, "mean": 0.5, "std": 0.01,
+                          "n": 1000} for k in range(3)]
+            rows += [{"metric": metric, "method": "value_zeroing", "layer": k, "mean": v,
+                      "std": 0.01, "n": 1000} for k, v in enumerate(vz)]
+        return pd.DataFrame(rows)
+
+    def use(ap_vz, probes_vz):
+        r = frames(ap_vz, probes_vz)
+        monkeypatch.setattr(V, "_run", lambda *a: SimpleNamespace(result=r, frames={}))
+
+    use([0.6, 0.6, 0.5], [0.4, 0.4, 0.6])      # AP above, fewer probes; layer 3 tie / below
+    assert V.vz_probes_best_among_mixing().outcome == "holds"
+    use([0.6, 0.6, 0.6], [0.4, 0.6, 0.4])      # layer 2: above on AP, more probes
+    o = V.vz_probes_best_among_mixing()
+    assert o.outcome == "fails" and "opposite in layer(s) 2" in o.ours

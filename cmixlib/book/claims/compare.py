@@ -21,7 +21,7 @@ import pandas as pd
 from cmixlib.methods.registry import method_label
 
 __all__ = ["Outcome", "OUTCOMES", "Z_NOISE", "BOOTSTRAP", "SE_NOTE", "PAIRED_NOTE", "relation",
-           "gap_z", "paired_gap_z",
+           "gap_z", "paired_gap_z", "layer_states",
            "layers_text", "every_layer", "combine", "paired_bootstrap", "not_run", "not_tested"]
 
 #: The outcomes of a claim's test: "holds"; "fails"; "reversed" (the opposite holds clearly);
@@ -110,19 +110,13 @@ def layers_text(layers: Iterable[int]) -> str:
     return ", ".join(out)
 
 
-def every_layer(rows: pd.DataFrame, a: str, others: Sequence[str], *,
-                higher_is_better: bool = True, what: str = "",
-                pairs: pd.DataFrame | None = None) -> tuple[str, str]:
-    """A claim "``a`` is better than each of ``others`` in every layer" on ``rows`` (columns
-    method, layer (numbered from 1), mean, std, n); with ``pairs`` (the same layers' paired
-    differences, :func:`paired_gap_z`) each gap is the paired one and its z the paired z.
-
-    Rule, per layer: ``a`` against each other method by :func:`relation` (signs flipped when
-    lower is better); the layer is "above" when ``a`` is above every one, "below" when it is
-    below at least one, else "tie". The claim "holds" when every layer is above, "fails" when
-    some layer is below, else "tie". Returns ``(outcome, text)``; the text names the layers of
-    each kind and, for every layer that is not above, the method that ties or beats ``a`` with
-    both means and z."""
+def layer_states(rows: pd.DataFrame, a: str, others: Sequence[str], *,
+                 higher_is_better: bool = True, pairs: pd.DataFrame | None = None
+                 ) -> tuple[dict[int, str], list[str]]:
+    """Per layer, ``a`` against each of ``others`` (:func:`relation`; paired where ``pairs``
+    has the pair, :func:`paired_gap_z`): "above" when above every one, "below" when below at
+    least one, else "tie"; and, for each layer not above, a note naming the method that ties or
+    beats ``a`` with both means and z. Returns ``({layer: kind}, notes)``."""
     sign = 1.0 if higher_is_better else -1.0
     per, notes = {}, []
     for layer, d in rows.groupby("layer", sort=True):
@@ -144,6 +138,23 @@ def every_layer(rows: pd.DataFrame, a: str, others: Sequence[str], *,
             notes.append(f"layer {layer}: {method_label(a)} {d.loc[a, 'mean']:.3f} vs "
                          f"{method_label(worst)} {d.loc[worst, 'mean']:.3f} (z = "
                          f"{rel[worst][1]:+.1f}, {kind})")
+    return per, notes
+
+
+def every_layer(rows: pd.DataFrame, a: str, others: Sequence[str], *,
+                higher_is_better: bool = True, what: str = "",
+                pairs: pd.DataFrame | None = None) -> tuple[str, str]:
+    """A claim "``a`` is better than each of ``others`` in every layer" on ``rows`` (columns
+    method, layer (numbered from 1), mean, std, n); with ``pairs`` (the same layers' paired
+    differences, :func:`paired_gap_z`) each gap is the paired one and its z the paired z.
+
+    Rule, per layer (:func:`layer_states`): ``a`` against each other method by :func:`relation`
+    (signs flipped when lower is better); the layer is "above" when ``a`` is above every one,
+    "below" when it is below at least one, else "tie". The claim "holds" when every layer is
+    above, "fails" when some layer is below, else "tie". Returns ``(outcome, text)``; the text
+    names the layers of each kind and, for every layer that is not above, the method that ties
+    or beats ``a`` with both means and z."""
+    per, notes = layer_states(rows, a, others, higher_is_better=higher_is_better, pairs=pairs)
     groups = {k: [l for l, v in per.items() if v == k] for k in ("above", "tie", "below")}
     text = "; ".join(f"{k} in layer(s) {layers_text(v)}" for k, v in groups.items() if v)
     if notes:

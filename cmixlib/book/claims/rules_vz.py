@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from cmixlib.book.claims.compare import (PAIRED_NOTE, SE_NOTE, Outcome, combine,
-                                         every_layer, gap_z, layers_text, not_tested, relation)
+                                         every_layer, gap_z, layer_states, layers_text, not_tested,
+                                         relation)
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.book.verdicts import holds_every_layer
@@ -224,18 +225,32 @@ def vz_layerwise_not_good() -> Outcome:
 
 
 def vz_probes_best_among_mixing() -> Outcome:
-    """Footnote 4's "the same pattern" on probes needed (fewer is better): Value Zeroing below
-    each other context-mixing method in every layer, in both conditions."""
+    """Footnote 4's "the results show the same pattern" (probes needed against average
+    precision): per condition and layer, Value Zeroing's standing against the other
+    context-mixing methods (:func:`~cmixlib.book.claims.compare.layer_states`: above every one,
+    below one, or a tie; paired errors) on probes needed (fewer is better) and on average
+    precision. Rule: the same pattern when no layer has Value Zeroing above on one metric and
+    below on the other (a tie is compatible with either) -> holds; a layer with opposite
+    standings -> fails."""
     parts, texts, paired = [], [], True
     for c in CONDITION_LABELS:
-        pairs = alignment_pairs(c, "probes_needed")
-        paired = paired and pairs is not None
-        o, t = every_layer(alignment_rows(c, "probes_needed"), _VZ, list(CONTEXT_MIXING),
-                           higher_is_better=False, what=CONDITION_LABELS[c], pairs=pairs)
-        parts.append(o)
-        texts.append(t)
-    return Outcome(combine(parts), "probes needed, Value Zeroing vs the context-mixing methods. "
-                   + " | ".join(texts), PAIRED_NOTE if paired else SE_NOTE)
+        states = {}
+        for metric, better in (("ap", True), ("probes_needed", False)):
+            pairs = alignment_pairs(c, metric)
+            paired = paired and pairs is not None
+            states[metric], _ = layer_states(alignment_rows(c, metric), _VZ,
+                                             list(CONTEXT_MIXING), higher_is_better=better,
+                                             pairs=pairs)
+        clash = [l for l in states["ap"] if {states["ap"][l], states["probes_needed"][l]}
+                 == {"above", "below"}]
+        parts.append("fails" if clash else "holds")
+        texts.append(f"{CONDITION_LABELS[c]}: " + ", ".join(
+            f"layer {l} {states['ap'][l]}/{states['probes_needed'][l]}" for l in states["ap"])
+            + f" (compatible in {len(states['ap']) - len(clash)} of {len(states['ap'])} layers"
+            + (f"; opposite in layer(s) {layers_text(clash)})" if clash else ")"))
+    return Outcome(combine(parts), "Value Zeroing against the context-mixing methods, average "
+                   "precision / probes needed: " + " | ".join(texts),
+                   PAIRED_NOTE if paired else SE_NOTE)
 
 
 def vz_distance_agrees(variants: list[str]) -> Outcome:
