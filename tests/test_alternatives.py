@@ -141,7 +141,7 @@ def _fig4_per_example(gap_by_variant: dict, n: int = 64) -> pd.DataFrame:
 
 
 def test_fig4_holds_only_when_it_holds_in_every_reading(monkeypatch):
-    from cmixlib.book.claims import rules_globenc as G
+    from cmixlib.book.claims import rules_globenc_layers as G
 
     per = _fig4_per_example({"map_raw": 0.1, "rows": 0.1, "rows_off_diagonal": 0.1})
     monkeypatch.setattr(G, "_run", lambda name: SimpleNamespace(frames={"per_example": per}))
@@ -157,7 +157,7 @@ def test_fig4_holds_only_when_it_holds_in_every_reading(monkeypatch):
 
 
 def test_fig5_needs_large_negative_correlations(monkeypatch):
-    from cmixlib.book.claims import rules_globenc as G
+    from cmixlib.book.claims import rules_globenc_layers as G
 
     def frame(rs):
         return pd.DataFrame({"layer": range(1, len(rs) + 1), "pearson": rs,

@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from cmixlib.book.claims.compare import combine, paired_bootstrap
-from cmixlib.book.claims.rules_globenc import (FIG1_SENTENCES, FIG4_READINGS, LARGE_R, TASKS,
-                                               considerably,
+from cmixlib.book.claims.rules_globenc_layers import (FIG4_READINGS, LARGE_R, considerably,
+                                                      fig4_gaps)
+from cmixlib.book.claims.rules_globenc import (FIG1_SENTENCES, TASKS,
                                                content_positions, fig1_maps, fig3_headline)
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.runs import run, run_arguments
@@ -134,16 +135,9 @@ def fig4_reading_alternative() -> str:
     holds on whole maps but not row by row -> the lower association is a per-row scale (the
     authors' code correlates row by row); it fails on whole maps too -> not a matter of the
     reading."""
-    per = run("globenc-fig4").frames["per_example"]
-    out = {}
-    for variant in FIG4_READINGS:
-        w = per[per.variant == variant].groupby(["example", "method"])["value"].mean()
-        w = w.unstack("method")
-        rel = []
-        for m in ("attn_norm_res", "globenc_layer"):
-            rel.append(considerably(*paired_bootstrap(w[m].to_numpy(),
-                                                      w["attn_norm_res_ln"].to_numpy())))
-        out[variant] = combine(rel)
+    out = {variant: combine([considerably(r["d"], r["lo"], r["hi"]) for r in rows])
+           for variant, rows in fig4_gaps([("attn_norm_res", "attn_norm_res_ln"),
+                                           ("globenc_layer", "attn_norm_res_ln")])}
     text = "; ".join(f"{FIG4_READINGS[v]}: {o}" for v, o in out.items())
     whole, rows = out.get("map_raw"), [o for v, o in out.items() if v != "map_raw"]
     call = ("it holds on whole maps only: N-ResLN's lower association is a per-row scale, "

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from cmixlib.book.claims import Claim
 from cmixlib.book.claims import rules_alti as A
 from cmixlib.book.claims import rules_globenc as G
+from cmixlib.book.claims import rules_globenc_layers as GL
 from cmixlib.book.claims import rules_vz as V
 from cmixlib.book.claims import rules_vz_probing as P
 from cmixlib.book.claims.compare import Outcome, not_run, not_tested
@@ -112,11 +113,11 @@ TESTS: dict[str, Callable[..., Outcome]] = {
     "alti_overall": A.alti_overall,
     "ge_table1_best": G.ge_table1_best,
     "ge_table1_above": G.ge_table1_above,
-    "ge_fig4_encoder": G.ge_fig4_encoder,
+    "ge_fig4_encoder": GL.ge_fig4_encoder,
     "ge_table2": G.ge_table2,
     "ge_fig3": G.ge_fig3,
-    "ge_fig4": G.ge_fig4,
-    "ge_fig5": G.ge_fig5,
+    "ge_fig4": GL.ge_fig4,
+    "ge_fig5": GL.ge_fig5,
     "ge_fig1": G.ge_fig1,
     "example_item": _example_item,
     "example_all": _example_all,

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from cmixlib.book.claims.compare import (SE_NOTE, Outcome, combine, gap_z, layers_text,
-                                         not_tested, paired_bootstrap, relation)
+                                         not_tested, relation)
 from cmixlib.book.notebook import quick_mode
 from cmixlib.book.runs import run, run_arguments
 from cmixlib.experiments.globenc import GLOBENC_METHODS
@@ -21,10 +21,8 @@ from cmixlib.methods.registry import method_label
 
 __all__ = ["TABLE2_METHODS", "FIG3_HEADLINE", "TABLE2_HEADLINE", "FIG1_SENTENCES",
            "almost_every_layer", "fig3_claims", "table2_claims", "ge_table1_best", "ge_table2",
-           "ge_fig3", "ge_fig4", "ge_fig5", "ge_fig1", "fig1_maps", "fig3_headline",
-           "content_positions", "TASKS", "FIG4_READINGS", "LARGE_R", "FLATTEN_SHARE",
-           "ge_table1_above", "ge_fig4_encoder", "CONSIDERABLY", "FIG4_DECIDING",
-           "considerably"]
+           "ge_fig3", "ge_fig1", "fig1_maps", "fig3_headline", "content_positions", "TASKS",
+           "FLATTEN_SHARE", "ge_table1_above"]
 
 #: GlobEnc's Table 2 methods (N, N-Res, N-Enc), in the book's names.
 TABLE2_METHODS = ("attn_norm", "attn_norm_res", "globenc_layer")
@@ -132,31 +130,6 @@ def ge_table1_above(task: str, pairs: list[list[str]]) -> Outcome:
     return Outcome(combine(parts), f"{task}: " + "; ".join(texts), SE_NOTE)
 
 
-def ge_fig4_encoder() -> Outcome:
-    """§6: "encoder-based attribution analysis is more accurate when compared to other partial
-    solutions in a single layer": against HTA, N-Enc above N-Res and above N-ResLN (per
-    sentence, the mean over layers; seeded paired bootstrap, 95% interval above 0), in each
-    deciding reading of :data:`FIG4_DECIDING`, combined (the diagnostic one printed)."""
-    per = _run("globenc-fig4").frames["per_example"]
-    rels, texts = [], []
-    for variant, label in FIG4_READINGS.items():
-        v = per[per.variant == variant]
-        if v.empty:
-            continue
-        w = v.groupby(["example", "method"])["value"].mean().unstack("method")
-        parts = []
-        for m in ("attn_norm_res", "attn_norm_res_ln"):
-            d, lo, hi = paired_bootstrap(w["globenc_layer"].to_numpy(), w[m].to_numpy())
-            if variant in FIG4_DECIDING:
-                rels.append("holds" if lo > 0 else "fails" if hi < 0 else "tie")
-            parts.append(f"N-Enc minus {method_label(m)} {d:+.3f} (95% {lo:+.3f} to {hi:+.3f})")
-        texts.append(f"{label}{'' if variant in FIG4_DECIDING else ' (diagnostic)'}: "
-                     + "; ".join(parts))
-    return Outcome(combine(rels), " | ".join(texts),
-                   f"seeded paired bootstrap over {per['example'].nunique()} sentences, per "
-                   "reading")
-
-
 def ge_table2() -> Outcome:
     """Table 2's headline ("applying rollout ... results in higher correlations ... than the raw
     single layer attribution maps, especially in deeper layers") on SST-2, per method (N, N-Res,
@@ -236,89 +209,6 @@ def ge_fig3(claim: int) -> Outcome:
     return Outcome(combine(parts), "; ".join(texts),
                    SE_NOTE if claim == 0 else
                    "per-layer means; point comparison per layer (the rule counts layers)")
-
-
-#: The readings of Figure 4 the run computes (:data:`cmixlib.experiments.globenc.FIG4_VARIANTS`),
-#: described: the caption says "Pearson correlation of HTA maps with attribution maps" (whole
-#: maps); the authors' code correlates row by row (each attending token, with Spearman; the run
-#: correlates rows with Pearson, as the caption). The third reading (rows without the diagonal)
-#: is a diagnostic: printed, not deciding.
-FIG4_READINGS = {"map_raw": "whole maps", "rows": "row by row",
-                 "rows_off_diagonal": "row by row without the diagonal"}
-#: The readings that decide Figure 4's claims (the caption's and the authors' code's).
-FIG4_DECIDING = ("map_raw", "rows")
-#: "considerably" less association: a gap of at least this on the correlation scale.
-CONSIDERABLY = 0.05
-
-
-def considerably(d: float, lo: float, hi: float) -> str:
-    """Rule for "considerably above": the paired 95% interval of the gap above
-    :data:`CONSIDERABLY` -> holds; below it -> fails (a gap, if any, too small to be
-    considerable); straddling it -> tie."""
-    return "holds" if lo > CONSIDERABLY else "fails" if hi < CONSIDERABLY else "tie"
-
-
-def ge_fig4() -> Outcome:
-    """"N-ResLN shows considerably less association with HTA": per sentence, the mean over
-    layers of each method's Pearson with HTA; N-Res minus N-ResLN and N-Enc minus N-ResLN, each
-    by a seeded paired bootstrap over the sentences, against :data:`CONSIDERABLY`
-    (:func:`considerably`), in each deciding reading of :data:`FIG4_DECIDING` (whole maps, as
-    the caption; row by row, as the authors' code), combined
-    (:func:`~cmixlib.book.claims.compare.combine`): the claim holds when it holds however the
-    maps are compared. The diagnostic reading is printed beside."""
-    per = _run("globenc-fig4").frames["per_example"]
-    rels, texts = [], []
-    for variant, label in FIG4_READINGS.items():
-        v = per[per.variant == variant]
-        if v.empty:
-            continue
-        w = v.groupby(["example", "method"])["value"].mean().unstack("method")
-        parts = []
-        for m in ("attn_norm_res", "globenc_layer"):
-            d, lo, hi = paired_bootstrap(w[m].to_numpy(), w["attn_norm_res_ln"].to_numpy())
-            rel = considerably(d, lo, hi)
-            if variant in FIG4_DECIDING:
-                rels.append(rel)
-            parts.append(f"{method_label(m)} {w[m].mean():.3f} minus N-ResLN "
-                         f"{w['attn_norm_res_ln'].mean():.3f}: {d:+.3f} "
-                         f"(95% {lo:+.3f} to {hi:+.3f}, {rel})")
-        texts.append(f"{label}{'' if variant in FIG4_DECIDING else ' (diagnostic)'}: "
-                     + "; ".join(parts))
-    n = per["example"].nunique()
-    return Outcome(combine(rels), " | ".join(texts),
-                   f"seeded paired bootstrap over {n} sentences, per reading; 'considerably': a "
-                   f"gap of at least {CONSIDERABLY:g}")
-
-
-#: "Large" for a correlation: |r| of at least this (Cohen's convention for a large effect).
-LARGE_R = 0.5
-
-
-def _pearson_p(r: float, n: int) -> float:
-    """Two-sided p of a Pearson r over n points (t = r sqrt(n-2) / sqrt(1-r^2), n-2 df)."""
-    from scipy.stats import t as student_t
-
-    if n < 3 or abs(r) >= 1:
-        return float("nan") if n < 3 else 0.0
-    tv = r * np.sqrt(n - 2) / np.sqrt(1 - r * r)
-    return float(2 * student_t.sf(abs(tv), n - 2))
-
-
-def ge_fig5() -> Outcome:
-    """"The large negative correlations": the LN#1/LN#2 outlier gains correlate at r <=
-    -:data:`LARGE_R` in more than half of the layers where the correlation is defined (at least
-    3 outlier dimensions). Each r is a Pearson over that layer's few outlier dimensions (their
-    number and the two-sided p of each r printed beside): no resampling."""
-    r = _run("globenc-fig5").result
-    d = r.dropna(subset=["pearson"])
-    large = d[d["pearson"] <= -LARGE_R]
-    per = ", ".join(f"layer {int(x.layer)} {x.pearson:+.2f} ({int(x.n_outlier_dims)} dims, "
-                    f"p = {_pearson_p(x.pearson, int(x.n_outlier_dims)):.2f})"
-                    if x.pearson == x.pearson else f"layer {int(x.layer)} undefined "
-                    f"({int(x.n_outlier_dims)} dims)" for x in r.itertuples())
-    return Outcome("holds" if 2 * len(large) > len(d) else "fails",
-                   f"r <= -{LARGE_R:g} in {len(large)} of {len(d)} layers with a defined r: "
-                   + per, "Pearson over each layer's outlier dimensions: no resampling")
 
 
 @lru_cache(maxsize=2)
