@@ -416,3 +416,21 @@ def test_probes_same_pattern_fails_only_on_opposite_standings(monkeypatch):
     use([0.6, 0.6, 0.6], [0.4, 0.6, 0.4])      # layer 2: above on AP, more probes
     o = V.vz_probes_best_among_mixing()
     assert o.outcome == "fails" and "opposite in layer(s) 2" in o.ours
+
+
+def test_a_failing_headline_whose_alternative_holds_is_not_decided(monkeypatch):
+    from cmixlib.book.claims import alternatives as ALT_
+    from cmixlib.book.claims import status as S
+    from cmixlib.book.claims.compare import Measured
+
+    head = Claim(id="h", paper="p", item="i", quote="q", where="w", test="not_tested",
+                 headline=True, alternative={"cause": "c", "test": "m", "args": {}})
+    rows = [(head, Outcome("fails", "x"))]
+    monkeypatch.setattr(S, "claim_rows", lambda paper, item: rows)
+    monkeypatch.setattr(S, "run", lambda name, condition=None: SimpleNamespace(
+        meta={"model": "m; accuracy 0.9", "data_size": 1, "experiment": "x", "settings": {}}))
+    for holds, verdict in ((True, "not decided"), (False, "differs"), (None, "differs")):
+        monkeypatch.setitem(ALT_.ALTERNATIVES, "m", lambda h=holds: Measured("t", h))
+        row = S.claims_item("p", "i", "any", paper_models=None)()
+        assert row["verdict"] == verdict, holds
+        assert ("declared alternative cause holds" in row["detail"]) == (holds is True)

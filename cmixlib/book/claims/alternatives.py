@@ -16,7 +16,8 @@ from cmixlib.book.claims import alternatives_globenc as G
 from cmixlib.book.claims import alternatives_vz as V
 from cmixlib.book.claims.rules import evaluate
 
-__all__ = ["ALTERNATIVES", "alternative_text", "claim_by_id", "parts_margin"]
+__all__ = ["ALTERNATIVES", "alternative_text", "alternative_holds", "claim_by_id",
+           "parts_margin"]
 
 
 def claim_by_id(claim_id: str) -> Claim:
@@ -62,6 +63,16 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "vz_layers_noise": V.layers_noise_alternative,
     "vz_annotation_parse": V.annotation_parse_alternative,
 }
+
+
+def alternative_holds(claim: Claim) -> bool:
+    """Whether ``claim``'s declared alternative cause is found at work by its measurement (a
+    :class:`~cmixlib.book.claims.compare.Measured` with ``holds`` True); False for a claim
+    without one, or a measurement that rules it out or cannot tell."""
+    alt = claim.alternative
+    if not alt or alt["test"] not in ALTERNATIVES:
+        return False
+    return getattr(ALTERNATIVES[alt["test"]](**alt.get("args", {})), "holds", None) is True
 
 
 def alternative_text(claim: Claim) -> str | None:

@@ -144,8 +144,9 @@ def sva_why(result: pd.DataFrame, paper_alti: float, accuracy: tuple[float, int]
 #: The conclusions of :func:`depth_student_alternative` ({s}: the model with fewer layers, {d}:
 #: the other).
 DEPTH_CONCLUSIONS = {
-    "depth": "{s}'s Attn Rollout is clearly above both baselines and above {d}'s: depth explains "
-             "it on this family",
+    "depth": "{s}'s Attn Rollout is clearly above both baselines and above {d}'s: depth (or "
+             "the distillation that made {s} from {d}, which this pair cannot tell from depth) "
+             "explains it on this family",
     "not depth": "{s}'s Attn Rollout is not above the baselines either: fewer layers do not "
                  "rescue it, so depth alone does not explain it",
     "not told apart": "{s}'s Attn Rollout is above both baselines but not clearly above {d}'s: "

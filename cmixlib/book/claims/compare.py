@@ -20,7 +20,7 @@ import pandas as pd
 
 from cmixlib.methods.registry import method_label
 
-__all__ = ["Outcome", "OUTCOMES", "Z_NOISE", "BOOTSTRAP", "SE_NOTE", "PAIRED_NOTE", "relation",
+__all__ = ["Outcome", "Measured", "OUTCOMES", "Z_NOISE", "BOOTSTRAP", "SE_NOTE", "PAIRED_NOTE", "relation",
            "gap_z", "paired_gap_z", "layer_states",
            "layers_text", "every_layer", "combine", "paired_bootstrap", "not_run", "not_tested"]
 
@@ -34,10 +34,25 @@ Z_NOISE = 2.0
 BOOTSTRAP = 2000
 #: What the uncertainty of a mean-over-examples comparison is, for the page.
 SE_NOTE = ("tie = gap within 2 standard errors (std/sqrt(n) of each mean, combined unpaired: "
-           "the run keeps no per-example values to resample)")
+           "conservative where the examples are the same)")
 #: The same where the two methods' paired differences over the same examples are kept.
 PAIRED_NOTE = ("tie = gap within 2 standard errors of the paired difference (std/sqrt(n) of "
                "the per-example differences between the two methods, same examples)")
+
+
+class Measured(str):
+    """An alternative cause's measurement (its text, a ``str``) and whether it finds the
+    alternative cause at work: ``holds`` True (the failure may be the alternative's, not the
+    method's), False (ruled out) or None (not told apart). The status page reads ``holds``:
+    a headline that fails while its declared alternative holds leaves the item "not decided"
+    (:func:`cmixlib.book.claims.status.claims_item`)."""
+
+    holds: bool | None
+
+    def __new__(cls, text: str, holds: bool | None = None) -> "Measured":
+        obj = super().__new__(cls, text)
+        obj.holds = holds
+        return obj
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from cmixlib.book.claims import claims_for
-from cmixlib.book.claims.alternatives import alternative_text
+from cmixlib.book.claims.alternatives import alternative_holds, alternative_text
 from cmixlib.book.claims.rules import (CLAIM_ONLY, claims_verdict, evaluate, example_holds,
                                        outcome_line, table_verdict)
 from cmixlib.book.claims.runs import MAIN_MODEL, same_model, short_model, status_row
@@ -51,7 +51,9 @@ def claims_item(paper: str, item: str, name: str,
                  paper_models: str | tuple[str, ...] | None = MAIN_MODEL,
                  paper_value: str = CLAIM_ONLY,
                  model: Callable[[object], str] | None = None) -> Callable[[], dict]:
-    """An item decided by its claims alone: :func:`cmixlib.book.claims.rules.claims_verdict`,
+    """An item decided by its claims alone: :func:`cmixlib.book.claims.rules.claims_verdict`
+    (a headline that fails while its declared alternative cause holds,
+    :func:`cmixlib.book.claims.alternatives.alternative_holds`, makes it "not decided"),
     "(other model)" unless the run's model is the paper's (``paper_models`` None: the item
     involves no model, e.g. an annotation rule). ``name``/``condition``: the book run whose
     model and size the row shows (a tuple of conditions: the claims test each, and the model
@@ -64,6 +66,11 @@ def claims_item(paper: str, item: str, name: str,
         res = runs[0]
         rows = claim_rows(paper, item)
         v, detail = claims_verdict(rows)
+        head = next(c for c, _ in rows if c.headline)
+        if v == "differs" and detail.startswith("headline fails") and alternative_holds(head):
+            v, detail = "not decided", (f"{detail}; the headline's declared alternative cause "
+                                        "holds (see the why): the failure may not be the "
+                                        "method's")
         same = True if paper_models is None else all(same_model(r, paper_models) for r in runs)
         held = sum(o.outcome == "holds" for _, o in rows)
         row = status_row(res, (with_model_condition(v, same), detail), paper_value,
