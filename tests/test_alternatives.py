@@ -434,3 +434,16 @@ def test_a_failing_headline_whose_alternative_holds_is_not_decided(monkeypatch):
         row = S.claims_item("p", "i", "any", paper_models=None)()
         assert row["verdict"] == verdict, holds
         assert ("declared alternative cause holds" in row["detail"]) == (holds is True)
+
+
+def test_table2_power_knows_the_smallest_significant_rho_over_six_layers(monkeypatch):
+    from cmixlib.book.claims import alternatives_vz as AV
+
+    table = pd.DataFrame({0: [1.0, 2, 3, 4, 6, 5]}, index=range(1, 7))
+    x = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    monkeypatch.setattr(AV, "curves", lambda c, m: (x, table))
+    text = AV.table2_power_alternative("finetuned")        # rho 0.943: p = 0.008
+    assert "must reach +0.83 for p <= 0.05" in text and text.holds is False
+    table = pd.DataFrame({0: [2.0, 1, 3, 6, 4, 5]}, index=range(1, 7))   # rho 0.771
+    text = AV.table2_power_alternative("finetuned")
+    assert text.holds is True and "leaves it undecided" in text

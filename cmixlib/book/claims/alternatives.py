@@ -60,6 +60,7 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
     "ge_fig5_thresholds": G.fig5_threshold_alternative,
     "vz_rollout_common": V.rollout_common_alternative,
     "vz_mdl_noise": V.mdl_noise_alternative,
+    "vz_table2_power": V.table2_power_alternative,
     "vz_layers_noise": V.layers_noise_alternative,
     "vz_annotation_parse": V.annotation_parse_alternative,
 }

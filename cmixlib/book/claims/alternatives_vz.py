@@ -3,9 +3,17 @@ measurement that tells it apart (the ``alternative`` of a claim in ``value_zeroi
 registry: :data:`cmixlib.book.claims.alternatives.ALTERNATIVES`)."""
 from __future__ import annotations
 
-from cmixlib.book.claims.compare import Z_NOISE, gap_z, paired_gap_z, relation
+import itertools
+
+import numpy as np
+
+from cmixlib.book.claims.compare import Z_NOISE, Measured, gap_z, paired_gap_z, relation
+from cmixlib.book.claims.rules_vz import HIGHLY
 from cmixlib.book.claims.rules_vz import alignment_pairs, alignment_rows
-from cmixlib.book.claims.rules_vz_probing import compression_steps, compression_table, step_text
+from cmixlib.book.claims.rules_vz_probing import (compression_steps, compression_table, curves,
+                                                  step_text)
+from cmixlib.book.verdicts import ALPHA, permutation_p
+from cmixlib.metrics.statistics import spearman
 from cmixlib.book.claims.rules import example_holds
 from cmixlib.book.runs import CONDITION_LABELS, run
 from cmixlib.data.blimp import load_spacy
@@ -13,7 +21,7 @@ from cmixlib.experiments.examples import VZ_TABLE1
 from cmixlib.book.depth_verdicts import pinned_variant
 from cmixlib.methods.registry import method_label
 
-__all__ = ["rollout_common_alternative", "mdl_noise_alternative", "layers_noise_alternative",
+__all__ = ["table2_power_alternative", "rollout_common_alternative", "mdl_noise_alternative", "layers_noise_alternative",
            "annotation_parse_alternative"]
 
 
@@ -120,3 +128,29 @@ def annotation_parse_alternative() -> str:
                "differs" if attached else "the parse differs from the paper's phrase: it may be "
                "the cause"))
 
+
+def table2_power_alternative(condition: str) -> Measured:
+    """The measurement for VZ Table 2's "highly positively correlated" not holding clearly,
+    whose alternative cause is that a Spearman over so few layers cannot be told from chance:
+    the smallest rho whose exact one-sided permutation p over the run's L layers is at most
+    :data:`~cmixlib.book.verdicts.ALPHA` (every order of L ranks enumerated; L <= 8), beside
+    Value Zeroing's rho (seed 0's curve) and its p. Rule: Value Zeroing's rho at least
+    :data:`~cmixlib.book.claims.rules_vz.HIGHLY` but below that smallest rho -> the number of
+    layers, not the value, leaves it undecided (the alternative holds); else it does not
+    explain the outcome."""
+    x, table = curves(condition, "value_zeroing")
+    y = table[table.columns[0]].to_numpy()
+    n = len(x)
+    rho, p = permutation_p(x, y)[:2]
+    if n > 8:
+        return Measured(f"{n} layers: too many orders to enumerate; p = {p:.3f}", None)
+    ranks = np.arange(n, dtype=float)
+    all_rhos = np.array([spearman(ranks, np.array(o, dtype=float))
+                         for o in itertools.permutations(range(n))])
+    reach = [r for r in np.unique(all_rhos) if (all_rhos >= r - 1e-12).mean() <= ALPHA]
+    needed = float(min(reach)) if reach else float("nan")
+    holds = bool(HIGHLY <= rho < needed - 1e-9)          # ties of rho: float round-off
+    return Measured(f"over {n} layers a Spearman must reach {needed:+.2f} for p <= {ALPHA:g}; "
+                    f"Value Zeroing's {rho:+.2f} has p = {p:.3f}: "
+                    + ("the number of layers, not the value, leaves it undecided" if holds
+                       else "the number of layers does not explain the outcome"), holds)

@@ -17,7 +17,7 @@ from cmixlib.metrics.statistics import spearman
 
 __all__ = ["compression_table", "compression_steps", "step_text", "seeds_note",
            "vz_compression_rises", "vz_compression_jumps", "vz_jumps_where_alignment_rises",
-           "seed_spearmans", "vz_table2_high",
+           "seed_spearmans", "vz_table2_high", "curves",
            "vz_table2_gradients_negative"]
 
 _VZ = "value_zeroing"
@@ -127,7 +127,7 @@ def vz_jumps_where_alignment_rises(condition: str = "finetuned") -> Outcome:
     before (the ratio c_k / c_(k-1): compression grows by orders of magnitude, so absolute rises
     would always favour the last layers). Rule: it is -> holds; else fails. Printed: both
     curves' steps."""
-    x, table = _curves(condition, _VZ)
+    x, table = curves(condition, _VZ)
     comp = table.mean(axis=1)
     ratio = (comp / comp.shift(1)).iloc[1:]
     rise = pd.Series(np.diff(x), index=comp.index[1:])
@@ -149,7 +149,7 @@ def _table2(condition: str) -> pd.DataFrame:
     return run("mdl-probing", condition).result.set_index("method")
 
 
-def _curves(condition: str, method: str, metric: str = "dot") -> tuple[np.ndarray, pd.DataFrame]:
+def curves(condition: str, method: str, metric: str = "dot") -> tuple[np.ndarray, pd.DataFrame]:
     """``method``'s mean cue alignment per layer (``metric``) and the layer x seed compression
     table over layers 1..L, in the same layer order."""
     table, _ = compression_table(condition)
@@ -162,7 +162,7 @@ def seed_spearmans(condition: str, method: str = _VZ, metric: str = "dot") -> li
     """Table 2's Spearman of ``method`` (its mean cue alignment per layer, ``metric``, from the
     ``cue-alignment`` run) against each probe seed's compression curve over layers 1..L
     (:func:`compression_table`): how much the probe's run-to-run noise moves the number."""
-    x, table = _curves(condition, method, metric)
+    x, table = curves(condition, method, metric)
     return [float(spearman(x, table[seed].to_numpy())) for seed in table.columns]
 
 
@@ -170,7 +170,7 @@ def _exact_p(condition: str, method: str, sign: float = 1.0) -> float:
     """The one-sided permutation p of ``method``'s Spearman over the layers (seed 0's curve;
     exact over every order of the layers, :func:`cmixlib.book.verdicts.permutation_p`), for a
     positive correlation (``sign`` 1) or a negative one (-1)."""
-    x, table = _curves(condition, method)
+    x, table = curves(condition, method)
     return float(permutation_p(sign * x, table[table.columns[0]].to_numpy())[1])
 
 
