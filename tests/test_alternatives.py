@@ -385,13 +385,21 @@ def test_depth_relative_reads_the_shallower_model_against_the_deeper(monkeypatch
                 rows.append({"method": m, "model": model, "layers": layers, "mean": v,
                              "std": 0.2, "n": 500})
         return pd.DataFrame(rows)
+    def models(how):
+        return pd.DataFrame({"model": ["A", "B"], "description": ["m (6 layers)", how]})
+
     monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
-        frames={"table2_by_depth": frame(0.5)}))
+        frames={"table2_by_depth": frame(0.5), "models": models("m, 3 layers, fine-tuned")}))
     o = A.alti_depth_relative()
     assert o.outcome == "holds" and "B (3 layers) Attn Rollout +0.500" in o.ours
     monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(
-        frames={"table2_by_depth": frame(-0.06)}))
+        frames={"table2_by_depth": frame(-0.06), "models": models("m, 3 layers")}))
     assert A.alti_depth_relative().outcome == "fails"
+    monkeypatch.setattr(A, "_run", lambda name: SimpleNamespace(     # a distilled pair
+        frames={"table2_by_depth": frame(0.5), "models": models("m (distilled student)")}))
+    o = A.alti_depth_relative()
+    assert o.outcome == "not tested" and "holds on this pair" in o.ours
+    assert "depth and distillation are not told apart" in o.uncertainty
 
 
 def test_probes_same_pattern_fails_only_on_opposite_standings(monkeypatch):
@@ -447,3 +455,22 @@ def test_table2_power_knows_the_smallest_significant_rho_over_six_layers(monkeyp
     table = pd.DataFrame({0: [2.0, 1, 3, 6, 4, 5]}, index=range(1, 7))   # rho 0.771
     text = AV.table2_power_alternative("finetuned")
     assert text.holds is True and "leaves it undecided" in text
+
+
+def test_fig1_focus_takes_the_named_word_among_the_top_two(monkeypatch):
+    from cmixlib.book.claims import rules_globenc as G
+
+    tokens = ["[CLS]", "a", "deep", "and", "meaningful", "film", ".", "[SEP]"]
+
+    def maps(weights):
+        m = np.zeros((2, 8, 8))
+        m[-1, 0] = weights
+        return ((tokens, {"globenc_layer": m}, 4),)
+
+    monkeypatch.setattr(G, "fig1_maps", lambda quick: maps(
+        [0.3, 0.0, 0.23, 0.05, 0.21, 0.16, 0.05, 0.0]))
+    o = G.ge_fig1("focus")
+    assert o.outcome == "holds" and "'meaningful' ranks 2 of 6" in o.ours
+    monkeypatch.setattr(G, "fig1_maps", lambda quick: maps(
+        [0.3, 0.0, 0.23, 0.05, 0.10, 0.16, 0.05, 0.0]))
+    assert G.ge_fig1("focus").outcome == "fails"                   # third: not in focus
