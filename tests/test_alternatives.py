@@ -474,3 +474,18 @@ def test_fig1_focus_takes_the_named_word_among_the_top_two(monkeypatch):
     monkeypatch.setattr(G, "fig1_maps", lambda quick: maps(
         [0.3, 0.0, 0.23, 0.05, 0.10, 0.16, 0.05, 0.0]))
     assert G.ge_fig1("focus").outcome == "fails"                   # third: not in focus
+
+
+def test_jumps_where_alignment_rises_on_shallow_models(monkeypatch):
+    from cmixlib.book.claims import rules_vz_probing as P
+
+    def use(x, comp):
+        table = pd.DataFrame({0: comp}, index=range(1, len(comp) + 1))
+        monkeypatch.setattr(P, "curves", lambda c, m: (np.array(x), table))
+
+    use([0.1, 0.3], [1.0, 2.0])                         # two layers: one step, one jump
+    assert P.vz_jumps_where_alignment_rises().outcome == "holds"
+    use([0.1], [1.0])                                  # one layer: no step to compare
+    assert P.vz_jumps_where_alignment_rises().outcome == "not tested"
+    use([0.1, 0.5, 0.6, 0.2], [1.0, 1.05, 1.5, 4.0])   # alignment rises at 2, jumps at 4, 3
+    assert P.vz_jumps_where_alignment_rises().outcome == "fails"

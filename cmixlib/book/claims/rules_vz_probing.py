@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cmixlib.book.claims.compare import Z_NOISE, Outcome, combine
+from cmixlib.book.claims.compare import Z_NOISE, Outcome, combine, not_tested
 from cmixlib.book.claims.rules_vz import GRADIENTS, HIGHLY
 from cmixlib.book.identity import model_identities
 from cmixlib.book.runs import CONDITION_LABELS, run
@@ -131,13 +131,15 @@ def vz_jumps_where_alignment_rises(condition: str = "finetuned") -> Outcome:
     comp = table.mean(axis=1)
     ratio = (comp / comp.shift(1)).iloc[1:]
     rise = pd.Series(np.diff(x), index=comp.index[1:])
+    if rise.empty:
+        return not_tested("a model of one layer has no step between layers")
     top_align = int(rise.idxmax())
     top_jumps = [int(k) for k in ratio.sort_values(ascending=False).index[:2]]
     return Outcome("holds" if top_align in top_jumps else "fails",
                    f"{CONDITION_LABELS[condition]}: largest rise of Value Zeroing's alignment "
                    f"at layer {top_align} ({rise[top_align]:+.3f}); largest compression jumps "
-                   f"at layers {top_jumps[0]} and {top_jumps[1]} (x{ratio[top_jumps[0]]:.2f}, "
-                   f"x{ratio[top_jumps[1]]:.2f}); alignment steps " + ", ".join(
+                   f"at layer(s) " + ", ".join(f"{k} (x{ratio[k]:.2f})" for k in top_jumps)
+                   + "; alignment steps " + ", ".join(
                        f"{int(k)} {v:+.3f}" for k, v in rise.items())
                    + "; compression ratios " + ", ".join(f"{int(k)} x{v:.2f}"
                                                          for k, v in ratio.items()),
