@@ -16,7 +16,7 @@ from cmixlib.book.claims import alternatives_globenc as G
 from cmixlib.book.claims import alternatives_vz as V
 from cmixlib.book.claims.rules import evaluate
 
-__all__ = ["ALTERNATIVES", "alternative_text", "alternative_holds", "claim_by_id",
+__all__ = ["ALTERNATIVES", "measure", "alternative_text", "alternative_holds", "claim_by_id",
            "parts_margin"]
 
 
@@ -66,24 +66,31 @@ ALTERNATIVES: dict[str, Callable[..., str]] = {
 }
 
 
-def alternative_holds(claim: Claim) -> bool:
-    """Whether ``claim``'s declared alternative cause is found at work by its measurement (a
-    :class:`~cmixlib.book.claims.compare.Measured` with ``holds`` True); False for a claim
-    without one, or a measurement that rules it out or cannot tell."""
-    alt = claim.alternative
-    if not alt or alt["test"] not in ALTERNATIVES:
-        return False
-    return getattr(ALTERNATIVES[alt["test"]](**alt.get("args", {})), "holds", None) is True
-
-
-def alternative_text(claim: Claim) -> str | None:
-    """"Alternative cause (<claim id>): <cause>; told apart by <measurement>" for a claim that
-    declares an ``alternative`` (:data:`ALTERNATIVES`); None for one that does not."""
+def measure(claim: Claim) -> str | None:
+    """The measurement of ``claim``'s declared alternative cause (:data:`ALTERNATIVES`; a
+    :class:`~cmixlib.book.claims.compare.Measured` where the function says whether the
+    alternative holds); None for a claim that declares none. KeyError for an unknown test."""
     alt = claim.alternative
     if not alt:
         return None
     if alt["test"] not in ALTERNATIVES:
         raise KeyError(f"claim {claim.id}: no alternative test {alt['test']!r}; known: "
                        f"{', '.join(ALTERNATIVES)}")
-    return (f"Alternative cause ({claim.id}): {alt['cause']}; told apart by "
-            f"{ALTERNATIVES[alt['test']](**alt.get('args', {}))}")
+    return ALTERNATIVES[alt["test"]](**alt.get("args", {}))
+
+
+def alternative_holds(claim: Claim) -> bool:
+    """Whether ``claim``'s declared alternative cause is found at work by its measurement
+    (:func:`measure` gives a :class:`~cmixlib.book.claims.compare.Measured` with ``holds``
+    True); False for a claim without one, or a measurement that rules it out or cannot tell."""
+    return getattr(measure(claim), "holds", None) is True
+
+
+def alternative_text(claim: Claim) -> str | None:
+    """"Alternative cause (<claim id>): <cause>; told apart by <measurement>" for a claim that
+    declares an ``alternative`` (:func:`measure`); None for one that does not."""
+    measured = measure(claim)
+    if measured is None:
+        return None
+    return (f"Alternative cause ({claim.id}): {claim.alternative['cause']}; told apart by "
+            f"{measured}")

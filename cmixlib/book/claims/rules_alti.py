@@ -181,7 +181,8 @@ def alti_depth_relative() -> Outcome:
     the runs: SST-2 only (said). Where the shallower model is distilled from the deeper one (the
     run's ``models`` frame says so), the pair differs in how it was made as well as in depth:
     "not tested", with the numbers and the outcome on this pair printed."""
-    frame = _run("alti-fig7").frames.get("table2_by_depth")
+    frames = _run("alti-fig7").frames
+    frame = frames.get("table2_by_depth")
     if frame is None:
         return not_tested("the alti-fig7 run has no table2_by_depth frame")
     layers = frame.groupby("model")["layers"].first().astype(int)
@@ -200,7 +201,7 @@ def alti_depth_relative() -> Outcome:
     ours = (f"SST-2: {shallow} ({layers[shallow]} layers) Attn Rollout "
             f"{t[shallow].loc[roll, 'mean']:+.3f} vs " + ", ".join(texts)
             + f" ({combine(parts)} on this pair; SVA: no shallower masked LM in the runs)")
-    models = _run("alti-fig7").frames["models"].set_index("model")["description"]
+    models = frames["models"].set_index("model")["description"]
     if "distilled" in str(models.get(shallow, "")):
         # the shallower model is distilled from the deeper one on this task: the pair differs
         # in depth and in how it was made, so it cannot test a claim about depth alone
